@@ -1,0 +1,231 @@
+"""The decode loop: N streams per model replica, one batched forward per step.
+
+Each stream owns its sampler, its random generator and its processor (a clone
+of the request's constraint), so streams never share grammar state. A step
+asks every live stream for its pending token plus drafts, runs one forward
+over the ragged batch, and lets each stream verify its own rows. A finished
+stream's slot is refilled from the queue at the next step; newcomers' prompts
+are prefilled together in a forward of their own.
+
+One stream with speculation off is plain decoding; the same loop serves all
+three paths, so they can only differ through the logits they are given.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Iterator
+
+from .constrained_source import ConstrainedSource
+from .drafting import Cascade, CostGate, Draft, DraftSource, PromptLookup
+from .processor import LogitProcessor
+from .runner import ModelRunner
+from .sampler import AllTokensMasked, Sampler, SamplingParams
+from .speculative import verify
+
+log = logging.getLogger(__name__)
+
+
+class SharedBatchProcessor(ValueError):
+    """Two live streams were handed the same processor object."""
+
+
+@dataclass(frozen=True)
+class SpecConfig:
+    enabled: bool = True
+    max_draft: int = 8
+    grammar_drafting: bool = True
+    max_ngram: int = 4
+    min_ngram: int = 2
+    min_tokens_per_forward: float = 1.2
+
+
+@dataclass
+class Request:
+    id: str
+    prompt: list[int]
+    processor: LogitProcessor | None = None  # owned by this request's stream
+    seed: int = 0
+    max_tokens: int = 256
+
+
+@dataclass
+class StreamStats:
+    prompt_tokens: int = 0
+    forwards: int = 0
+    committed: int = 0
+    drafted: dict[str, int] = field(default_factory=dict)
+    accepted: dict[str, int] = field(default_factory=dict)
+    muted_steps: int = 0
+    process_seconds: list[float] = field(default_factory=list)
+
+    def count(self, source: str, drafted: int, accepted: int) -> None:
+        self.drafted[source] = self.drafted.get(source, 0) + drafted
+        self.accepted[source] = self.accepted.get(source, 0) + accepted
+
+    @property
+    def acceptance(self) -> float:
+        drafted = sum(self.drafted.values())
+        return sum(self.accepted.values()) / drafted if drafted else 0.0
+
+    @property
+    def tokens_per_forward(self) -> float:
+        return self.committed / self.forwards if self.forwards else 0.0
+
+
+@dataclass
+class Generation:
+    id: str
+    tokens: list[int]
+    finish_reason: str  # stop | length | error
+    stats: StreamStats
+    error: str | None = None
+
+
+class Stream:
+    """One request in flight: history, cache, sampler and drafter."""
+
+    def __init__(self, request: Request, runner: ModelRunner, params: SamplingParams, spec: SpecConfig | None):
+        self.request = request
+        self.history = list(request.prompt)
+        self.kv = runner.new_state()
+        self.sampler = Sampler(params, request.processor, seed=request.seed)
+        if request.processor is not None:
+            request.processor.reset()
+        self.drafter = _drafter(spec, request.processor) if spec and spec.enabled else None
+        self.gate = CostGate(spec.min_tokens_per_forward) if self.drafter else None
+        self.max_draft = spec.max_draft if spec else 0
+        self.draft = Draft()
+        self.stats = StreamStats(prompt_tokens=len(request.prompt))
+        self.finish: str | None = None
+        self.error: str | None = None
+
+    @property
+    def generated(self) -> int:
+        return len(self.history) - len(self.request.prompt)
+
+    def plan(self, stop_tokens: frozenset[int]) -> list[int]:
+        """The tokens to feed next: the pending token, then this step's drafts."""
+        room = min(self.max_draft, self.request.max_tokens - self.generated - 1)
+        self.draft = Draft()
+        if self.drafter is not None and room > 0:
+            if self.gate.open:
+                self.draft = self.drafter.propose(self.history, room)
+                self._cut_at_stop(stop_tokens)
+            else:
+                self.gate.tick_muted()
+                self.stats.muted_steps += 1
+        return [self.history[-1], *self.draft.tokens]
+
+    def _cut_at_stop(self, stop_tokens: frozenset[int]) -> None:
+        # A stop token may only arrive as a sampled correction or bonus, so the
+        # turn boundary is handled identically with and without speculation.
+        for i, token in enumerate(self.draft.tokens):
+            if token in stop_tokens:
+                self.draft.tokens = self.draft.tokens[:i]
+                self.draft.certain = min(self.draft.certain, i)
+                self.drafter.truncate_pending(i)
+                return
+
+    def advance(self, rows, stop_tokens: frozenset[int]) -> None:
+        """Verify this step's rows and bring history, cache and stats up to date."""
+        self.stats.forwards += 1
+        try:
+            verdict = verify(self.sampler, self.history, self.draft.tokens, rows, stop_tokens)
+        except AllTokensMasked as err:
+            self.finish, self.error = "error", str(err)
+            return
+        self.stats.committed += verdict.committed
+        if self.draft.tokens:
+            self._account(verdict.accepted)
+        processor_error = self.request.processor.error() if self.request.processor else None
+        if processor_error:
+            self.finish, self.error = "error", processor_error
+        elif verdict.stopped:
+            self.finish = "stop"
+        elif self.generated >= self.request.max_tokens:
+            self.finish = "length"
+
+    def _account(self, accepted: int) -> None:
+        certain = self.draft.certain
+        self.stats.count("forced", certain, min(accepted, certain))
+        if len(self.draft.tokens) > certain:
+            self.stats.count(self.draft.source, len(self.draft.tokens) - certain, max(0, accepted - certain))
+        self.drafter.feedback(accepted)
+        self.gate.record(accepted + 1)
+
+    def result(self) -> Generation:
+        self.stats.process_seconds = self.sampler.process_seconds
+        return Generation(self.request.id, self.history[len(self.request.prompt) :], self.finish, self.stats, self.error)
+
+
+def _drafter(spec: SpecConfig, processor: LogitProcessor | None) -> DraftSource:
+    source: DraftSource = Cascade([PromptLookup(spec.max_ngram, spec.min_ngram)])
+    if spec.grammar_drafting and processor is not None and processor.has_structure:
+        source = ConstrainedSource(source, processor)
+    return source
+
+
+class BatchDecoder:
+    """Decodes requests with up to ``streams`` of them in flight at once."""
+
+    def __init__(
+        self,
+        runner: ModelRunner,
+        stop_tokens: Iterable[int],
+        params: SamplingParams = SamplingParams(),
+        spec: SpecConfig | None = None,
+        streams: int = 1,
+        on_step: Callable[[], Any] | None = None,
+    ):
+        self.runner = runner
+        self.stop_tokens = frozenset(stop_tokens)
+        self.params = params
+        self.spec = spec
+        self.streams = streams
+        self.on_step = on_step
+
+    def run(self, requests: Iterable[Request]) -> Iterator[Generation]:
+        """Yield one ``Generation`` per request, in completion order."""
+        queue = deque(requests)
+        live: list[Stream] = []
+        while queue or live:
+            newcomers = [Stream(queue.popleft(), self.runner, self.params, self.spec) for _ in range(min(len(queue), self.streams - len(live)))]
+            if newcomers:
+                _check_unshared(live + newcomers)
+                self._prefill(newcomers)
+                live += newcomers
+            self._step(live)
+            for stream in [s for s in live if s.finish]:
+                live.remove(stream)
+                yield stream.result()
+
+    def _prefill(self, streams: list[Stream]) -> None:
+        # Everything but the last prompt token: that one is the first step's pending token.
+        batch = [(s.kv, s.history[:-1]) for s in streams if len(s.history) > 1]
+        if batch:
+            self.runner.forward(batch, logits=False)
+
+    def _step(self, live: list[Stream]) -> None:
+        feeds = [s.plan(self.stop_tokens) for s in live]
+        rows = self.runner.forward([(s.kv, feed) for s, feed in zip(live, feeds)])
+        for stream, stream_rows in zip(live, rows):
+            stream.advance(stream_rows, self.stop_tokens)
+            self.runner.trim(stream.kv, len(stream.history) - 1)
+        if self.on_step is not None:
+            self.on_step()
+
+
+def _check_unshared(streams: list[Stream]) -> None:
+    seen: set[int] = set()
+    for stream in streams:
+        processor = stream.request.processor
+        if processor is None:
+            continue
+        if id(processor) in seen:
+            raise SharedBatchProcessor(
+                f"request {stream.request.id} shares its processor with another live stream; give each request its own clone()"
+            )
+        seen.add(id(processor))

@@ -1,0 +1,178 @@
+"""An llguidance-backed ``LogitProcessor``: JSON schema, Lark or regex.
+
+The grammar is compiled once; ``clone`` hands each stream its own matcher over
+the same compiled grammar and tokenizer bridge. The mask is sized to the
+*model* vocabulary so padding ids (which have no bytes) stay masked, and the
+bridge marks control tokens as special so grammar text can never select them.
+When the grammar completes, llguidance allows only the bridge's EOS, which is
+set to the configured stop token.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any, Sequence
+
+import llguidance
+import llguidance.hf
+import numpy as np
+import torch
+
+from .processor import LogitProcessor
+
+log = logging.getLogger(__name__)
+
+COMPACT_JSON = {"whitespace_flexible": False}
+
+
+class GrammarError(ValueError):
+    """The grammar does not compile; the message carries llguidance's diagnostic."""
+
+
+_BRIDGES: dict[tuple[int, int, int], tuple[Any, llguidance.LLTokenizer]] = {}
+
+
+def tokenizer_bridge(hf_tokenizer: Any, vocab_size: int, stop_token: int) -> llguidance.LLTokenizer:
+    """Build (once per tokenizer, vocab size and stop token) the llguidance tokenizer."""
+    key = (id(hf_tokenizer), vocab_size, stop_token)
+    if key not in _BRIDGES:
+        bridge = llguidance.hf.from_tokenizer(hf_tokenizer, n_vocab=vocab_size, eos_token=stop_token)
+        _BRIDGES[key] = (hf_tokenizer, bridge)  # keeping the tokenizer alive pins its id
+    return _BRIDGES[key][1]
+
+
+def _read(source: str | Path) -> tuple[str, str]:
+    """Return (text, name) for an inline grammar or a path to one."""
+    if isinstance(source, Path) or (len(str(source)) < 4096 and Path(str(source)).is_file()):
+        return Path(source).read_text(encoding="utf-8"), str(source)
+    return str(source), "<inline>"
+
+
+class Constraint(LogitProcessor):
+    has_structure = True
+
+    def __init__(
+        self,
+        grammar: str,
+        tokenizer: Any,
+        *,
+        name: str = "<grammar>",
+        vocab_size: int | None = None,
+        stop_token: int | None = None,
+    ):
+        """Compile ``grammar`` (llguidance's grammar JSON or Lark) for ``tokenizer``.
+
+        ``vocab_size`` is the model's logits width (defaults to the tokenizer's);
+        ``stop_token`` is what a completed grammar forces (defaults to EOS).
+        """
+        self.name = name
+        self.vocab_size = vocab_size or len(tokenizer)
+        self.stop_token = tokenizer.eos_token_id if stop_token is None else stop_token
+        self.bridge = tokenizer_bridge(tokenizer, self.vocab_size, self.stop_token)
+        diagnostic = llguidance.LLMatcher.validate_grammar(grammar, self.bridge)
+        if diagnostic:
+            raise GrammarError(f"{name}: {diagnostic}")
+        self.grammar = grammar
+        self._matcher = llguidance.LLMatcher(self.bridge, grammar, log_level=0)
+        if self._matcher.is_error():
+            raise GrammarError(f"{name}: {self._matcher.get_error()}")
+        self._init_buffers()
+
+    def _init_buffers(self) -> None:
+        self._bitmask = np.zeros((self.vocab_size + 31) // 32, dtype=np.int32)
+        self.errors = 0
+
+    # -- construction -------------------------------------------------------
+
+    @classmethod
+    def json_schema(cls, schema: dict | str | Path | type, tokenizer: Any, *, whitespace_flexible: bool = False, **kw) -> "Constraint":
+        """From a schema dict, a JSON file or text, or a pydantic model class."""
+        name = kw.pop("name", None)
+        if isinstance(schema, type) and hasattr(schema, "model_json_schema"):
+            name, schema = name or schema.__name__, schema.model_json_schema()
+        elif not isinstance(schema, dict):
+            text, source = _read(schema)
+            name = name or source
+            try:
+                schema = json.loads(text)
+            except json.JSONDecodeError as err:
+                raise GrammarError(f"{name}: not valid JSON: {err}") from err
+        options = {"whitespace_flexible": whitespace_flexible}
+        try:
+            grammar = llguidance.LLMatcher.grammar_from_json_schema(schema, defaults=options)
+        except ValueError as err:
+            raise GrammarError(f"{name or '<schema>'}: {err}") from err
+        return cls(grammar, tokenizer, name=name or "<schema>", **kw)
+
+    @classmethod
+    def lark(cls, source: str | Path, tokenizer: Any, **kw) -> "Constraint":
+        text, name = _read(source)
+        return cls(llguidance.LLMatcher.grammar_from_lark(text), tokenizer, name=kw.pop("name", name), **kw)
+
+    @classmethod
+    def regex(cls, source: str | Path, tokenizer: Any, **kw) -> "Constraint":
+        text, name = _read(source)
+        return cls(llguidance.LLMatcher.grammar_from_regex(text.strip()), tokenizer, name=kw.pop("name", name), **kw)
+
+    def clone(self) -> "Constraint":
+        """Independent matcher state over the shared compiled grammar and bridge."""
+        twin = object.__new__(Constraint)
+        twin.__dict__.update(self.__dict__)
+        twin._matcher = self._matcher.deep_copy()
+        twin._init_buffers()
+        return twin
+
+    # -- the seam -----------------------------------------------------------
+
+    def process(self, logits: torch.Tensor, history: Sequence[int]) -> None:
+        allowed = self._allowed()
+        logits[: self.vocab_size].masked_fill_(~allowed[: logits.shape[0]], float("-inf"))
+        logits[self.vocab_size :] = float("-inf")
+
+    def _allowed(self) -> torch.Tensor:
+        if not self._matcher.is_error():
+            self._matcher.unsafe_compute_mask_ptr(self._bitmask.ctypes.data, self._bitmask.nbytes)
+        if self._matcher.is_error():
+            # Degrade to a clean stop rather than hang or sample garbage.
+            self._note_error()
+            allowed = torch.zeros(self.vocab_size, dtype=torch.bool)
+            allowed[self.stop_token] = True
+            return allowed
+        bits = np.unpackbits(self._bitmask.view(np.uint8), bitorder="little")[: self.vocab_size]
+        return torch.from_numpy(bits.astype(bool))
+
+    def _note_error(self) -> None:
+        self.errors += 1
+        log.warning("constraint %s: matcher error, forcing the stop token: %s", self.name, self._matcher.get_error())
+
+    def commit(self, token: int) -> None:
+        if not self._matcher.is_error() and not self._matcher.is_stopped():
+            self._matcher.consume_token(token)
+
+    def reset(self) -> None:
+        self._matcher.reset()
+
+    def error(self) -> str | None:
+        return self._matcher.get_error() if self._matcher.is_error() else None
+
+    def forced_tokens(self) -> list[int]:
+        if self._matcher.is_error() or self._matcher.is_stopped():
+            return []
+        return list(self._matcher.compute_ff_tokens())
+
+    def valid_prefix_len(self, tokens: Sequence[int]) -> int:
+        if self._matcher.is_error():
+            return 0
+        return self._matcher.validate_tokens(list(tokens))
+
+    # -- state for tests and stats ------------------------------------------
+
+    @property
+    def is_complete(self) -> bool:
+        return self._matcher.is_stopped() or self._matcher.is_accepting()
+
+    @property
+    def is_error(self) -> bool:
+        return self._matcher.is_error()

