@@ -39,7 +39,7 @@ class Completion:
 
 
 class Engine(Protocol):
-    def constraint(self, *, json_schema: Any = None, lark: Any = None, regex: Any = None) -> Constraint: ...
+    def constraint(self, *, json_schema: Any = None, lark: Any = None, regex: Any = None, whitespace_flexible: bool = False) -> Constraint: ...
 
     def generate(self, prompts: Iterable[Prompt], on_step: Callable[[], Any] | None = None) -> Iterator[Completion]: ...
 
@@ -92,15 +92,16 @@ class FucinaEngine:
     def load(cls, source: str = DEFAULT_MODEL, device: str = "auto", dtype: str = "float32", **kw: Any) -> "FucinaEngine":
         return cls(load_model(source, device, dtype), **kw)
 
-    def constraint(self, *, json_schema: Any = None, lark: Any = None, regex: Any = None) -> Constraint:
-        """Compile one constraint for this model's vocab and stop token."""
+    def constraint(self, *, json_schema: Any = None, lark: Any = None, regex: Any = None, whitespace_flexible: bool = False) -> Constraint:
+        """Compile one constraint for this model's vocab and stop token (compact JSON by default)."""
         given = [(k, v) for k, v in (("json_schema", json_schema), ("lark", lark), ("regex", regex)) if v is not None]
         if len(given) != 1:
             raise ValueError("give exactly one of json_schema, lark or regex")
         kind, source = given[0]
         if isinstance(source, str) and kind != "json_schema" and Path(source).suffix and Path(source).is_file():
             source = Path(source)
-        return getattr(Constraint, kind)(source, self.tokenizer, vocab_size=self.runner.vocab_size, stop_token=self.stop_token)
+        options = {"whitespace_flexible": whitespace_flexible} if kind == "json_schema" else {}
+        return getattr(Constraint, kind)(source, self.tokenizer, vocab_size=self.runner.vocab_size, stop_token=self.stop_token, **options)
 
     def generate(self, prompts: Iterable[Prompt], on_step: Callable[[], Any] | None = None) -> Iterator[Completion]:
         decoder = BatchDecoder(self.runner, self.stops, self.params, self.spec, self.streams, on_step)

@@ -1,0 +1,138 @@
+"""The job configuration surface, validated before any model loads.
+
+Hydra composes ``conf/NAME.yaml`` with the command-line overrides; these
+pydantic models then check every key (unknown keys are errors) and every
+range, and turn a failure into one message per bad key that names the key,
+the value given and what is allowed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+
+class ConfigError(ValueError):
+    """The job configuration is invalid; the message says which key and why."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelConfig(_Section):
+    source: str = Field("default", description="'default' (embedded SmolLM2-135M-Instruct), a local directory or a hub id")
+    dtype: Literal["float32", "bfloat16", "float16", "float64"] = "float32"
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+
+
+class ConstraintConfig(_Section):
+    json_schema: str | None = None
+    lark: str | None = None
+    regex: str | None = None
+    pydantic_model: str | None = Field(None, description="'module:Class' that records must also validate against")
+    whitespace_flexible: bool = False
+
+    @model_validator(mode="after")
+    def _at_most_one(self) -> "ConstraintConfig":
+        given = [k for k in ("json_schema", "lark", "regex") if getattr(self, k)]
+        if len(given) > 1:
+            raise ValueError(f"give one of constraint.json_schema, constraint.lark or constraint.regex, not {' and '.join(given)}")
+        return self
+
+    @property
+    def kind(self) -> str | None:
+        return next((k for k in ("json_schema", "lark", "regex") if getattr(self, k)), None)
+
+
+class DatasetConfig(_Section):
+    path: str
+    format: Literal["jsonl", "parquet", "csv", "text_dir"] = "jsonl"
+    id_field: str = "id"
+    text_field: str = "text"
+    schema_field: str | None = None
+    limit: int | None = Field(None, ge=1)
+
+
+class PromptConfig(_Section):
+    system: str = Field("", description="system message, or @path to a file holding it")
+    template: str = Field("{text}", description="user message; {field} takes the row's field; @path reads a file")
+
+
+class SpeculativeConfig(_Section):
+    enabled: bool = True
+    max_draft: int = Field(8, ge=1, le=64)
+    grammar_drafting: bool = True
+    max_ngram: int = Field(4, ge=1, le=16)
+    min_ngram: int = Field(2, ge=1, le=16)
+
+
+class DecodingConfig(_Section):
+    max_tokens: int = Field(256, ge=1, le=32768)
+    temperature: float = Field(0.0, ge=0.0)
+    top_k: int = Field(0, ge=0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    min_p: float = Field(0.0, ge=0.0, lt=1.0)
+    repeat_penalty: float = Field(1.0, gt=0.0)
+    seed: int = 0
+    speculative: SpeculativeConfig = SpeculativeConfig()
+
+
+class RuntimeConfig(_Section):
+    replicas: int = Field(1, ge=1)
+    streams: int = Field(4, ge=1, le=256)
+    ray_address: str | None = Field(None, description="null starts a local Ray; 'auto' or host:port joins a cluster")
+    shard_size: int = Field(8, ge=1)
+    max_retries: int = Field(2, ge=0, description="times a failed shard is retried before its rows become rejects")
+    replica_timeout_s: float = Field(600.0, gt=0, description="seconds to wait for replicas to start")
+
+
+class OutputConfig(_Section):
+    dir: str
+    fresh: bool = Field(False, description="delete an existing run in output.dir instead of resuming it")
+
+
+class JobConfig(_Section):
+    name: str = "job"
+    model: ModelConfig = ModelConfig()
+    constraint: ConstraintConfig = ConstraintConfig()
+    dataset: DatasetConfig
+    prompt: PromptConfig = PromptConfig()
+    decoding: DecodingConfig = DecodingConfig()
+    runtime: RuntimeConfig = RuntimeConfig()
+    output: OutputConfig
+
+    @model_validator(mode="after")
+    def _constraint_given(self) -> "JobConfig":
+        if self.constraint.kind is None and self.dataset.schema_field is None:
+            raise ValueError("set one of constraint.json_schema, constraint.lark, constraint.regex or dataset.schema_field")
+        return self
+
+
+def validate(raw: dict[str, Any]) -> JobConfig:
+    """Validate a composed config, or raise ``ConfigError`` naming each bad key."""
+    try:
+        return JobConfig.model_validate(raw)
+    except ValidationError as err:
+        raise ConfigError("invalid job config:\n" + "\n".join(_describe(e) for e in err.errors())) from None
+
+
+def _describe(error: dict[str, Any]) -> str:
+    key = ".".join(str(p) for p in error["loc"]) or "<config>"
+    if error["type"] == "extra_forbidden":
+        return f"  {key}: unknown key (check the spelling; see --cfg job for the known keys)"
+    if error["type"] == "missing":
+        return f"  {key}: required, but not set"
+    return f"  {key}={error.get('input')!r}: {error['msg']}"
+
+
+def read_text_option(value: str, base: Path) -> str:
+    """``@path`` reads a file (relative to ``base``); anything else is literal."""
+    if not value.startswith("@"):
+        return value
+    path = (base / value[1:]).resolve()
+    if not path.is_file():
+        raise ConfigError(f"prompt file {path} does not exist")
+    return path.read_text(encoding="utf-8")

@@ -1,0 +1,41 @@
+"""The progress bar and the closing summary of a job."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from tqdm import tqdm
+
+
+class Progress:
+    """Rows done, records/s, acceptance and ETA on one line."""
+
+    def __init__(self, total: int, done: int = 0):
+        self.bar = tqdm(total=total, initial=done, unit="row", dynamic_ncols=True, desc="rows")
+        self.start = time.perf_counter()
+        self.records = 0
+        self.drafted = self.accepted = 0
+
+    def update(self, rows: int, records: int, stats: dict[str, Any]) -> None:
+        self.records += records
+        self.drafted += stats.get("drafted_forced", 0) + stats.get("drafted_ngram", 0)
+        self.accepted += stats.get("accepted_forced", 0) + stats.get("accepted_ngram", 0)
+        elapsed = time.perf_counter() - self.start
+        acceptance = self.accepted / self.drafted if self.drafted else 0.0
+        self.bar.set_postfix(records_s=f"{self.records / elapsed:.2f}", acceptance=f"{acceptance:.0%}")
+        self.bar.update(rows)
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def summary_table(summary: Any, out: str) -> str:
+    lines = [
+        f"{'rows':<16}{summary.rows}",
+        f"{'records':<16}{summary.records}",
+        f"{'rejects':<16}{summary.rejects}" + (f"  ({', '.join(f'{k}: {v}' for k, v in sorted(summary.reasons.items()))})" if summary.reasons else ""),
+        f"{'shards':<16}{summary.shards} ({summary.shards_resumed} resumed, {summary.shards_failed} failed, {summary.retries} retries)",
+        f"{'output':<16}{out}",
+    ]
+    return "\n".join(lines)

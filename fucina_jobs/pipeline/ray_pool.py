@@ -1,0 +1,115 @@
+"""Replica actors on Ray: shards go to whichever replica is free.
+
+On GPUs a replica asks for one GPU. On CPUs it asks for one unit of a custom
+``replica`` resource and no CPU, so Ray's own tasks never starve behind model
+replicas. A replica that dies is restarted by Ray; its shard is retried a
+bounded number of times and then given up, so the driver can turn its rows
+into rejects that carry the error.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections import Counter, deque
+from typing import Any, Callable, Iterator
+
+import ray
+from ray.exceptions import GetTimeoutError, RayError
+
+from .config import ConfigError, JobConfig
+from .dataset import Row
+from .replica import ShardResult, ShardWorker
+
+log = logging.getLogger(__name__)
+
+ACTOR_PREFIX = "fucina-replica-"
+
+
+class ReplicaPool:
+    def __init__(self, cfg: JobConfig, model_path: str, base: str, log_dir: str):
+        self.cfg = cfg
+        self.args = (cfg.model_dump(), model_path, base)
+        self.log_dir = log_dir
+        self.retries = 0
+        self._started_ray = False
+        self.actors: list[Any] = []
+
+    def __enter__(self) -> "ReplicaPool":
+        self._connect()
+        options = self._placement()
+        worker = ray.remote(ShardWorker)
+        self.actors = [
+            worker.options(name=f"{ACTOR_PREFIX}{i}", max_restarts=self.cfg.runtime.max_retries, max_task_retries=0, **options)
+            .remote(*self.args, i, self.log_dir)
+            for i in range(self.cfg.runtime.replicas)
+        ]
+        try:
+            ray.get([a.ping.remote() for a in self.actors], timeout=self.cfg.runtime.replica_timeout_s)
+        except GetTimeoutError:
+            self.__exit__(None, None, None)
+            raise ConfigError(
+                f"{self.cfg.runtime.replicas} replica(s) did not start within runtime.replica_timeout_s="
+                f"{self.cfg.runtime.replica_timeout_s}: the cluster lacks the resources they ask for ({options})"
+            ) from None
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for actor in self.actors:
+            ray.kill(actor)
+        self.actors = []
+        if self._started_ray:
+            ray.shutdown()
+
+    def _connect(self) -> None:
+        if ray.is_initialized():
+            return
+        address = self.cfg.runtime.ray_address
+        env = {"env_vars": {"OMP_WAIT_POLICY": "PASSIVE", "RAY_AUTH_MODE": os.environ.get("RAY_AUTH_MODE", "disabled")}}
+        if address is None:
+            ray.init(address="local", resources={"replica": self.cfg.runtime.replicas}, include_dashboard=False,
+                     runtime_env=env, logging_level=logging.WARNING, log_to_driver=False)
+        else:
+            ray.init(address=address, runtime_env=env, logging_level=logging.WARNING)
+        self._started_ray = True
+
+    def _placement(self) -> dict[str, Any]:
+        resources = ray.cluster_resources()
+        wants_gpu = self.cfg.model.device == "cuda" or (self.cfg.model.device == "auto" and resources.get("GPU", 0) > 0)
+        if wants_gpu:
+            return {"num_gpus": 1}
+        if resources.get("replica", 0) < 1:
+            raise ConfigError(
+                "the Ray cluster has no GPU and no 'replica' resource: start CPU nodes with "
+                "ray start --resources='{\"replica\": 1}' (one unit per model replica the node can hold)"
+            )
+        return {"num_cpus": 0, "resources": {"replica": 1}}
+
+    def map(
+        self, shards: deque[int], rows: list[list[Row]], max_retries: int, on_dispatch: Callable[[int, Any], None] | None = None
+    ) -> Iterator[tuple[int, ShardResult | None, str | None]]:
+        """Yield (shard, result, None) or, after its retries, (shard, None, error)."""
+        queue, free = deque(shards), deque(range(len(self.actors)))
+        attempts: Counter[int] = Counter()
+        pending: dict[Any, tuple[int, int]] = {}
+        while queue or pending:
+            while queue and free:
+                shard, replica = queue.popleft(), free.popleft()
+                pending[self.actors[replica].run.remote(shard, rows[shard])] = (shard, replica)
+                if on_dispatch is not None:
+                    on_dispatch(shard, self.actors[replica])
+            [ref], _ = ray.wait(list(pending), num_returns=1)
+            shard, replica = pending.pop(ref)
+            free.append(replica)
+            try:
+                yield shard, ray.get(ref), None
+            except RayError as err:
+                attempts[shard] += 1
+                reason = str(err).splitlines()[0]
+                if attempts[shard] > max_retries:
+                    log.error("shard %d failed %d times, its rows become rejects: %s", shard, attempts[shard], reason)
+                    yield shard, None, reason
+                else:
+                    self.retries += 1
+                    log.warning("shard %d failed on replica %d (%s); retrying", shard, replica, reason)
+                    queue.appendleft(shard)

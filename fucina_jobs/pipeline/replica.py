@@ -1,0 +1,151 @@
+"""One model replica: it owns an engine and turns shards of rows into completions.
+
+``ShardWorker`` is plain Python so it can be tested without Ray; the driver
+wraps it in a Ray actor. Validation happens in the driver, which has the
+rows: the replica only decodes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..decoding.batch import SpecConfig
+from ..decoding.constraint import Constraint, GrammarError
+from ..decoding.sampler import SamplingParams
+from ..engine import Completion, FucinaEngine, Prompt
+from ..models.loading import load_model
+from .config import JobConfig, read_text_option
+from .dataset import Row
+
+log = logging.getLogger(__name__)
+
+
+def record_seed(seed: int, row_id: str) -> int:
+    """A per-record seed: the same record samples the same way on any replica or stream."""
+    digest = hashlib.sha256(f"{seed}:{row_id}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") & 0x7FFF_FFFF_FFFF_FFFF
+
+
+@dataclass
+class ShardResult:
+    shard: int
+    replica: int
+    completions: list[dict[str, Any]] = field(default_factory=list)  # row_id, text, finish_reason, error, tokens
+    stats: dict[str, Any] = field(default_factory=dict)
+
+
+def build_engine(cfg: JobConfig, model_path: str) -> FucinaEngine:
+    d = cfg.decoding
+    params = SamplingParams(d.temperature, d.top_k, d.top_p, d.min_p, d.repeat_penalty)
+    s = d.speculative
+    spec = SpecConfig(max_draft=s.max_draft, grammar_drafting=s.grammar_drafting, max_ngram=s.max_ngram, min_ngram=s.min_ngram) if s.enabled else None
+    return FucinaEngine(load_model(model_path, cfg.model.device, cfg.model.dtype), params=params, spec=spec, streams=cfg.runtime.streams)
+
+
+def job_constraint(engine: FucinaEngine, cfg: JobConfig, base: Path) -> Constraint | None:
+    c = cfg.constraint
+    if c.kind is None:
+        return None
+    return engine.constraint(**{c.kind: base / getattr(c, c.kind)}, whitespace_flexible=c.whitespace_flexible)
+
+
+class ShardWorker:
+    def __init__(self, cfg: dict[str, Any], model_path: str, base: str, replica: int, log_dir: str | None = None):
+        self.cfg = JobConfig.model_validate(cfg)
+        self.base = Path(base)
+        self.replica = replica
+        if log_dir:
+            _log_to_file(Path(log_dir) / f"replica-{replica}.log")
+        self.engine = build_engine(self.cfg, model_path)
+        self.constraint = job_constraint(self.engine, self.cfg, self.base)
+        self.system = read_text_option(self.cfg.prompt.system, self.base) or None
+        self.template = read_text_option(self.cfg.prompt.template, self.base)
+        self._row_constraints: dict[str, Constraint] = {}
+        log.info("replica %d ready: %s on %s", replica, model_path, self.engine.loaded.device)
+
+    def ping(self) -> int:
+        return self.replica
+
+    def run(self, shard: int, rows: list[Row]) -> ShardResult:
+        start = time.perf_counter()
+        result = ShardResult(shard, self.replica)
+        prompts = []
+        for row in rows:
+            prompt, problem = self._prompt(row)
+            if problem:
+                result.completions.append({"row_id": row.id, "text": "", "finish_reason": "error", "error": problem})
+            else:
+                prompts.append(prompt)
+        completions = list(self.engine.generate(prompts))
+        result.completions += [_as_dict(c) for c in completions]
+        result.stats = shard_stats(completions, time.perf_counter() - start)
+        log.info("replica %d finished shard %d: %d rows in %.1fs", self.replica, shard, len(rows), result.stats["wall_s"])
+        return result
+
+    def _prompt(self, row: Row) -> tuple[Prompt | None, str | None]:
+        try:
+            text = self.template.format_map(row.fields)
+        except KeyError as err:
+            return None, f"row {row.id!r}: prompt.template uses field {err} that the row does not have"
+        try:
+            constraint = self._row_constraint(row) if self.cfg.dataset.schema_field else self.constraint
+        except GrammarError as err:
+            return None, f"row {row.id!r}: its schema does not compile: {err}"
+        d = self.cfg.decoding
+        return Prompt(row.id, text, self.system, constraint, record_seed(d.seed, row.id), d.max_tokens), None
+
+    def _row_constraint(self, row: Row) -> Constraint:
+        # Compile each distinct schema once; every stream still gets its own clone.
+        schema = row.fields[self.cfg.dataset.schema_field]
+        key = schema if isinstance(schema, str) else json.dumps(schema, sort_keys=True)
+        if key not in self._row_constraints:
+            self._row_constraints[key] = self.engine.constraint(json_schema=json.loads(key) if isinstance(schema, str) else schema)
+        return self._row_constraints[key]
+
+
+def _as_dict(c: Completion) -> dict[str, Any]:
+    return {"row_id": c.id, "text": c.text, "finish_reason": c.finish_reason, "error": c.error,
+            "prompt_tokens": c.stats.prompt_tokens, "generated_tokens": len(c.tokens)}
+
+
+def shard_stats(completions: list[Completion], wall_s: float) -> dict[str, Any]:
+    """Aggregate per-stream decoder stats into one row of ``stats/*.parquet``."""
+    stats = [c.stats for c in completions]
+    generated = sum(len(c.tokens) for c in completions)
+    forwards = sum(s.forwards for s in stats)
+    row: dict[str, Any] = {
+        "prompt_tokens": sum(s.prompt_tokens for s in stats),
+        "generated_tokens": generated,
+        "forward_passes": forwards,
+        "tokens_per_forward": sum(s.committed for s in stats) / forwards if forwards else 0.0,
+        "tok_s": generated / wall_s if wall_s > 0 else 0.0,
+        "wall_s": wall_s,
+    }
+    drafted = accepted = 0
+    for source in ("forced", "ngram"):
+        d = sum(s.drafted.get(source, 0) for s in stats)
+        a = sum(s.accepted.get(source, 0) for s in stats)
+        row[f"drafted_{source}"], row[f"accepted_{source}"] = d, a
+        drafted, accepted = drafted + d, accepted + a
+    row["acceptance"] = accepted / drafted if drafted else 0.0
+    mask_us = np.array([t for s in stats for t in s.process_seconds]) * 1e6
+    row["mask_us_p50"] = float(np.percentile(mask_us, 50)) if mask_us.size else 0.0
+    row["mask_us_p99"] = float(np.percentile(mask_us, 99)) if mask_us.size else 0.0
+    return row
+
+
+def _log_to_file(path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)

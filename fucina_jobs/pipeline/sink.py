@@ -1,0 +1,196 @@
+"""Validate completions into records or rejects, and write Parquet atomically.
+
+Every row of a shard leaves here exactly once: as a record (it parsed and
+validated) or as a reject carrying its reason. Files are written to a hidden
+temporary name, fsynced and renamed, so a reader never sees half a shard and
+a rerun simply overwrites.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import re
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+import jsonschema
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+META_FIELDS = [
+    pa.field("record_id", pa.string()),
+    pa.field("row_id", pa.string()),
+    pa.field("text", pa.string()),
+    pa.field("finish_reason", pa.string()),
+    pa.field("prompt_tokens", pa.int64()),
+    pa.field("generated_tokens", pa.int64()),
+]
+REJECT_SCHEMA = pa.schema(
+    [
+        pa.field("record_id", pa.string()),
+        pa.field("row_id", pa.string()),
+        pa.field("reason", pa.string()),  # invalid_json | schema_violation | length | error
+        pa.field("text", pa.string()),
+        pa.field("error", pa.string()),
+    ]
+)
+
+
+@dataclass
+class Outcome:
+    """One row's fate. ``record`` is the typed data when it validated."""
+
+    row_id: str
+    text: str
+    finish_reason: str
+    prompt_tokens: int = 0
+    generated_tokens: int = 0
+    record: dict[str, Any] | None = None
+    reason: str | None = None
+    error: str | None = None
+
+
+def arrow_type(schema: dict[str, Any]) -> pa.DataType | None:
+    """Map a JSON schema to an Arrow type, or None where it does not map."""
+    kind = schema.get("type")
+    if isinstance(kind, list):  # ["string", "null"]: nullable is the Arrow default
+        kinds = [k for k in kind if k != "null"]
+        kind = kinds[0] if len(kinds) == 1 else None
+    if "enum" in schema and all(isinstance(v, str) for v in schema["enum"]):
+        return pa.string()
+    if kind == "string":
+        return pa.date32() if schema.get("format") == "date" else pa.string()
+    simple = {"integer": pa.int64(), "number": pa.float64(), "boolean": pa.bool_()}
+    if kind in simple:
+        return simple[kind]
+    if kind == "array" and isinstance(schema.get("items"), dict):
+        item = arrow_type(schema["items"])
+        return pa.list_(item) if item is not None else None
+    if kind == "object" and "properties" in schema:
+        fields = [(name, arrow_type(sub)) for name, sub in schema["properties"].items()]
+        return pa.struct(fields) if all(t is not None for _, t in fields) else None
+    if kind == "object" and isinstance(schema.get("additionalProperties"), dict):
+        value = arrow_type(schema["additionalProperties"])
+        return pa.map_(pa.string(), value) if value is not None else None
+    return None
+
+
+def record_schema(fields: list[pa.Field]) -> pa.Schema:
+    taken = {f.name for f in META_FIELDS}
+    clashes = [f.name for f in fields if f.name in taken]
+    if clashes:
+        raise ValueError(f"schema properties {clashes} clash with the record columns {sorted(taken)}; rename them")
+    return pa.schema(META_FIELDS + fields)
+
+
+def json_schema_fields(schema: dict[str, Any]) -> list[pa.Field]:
+    """Typed columns for the top-level properties that map to Arrow."""
+    props = schema.get("properties", {}) if schema.get("type") == "object" else {}
+    fields = []
+    for name, sub in props.items():
+        kind = arrow_type(sub)
+        if kind is not None:
+            fields.append(pa.field(name, kind))
+    return fields
+
+
+class Validator:
+    """Turns one completion into a record or a reject, per constraint kind."""
+
+    def __init__(self, kind: str, source: Any = None, pydantic_model: type | None = None):
+        self.kind = kind
+        self.pydantic_model = pydantic_model
+        if kind == "json_schema" and source is not None:
+            self._json = jsonschema.Draft202012Validator(source, format_checker=jsonschema.FormatChecker())
+        elif kind == "regex":
+            self._regex = re.compile(source)
+
+    def __call__(self, text: str, finish_reason: str, error: str | None, row_schema: dict | None = None) -> tuple[dict | None, str | None, str | None]:
+        """Return (record, reject reason, message)."""
+        if finish_reason == "length":
+            return None, "length", "the token budget ran out before the output was complete"
+        if finish_reason != "stop":
+            return None, "error", error or f"decoding ended with {finish_reason}"
+        if self.kind == "json_schema":
+            return self._check_json(text, row_schema)
+        if self.kind == "regex":
+            match = self._regex.fullmatch(text)
+            if match is None:
+                return None, "schema_violation", "output does not match the regex"
+            return match.groupdict(), None, None
+        return {}, None, None  # lark: a clean stop means the grammar accepted the text
+
+    def _check_json(self, text: str, row_schema: dict | None) -> tuple[dict | None, str | None, str | None]:
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError as err:
+            return None, "invalid_json", f"{err.msg} at character {err.pos}"
+        validator = jsonschema.Draft202012Validator(row_schema, format_checker=jsonschema.FormatChecker()) if row_schema else self._json
+        problem = jsonschema.exceptions.best_match(validator.iter_errors(value))
+        if problem is not None:
+            path = "/".join(str(p) for p in problem.absolute_path) or "<root>"
+            return None, "schema_violation", f"{path}: {problem.message}"
+        if self.pydantic_model is not None:
+            try:
+                self.pydantic_model.model_validate(value)
+            except Exception as err:  # pydantic's ValidationError
+                return None, "schema_violation", f"{self.pydantic_model.__name__}: {err}"
+        return value if isinstance(value, dict) else {"value": value}, None, None
+
+
+def _typed(record: dict[str, Any], fields: list[pa.Field]) -> dict[str, Any]:
+    row = {}
+    for f in fields:
+        value = record.get(f.name)
+        if pa.types.is_date32(f.type) and isinstance(value, str):
+            value = dt.date.fromisoformat(value)
+        row[f.name] = value
+    return row
+
+
+def write_outcomes(root: Path, shard: int, outcomes: Iterable[Outcome], schema: pa.Schema, record_id: Callable[[str], str]) -> tuple[int, int]:
+    """Write a shard's records and rejects; return their counts."""
+    typed_fields = [f for f in schema if f.name not in {m.name for m in META_FIELDS}]
+    records, rejects = [], []
+    for o in outcomes:
+        rid = record_id(o.row_id)
+        if o.record is not None:
+            meta = {"record_id": rid, "row_id": o.row_id, "text": o.text, "finish_reason": o.finish_reason,
+                    "prompt_tokens": o.prompt_tokens, "generated_tokens": o.generated_tokens}
+            records.append(meta | _typed(o.record, typed_fields))
+        else:
+            rejects.append({"record_id": rid, "row_id": o.row_id, "reason": o.reason, "text": o.text, "error": o.error})
+    write_table(root / "records" / f"shard-{shard:05d}.parquet", pa.Table.from_pylist(records, schema=schema))
+    write_table(root / "rejects" / f"shard-{shard:05d}.parquet", pa.Table.from_pylist(rejects, schema=REJECT_SCHEMA))
+    return len(records), len(rejects)
+
+
+def write_table(path: Path, table: pa.Table) -> None:
+    _atomic(path, lambda f: pq.write_table(table, f))
+
+
+def write_json(path: Path, value: Any) -> None:
+    _atomic(path, lambda f: f.write(json.dumps(value, indent=2, sort_keys=True, default=str).encode()))
+
+
+def _atomic(path: Path, write: Callable[[Any], None]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)

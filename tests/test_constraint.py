@@ -1,0 +1,301 @@
+"""The llguidance ``Constraint`` with the real SmolLM2 tokenizer."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from pydantic import BaseModel
+
+from conftest import STOP, VOCAB, Recorder, allowed_mask, decode
+from conftest import instance_accepted as _accepted
+from fucina_jobs.decoding.batch import Request, SpecConfig
+from fucina_jobs.decoding.constraint import Constraint, GrammarError
+
+CONTROL = range(0, 17)  # SmolLM2's special tokens
+
+PERSON = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string"},
+        "age": {"type": "integer"},
+        "tags": {"type": "array", "items": {"type": "string"}},
+    },
+    "required": ["name", "age", "tags"],
+    "additionalProperties": False,
+}
+
+
+def instance_accepted(constraint, tokenizer, data) -> bool:
+    return _accepted(constraint, tokenizer, data, separators=(",", ":"))  # the grammars here are compact
+
+
+def encode(tokenizer, text: str) -> list[int]:
+    return tokenizer.encode(text, add_special_tokens=False)
+
+
+def walk(constraint: Constraint, tokens: list[int]) -> None:
+    """Commit ``tokens`` one by one, checking each is allowed and the stop is not, until the end."""
+    for i, token in enumerate(tokens):
+        mask = allowed_mask(constraint)
+        assert mask[token], f"token {i} ({token}) was masked"
+        assert not mask[STOP], f"stop allowed before the value was complete (at token {i})"
+        constraint.commit(token)
+    assert constraint.error() is None
+
+
+def assert_only_stop(constraint: Constraint) -> None:
+    mask = allowed_mask(constraint)
+    assert mask[STOP] and int(mask.sum()) == 1
+
+
+@pytest.fixture(scope="module")
+def person(tokenizer):
+    return Constraint.json_schema(PERSON, tokenizer, stop_token=STOP)
+
+
+def test_json_schema_walk(person, tokenizer):
+    c = person.clone()
+    walk(c, encode(tokenizer, '{"name":"Ada Lovelace","age":36,"tags":["math","poet"]}'))
+    assert_only_stop(c)
+    assert c.is_complete
+    c.commit(STOP)
+    assert c.error() is None
+
+
+def test_json_schema_rejects_what_the_schema_forbids(person, tokenizer):
+    assert not instance_accepted(person, tokenizer, {"name": "Ada", "age": 3.5, "tags": []})
+    assert not instance_accepted(person, tokenizer, {"name": "Ada", "age": 3})  # tags required
+    assert not instance_accepted(person, tokenizer, {"name": "Ada", "age": 3, "tags": [], "x": 1})
+    assert instance_accepted(person, tokenizer, {"name": "Ada", "age": 3, "tags": []})
+
+
+def test_lark_walk(tokenizer):
+    grammar = 'start: "add(" NUM "," NUM ")"\nNUM: /[0-9]+/\n'
+    c = Constraint.lark(grammar, tokenizer, stop_token=STOP)
+    tokens = encode(tokenizer, "add(12,345)")
+    walk(c, tokens)
+    assert_only_stop(c)
+    c.reset()
+    assert not allowed_mask(c)[encode(tokenizer, "sub")[0]]
+
+
+def test_regex_walk(tokenizer):
+    c = Constraint.regex(r"[a-z]+@[a-z]+\.com", tokenizer, stop_token=STOP)
+    tokens = encode(tokenizer, "ada@example.com")
+    walk(c, tokens)
+    assert_only_stop(c)
+    # A wrong character is masked mid-walk.
+    c.reset()
+    c.commit(encode(tokenizer, "ada")[0])
+    assert not allowed_mask(c)[encode(tokenizer, "!")[0]]
+
+
+def test_reset_rearms(person, tokenizer):
+    c = person.clone()
+    initial = allowed_mask(c)
+    for token in encode(tokenizer, '{"name":"Bo'):
+        c.commit(token)
+    assert not torch.equal(allowed_mask(c), initial)
+    c.reset()
+    assert torch.equal(allowed_mask(c), initial)
+    walk(c, encode(tokenizer, '{"name":"Bo","age":1,"tags":[]}'))
+    assert_only_stop(c)
+
+
+def test_control_tokens_never_allowed_inside_a_string(tokenizer):
+    c = Constraint.json_schema({"type": "string"}, tokenizer, stop_token=STOP)
+    pieces = tokenizer('"see <|im_end|> and <|im_start|>"', add_special_tokens=False, split_special_tokens=True).input_ids
+    assert STOP not in pieces and 1 not in pieces  # the text stays text
+    for i, token in enumerate(pieces):
+        mask = allowed_mask(c)
+        assert not mask[list(CONTROL)].any(), f"a control token was allowed at position {i}"
+        assert mask[token]
+        c.commit(token)
+    assert_only_stop(c)
+    # Without split_special_tokens the same text holds the control token, which the mask refuses.
+    c.reset()
+    joined = tokenizer('"<|im_end|>"', add_special_tokens=False).input_ids
+    assert STOP in joined
+    assert c.valid_prefix_len(joined) == joined.index(STOP)
+
+
+def test_padded_vocab_ids_always_masked(tokenizer):
+    width = VOCAB + 8
+    c = Constraint.json_schema({"type": "string", "maxLength": 3}, tokenizer, vocab_size=width, stop_token=STOP)
+    for token in encode(tokenizer, '"abc"'):
+        row = torch.zeros(width)
+        row[VOCAB:] = 1e9
+        c.process(row, [])
+        assert torch.isinf(row[VOCAB:]).all() and (row[VOCAB:] < 0).all()
+        assert torch.isfinite(row[token])
+        c.commit(token)
+    row = torch.zeros(width)
+    c.process(row, [])
+    assert torch.isinf(row[VOCAB:]).all() and torch.isfinite(row[STOP])
+    # A constraint sized to the tokenizer also masks the tail of a wider row.
+    narrow = Constraint.json_schema({"type": "string"}, tokenizer, stop_token=STOP)
+    row = torch.zeros(width)
+    narrow.process(row, [])
+    assert torch.isinf(row[VOCAB:]).all() and torch.isfinite(row).any()
+
+
+def test_padded_vocab_end_to_end(tokenizer, padded_runner):
+    c = Constraint.json_schema({"type": "string", "maxLength": 6}, tokenizer, vocab_size=padded_runner.vocab_size, stop_token=STOP)
+    gen = decode(padded_runner, [Request("p", encode(tokenizer, "say something"), c.clone(), max_tokens=12)])["p"]
+    assert gen.finish_reason == "stop", gen
+    assert all(t < VOCAB for t in gen.tokens)
+    assert isinstance(json.loads(tokenizer.decode(gen.tokens)), str)
+
+
+@pytest.mark.parametrize(
+    "kind, text, diagnostic",
+    [
+        ("json", '{"type": "foo"}', "Invalid type"),
+        ("json", "{not json", "not valid JSON"),
+        ("lark", "start: foo\n", "unknown name"),
+        ("regex", "a(b", "unclosed group"),
+    ],
+)
+def test_invalid_grammar_raises_with_name_and_diagnostic(tokenizer, tmp_path, kind, text, diagnostic):
+    path = tmp_path / f"bad.{kind}"
+    path.write_text(text)
+    factory = {"json": Constraint.json_schema, "lark": Constraint.lark, "regex": Constraint.regex}[kind]
+    with pytest.raises(GrammarError) as info:
+        factory(str(path), tokenizer)
+    assert str(path) in str(info.value)
+    assert diagnostic in str(info.value)
+
+
+def test_invalid_inline_grammar_names_inline(tokenizer):
+    with pytest.raises(GrammarError, match="<inline>"):
+        Constraint.lark("start: foo\n", tokenizer)
+
+
+class Item(BaseModel):
+    name: str
+    qty: int
+
+
+def test_schema_from_pydantic_model(tokenizer):
+    c = Constraint.json_schema(Item, tokenizer, stop_token=STOP)
+    assert c.name == "Item"
+    assert instance_accepted(c, tokenizer, {"name": "bolt", "qty": 12})
+    assert not instance_accepted(c, tokenizer, {"name": "bolt", "qty": "12"})
+    assert not instance_accepted(c, tokenizer, {"name": "bolt"})
+
+
+def test_schema_from_json_file(tokenizer, tmp_path):
+    path = tmp_path / "person.json"
+    path.write_text(json.dumps(PERSON))
+    for source in (str(path), path):
+        c = Constraint.json_schema(source, tokenizer, stop_token=STOP)
+        assert c.name == str(path)
+        assert instance_accepted(c, tokenizer, {"name": "x", "age": 1, "tags": ["a"]})
+        assert not instance_accepted(c, tokenizer, {"name": "x", "age": "1", "tags": ["a"]})
+
+
+def test_clone_independence(person, tokenizer):
+    base = person.clone()
+    initial = allowed_mask(base)
+    twin = base.clone()
+    for token in encode(tokenizer, '{"name":"'):
+        twin.commit(token)
+    assert torch.equal(allowed_mask(base), initial)
+    assert not torch.equal(allowed_mask(twin), initial)
+    # And the other way round: advancing the original leaves the clone alone.
+    twin_mask = allowed_mask(twin)
+    for token in encode(tokenizer, '{"name":"x","age":4'):
+        base.commit(token)
+    assert torch.equal(allowed_mask(twin), twin_mask)
+
+
+def test_lookaheads_are_pure(person, tokenizer):
+    c = person.clone()
+    prefix = encode(tokenizer, '{"name":"Ada","age":36')
+    for token in prefix[:-1]:
+        c.commit(token)
+    mask = allowed_mask(c)
+    forced = c.forced_tokens()
+    probe = prefix[-1:] + encode(tokenizer, ',"tags":[]}') + [STOP]
+    valid = c.valid_prefix_len(probe)
+    assert valid == len(probe)  # the stop token completes a finished value
+    assert c.valid_prefix_len(encode(tokenizer, "!!!")) == 0
+    for _ in range(3):
+        assert c.forced_tokens() == forced
+        assert c.valid_prefix_len(probe) == valid
+        assert torch.equal(allowed_mask(c), mask)
+    walk(c, probe[:-1])
+    assert_only_stop(c)
+
+
+def test_forced_tokens_follow_the_schema(person, tokenizer):
+    c = person.clone()
+    forced = c.forced_tokens()
+    assert forced and tokenizer.decode(forced) == '{"name'[: len(tokenizer.decode(forced))]
+    for token in encode(tokenizer, '{"name":"Ada"'):
+        c.commit(token)
+    assert tokenizer.decode(c.forced_tokens()).startswith(',"age')
+
+
+def test_matcher_failure_forces_the_stop(person, tokenizer):
+    c = person.clone()
+    c.commit(encode(tokenizer, "{")[0])
+    assert c.error() is None
+    bad = encode(tokenizer, "hello")[0]
+    assert not allowed_mask(c)[bad]
+    c.commit(bad)  # the sampler never does this; a broken caller might
+    assert c.error() is not None and c.is_error
+    assert_only_stop(c)
+    assert c.forced_tokens() == [] and c.valid_prefix_len([STOP]) == 0
+    c.commit(STOP)  # committing after the failure neither raises nor recovers
+    assert c.error() is not None
+    c.reset()  # reset re-arms a failed matcher
+    assert c.error() is None and not allowed_mask(c)[STOP]
+    walk(c, encode(tokenizer, '{"name":"x","age":1,"tags":[]}'))
+    assert_only_stop(c)
+
+
+def test_reset_after_completion(person, tokenizer):
+    c = person.clone()
+    value = encode(tokenizer, '{"name":"x","age":1,"tags":[]}')
+    walk(c, value)
+    c.commit(STOP)
+    c.reset()
+    walk(c, value)
+    assert_only_stop(c)
+
+
+class FailAt(Recorder):
+    """Commits a grammar-invalid token to the inner constraint at commit ``n``."""
+
+    def __init__(self, inner, n, bad):
+        super().__init__(inner)
+        self.n, self.bad = n, bad
+
+    def commit(self, token):
+        self.commits.append(int(token))
+        self.inner.commit(self.bad if len(self.commits) == self.n else token)
+
+
+@pytest.mark.parametrize("spec", [None, SpecConfig()])
+def test_matcher_failure_mid_decode_ends_the_stream(person, tokenizer, tiny_runner, spec):
+    processor = FailAt(person.clone(), 3, bad=encode(tokenizer, "hello")[0])
+    gen = decode(tiny_runner, [Request("f", encode(tokenizer, "a b c"), processor, max_tokens=40)], spec=spec)["f"]
+    assert gen.finish_reason == "error"
+    assert gen.error and gen.error == processor.inner.error()
+    assert len(gen.tokens) <= 3
+
+
+def test_one_processor_reused_sequentially_after_a_failure(person, tokenizer, tiny_runner):
+    # streams=1 may reuse one processor object across requests: the decoder
+    # resets it per request, and a failed first request must not poison the next.
+    processor = FailAt(person.clone(), 2, bad=encode(tokenizer, "hello")[0])
+    prompt = encode(tokenizer, "a b c")
+    gens = decode(tiny_runner, [Request("bad", prompt, processor, max_tokens=30), Request("ok", prompt, processor, max_tokens=30)])
+    assert gens["bad"].finish_reason == "error"
+    processor.n = -1  # no more injected failures
+    fresh = decode(tiny_runner, [Request("ok", prompt, person.clone(), max_tokens=30)])["ok"]
+    assert gens["ok"].finish_reason == fresh.finish_reason != "error"
+    assert gens["ok"].tokens == fresh.tokens

@@ -1,0 +1,124 @@
+"""The seam: ``Sampler.next`` masks, selects, then commits exactly once."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from conftest import Recorder
+from fucina_jobs.decoding.processor import LogitProcessor, TokenBias
+from fucina_jobs.decoding.sampler import AllTokensMasked, Sampler, SamplingParams
+
+V = 512
+SAMPLED = SamplingParams(temperature=1.0)
+
+
+def logits(seed: int = 0, scale: float = 3.0) -> torch.Tensor:
+    return torch.randn(V, generator=torch.Generator().manual_seed(seed)) * scale
+
+
+def test_mask_changes_the_greedy_pick():
+    row = logits()
+    top = int(torch.argmax(row))
+    assert Sampler().next(row.clone(), []) == top
+    second = int(torch.topk(row, 2).indices[1])
+    assert Sampler(processor=TokenBias.banned([top])).next(row.clone(), []) == second
+
+
+def test_mask_applies_on_the_sampled_path():
+    row = torch.zeros(V)
+    row[:8] = 5.0  # eight favourites carry almost all the mass
+    banned = [0, 1, 2, 3, 4, 5]
+    sampler = Sampler(SAMPLED, TokenBias.banned(banned), seed=3)
+    picks = [sampler.next(row.clone(), []) for _ in range(400)]
+    assert not set(picks) & set(banned)
+    assert set(picks) >= {6, 7}  # the remaining favourites are still drawn
+    unmasked = Sampler(SAMPLED, seed=3)
+    assert set(unmasked.next(row.clone(), []) for _ in range(400)) & set(banned)
+
+
+@pytest.mark.parametrize("params", [SamplingParams(), SamplingParams(temperature=0.7, top_k=5, top_p=0.9, min_p=0.01, repeat_penalty=1.3)])
+def test_one_commit_per_selection(params):
+    recorder = Recorder()
+    sampler = Sampler(params, recorder, seed=1)
+    history: list[int] = []
+    for step in range(25):
+        token = sampler.next(logits(step), history)
+        history.append(token)
+        assert recorder.commits == history
+    assert len(sampler.process_seconds) == 25
+
+
+def test_all_tokens_masked_raises():
+    recorder = Recorder(TokenBias.banned(range(V)))
+    for params in (SamplingParams(), SAMPLED):
+        with pytest.raises(AllTokensMasked):
+            Sampler(params, recorder).next(logits(), [])
+    assert recorder.commits == []  # nothing was selected, so nothing is committed
+
+
+def test_minus_inf_survives_repeat_penalty():
+    row = torch.full((V,), -4.0)
+    row[7] = 10.0  # banned but hugely favoured, and in the history (penalty divides/multiplies)
+    row[9] = -3.0  # best of the rest, also in the history
+    history = [7, 9, 7]
+    for params in (SamplingParams(repeat_penalty=0.001), SamplingParams(repeat_penalty=1000.0)):
+        assert Sampler(params).next(row.clone(), history) == 7  # unbanned, it still wins
+        sampler = Sampler(params, TokenBias.banned([7]))
+        assert sampler.next(row.clone(), history) != 7
+    # A penalty below 1 multiplies negative logits towards zero: still never revives -inf.
+    sampler = Sampler(SamplingParams(temperature=1.0, repeat_penalty=0.01), TokenBias.banned([7]), seed=0)
+    assert all(sampler.next(row.clone(), history) != 7 for _ in range(200))
+
+
+def test_repeat_penalty_applies():
+    row = torch.zeros(V)
+    row[3], row[4] = 2.0, 1.9
+    assert Sampler(SamplingParams(repeat_penalty=1.5)).next(row.clone(), [3]) == 4
+    assert Sampler(SamplingParams(repeat_penalty=1.5, repeat_window=1)).next(row.clone(), [3, 8]) == 3
+
+
+def test_top_k_one_is_greedy():
+    sampler = Sampler(SamplingParams(temperature=1.5, top_k=1), seed=11)
+    for step in range(50):
+        row = logits(step, scale=0.5)
+        assert sampler.next(row.clone(), []) == int(torch.argmax(row))
+
+
+def test_seeded_generator_is_reproducible():
+    def draw(seed):
+        sampler = Sampler(SAMPLED, seed=seed)
+        return [sampler.next(logits(step, scale=0.5), []) for step in range(40)]
+
+    assert draw(5) == draw(5)
+    assert draw(5) != draw(6)
+
+
+def test_processor_sees_the_raw_row_before_temperature():
+    recorder = Recorder(keep_rows=True)
+    row = logits(2)
+    params = SamplingParams(temperature=0.3, top_k=3, top_p=0.5, min_p=0.2, repeat_penalty=2.0)
+    Sampler(params, recorder).next(row.clone(), [int(torch.argmax(row))])
+    assert len(recorder.rows) == 1
+    assert torch.equal(recorder.rows[0], row)
+
+
+def test_processor_mask_narrows_the_sampled_distribution():
+    # The mask acts on the full row before top-k: banning the top-3 with top_k=3
+    # must still sample (from the next three), not fail or pick a banned id.
+    row = logits(4)
+    order = torch.argsort(row, descending=True).tolist()
+    sampler = Sampler(SamplingParams(temperature=1.0, top_k=3), TokenBias.banned(order[:3]), seed=0)
+    picks = {sampler.next(row.clone(), []) for _ in range(200)}
+    assert picks <= set(order[3:6]) and picks
+
+
+def test_history_passed_to_processor():
+    seen = []
+
+    class Spy(LogitProcessor):
+        def process(self, logits, history):
+            seen.append(list(history))
+
+    Sampler(processor=Spy()).next(logits(), [4, 5, 6])
+    assert seen == [[4, 5, 6]]
