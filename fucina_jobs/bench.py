@@ -191,6 +191,7 @@ def _acceptance(completions: Sequence[Any]) -> dict[str, dict[str, float]]:
     return {
         src: {"accepted": accepted.get(src, 0), "drafted": n, "rate": accepted.get(src, 0) / n if n else 0.0}
         for src, n in sorted(drafted.items())
+        if n  # the decoder books a zero-length forced span on every draft
     }
 
 
@@ -558,8 +559,8 @@ def format_streams(result: dict[str, Any]) -> str:
                     f"{r['tokens_per_batched_forward']:.2f}",
                     f"{r['tokens_per_forward']:.2f}",
                     "-" if r["mean_acceptance"] is None else f"{100 * r['mean_acceptance']:.0f}%",
-                    f"{r['wall_s']:.1f}",
-                    f"{r['time_split_s']['prefill']:.1f}",
+                    f"{r['wall_s']:.2f}",
+                    f"{r['time_split_s']['prefill']:.2f}",
                     f"{r['tokens_per_s']:.1f}",
                     f"{r['ratio_vs_base']:.2f}x",
                     _yes_no(r["identical_to_base"]),
@@ -636,6 +637,7 @@ def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--max-tokens", type=_positive, default=256, help="generation cap per request (default 256)")
     common.add_argument("--json", action="store_true", help="print one JSON object instead of the text tables")
+    common.add_argument("--save", type=Path, metavar="FILE", help="also write the JSON object to FILE")
     common.add_argument("--model", default="default", help="model source: 'default' (SmolLM2-135M-Instruct), a model directory or a hub id")
     common.add_argument("--dtype", default="float32", choices=["float32", "float64", "bfloat16", "float16"], help="model dtype (default float32)")
     common.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="model device (default auto)")
@@ -691,6 +693,8 @@ def main(argv: list[str] | None = None) -> int:
     if _TORCH_PRELOADED and _USER_WAIT_POLICY is None:
         log.warning("torch was imported before fucina_jobs.bench, so OMP_WAIT_POLICY=PASSIVE cannot take effect: export it")
     result = run_decode(args) if args.command == "decode" else run_streams(args)
+    if args.save:
+        args.save.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     if args.json:
         json.dump(result, sys.stdout, indent=2)
         sys.stdout.write("\n")

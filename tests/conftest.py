@@ -1,8 +1,7 @@
 """Shared fixtures and helpers for the decoding-core tests.
 
 The tests run on 2 shared CPU cores: one torch thread, tiny models, few tokens.
-Test files import the helpers below with ``from conftest import ...`` (pytest
-puts this directory on ``sys.path``).
+Test modules import the helpers below with ``from .conftest import ...``.
 """
 
 from __future__ import annotations

@@ -78,6 +78,7 @@ class Constraint(LogitProcessor):
         self._matcher = llguidance.LLMatcher(self.bridge, grammar, log_level=0)
         if self._matcher.is_error():
             raise GrammarError(f"{name}: {self._matcher.get_error()}")
+        self._initial = self._matcher.deep_copy()  # never advanced: reset() restores failed matchers from it
         self._init_buffers()
 
     def _init_buffers(self) -> None:
@@ -152,7 +153,11 @@ class Constraint(LogitProcessor):
             self._matcher.consume_token(token)
 
     def reset(self) -> None:
-        self._matcher.reset()
+        if self._matcher.is_error():
+            # llguidance keeps a failed matcher failed, even across reset().
+            self._matcher = self._initial.deep_copy()
+        else:
+            self._matcher.reset()
 
     def error(self) -> str | None:
         return self._matcher.get_error() if self._matcher.is_error() else None

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections import Counter, deque
 from typing import Any, Callable, Iterator
 
 import ray
-from ray.exceptions import GetTimeoutError, RayError
+from ray.exceptions import ActorDiedError, ActorUnavailableError, GetTimeoutError, RayError
 
 from .config import ConfigError, JobConfig
 from .dataset import Row
@@ -93,6 +94,9 @@ class ReplicaPool:
         attempts: Counter[int] = Counter()
         pending: dict[Any, tuple[int, int]] = {}
         while queue or pending:
+            if not (free or pending):
+                yield from ((shard, None, "no replica is left alive") for shard in queue)
+                return
             while queue and free:
                 shard, replica = queue.popleft(), free.popleft()
                 pending[self.actors[replica].run.remote(shard, rows[shard])] = (shard, replica)
@@ -100,16 +104,34 @@ class ReplicaPool:
                     on_dispatch(shard, self.actors[replica])
             [ref], _ = ray.wait(list(pending), num_returns=1)
             shard, replica = pending.pop(ref)
-            free.append(replica)
             try:
-                yield shard, ray.get(ref), None
+                result = ray.get(ref)
             except RayError as err:
                 attempts[shard] += 1
                 reason = str(err).splitlines()[0]
-                if attempts[shard] > max_retries:
+                if self._await_restart(replica):
+                    free.append(replica)
+                if attempts[shard] > max_retries or not (free or pending):
                     log.error("shard %d failed %d times, its rows become rejects: %s", shard, attempts[shard], reason)
                     yield shard, None, reason
                 else:
                     self.retries += 1
                     log.warning("shard %d failed on replica %d (%s); retrying", shard, replica, reason)
                     queue.appendleft(shard)
+                continue
+            free.append(replica)
+            yield shard, result, None
+
+    def _await_restart(self, replica: int) -> bool:
+        """Wait until Ray has restarted a failed replica; False if it is gone for good."""
+        deadline = time.monotonic() + self.cfg.runtime.replica_timeout_s
+        while time.monotonic() < deadline:
+            try:
+                ray.get(self.actors[replica].ping.remote(), timeout=max(1.0, deadline - time.monotonic()))
+                return True
+            except ActorUnavailableError:
+                time.sleep(1.0)
+            except (ActorDiedError, GetTimeoutError):
+                break
+        log.error("replica %d is gone and will get no more shards", replica)
+        return False

@@ -1,0 +1,32 @@
+"""The same job on a simulated 2-node Ray cluster (one replica per node)."""
+
+import pytest
+import ray
+from ray.cluster_utils import Cluster
+
+from fucina_jobs.pipeline.config import validate
+from fucina_jobs.pipeline.driver import Job
+
+from .conftest import REPO, assert_exactly_once, job_dict, read_dir
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def two_nodes():
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "resources": {"replica": 1}, "include_dashboard": False})
+    cluster.add_node(num_cpus=1, resources={"replica": 1})
+    ray.init(address=cluster.address, log_to_driver=False)
+    yield cluster
+    ray.shutdown()
+    cluster.shutdown()
+
+
+def test_job_runs_across_two_nodes(two_nodes, tmp_path):
+    assert len([n for n in ray.nodes() if n["Alive"]]) == 2
+    out = tmp_path / "run"
+    cfg = validate(job_dict(out, dataset={"limit": 2}, runtime={"shard_size": 1, "ray_address": "auto"}))
+    summary = Job(cfg, REPO).run()
+    assert summary.ok
+    assert_exactly_once(out, {"inv-001", "inv-002"})
+    assert {s["replica"] for s in read_dir(out / "stats")} == {0, 1}

@@ -1,0 +1,63 @@
+import subprocess
+import sys
+
+import pytest
+
+from fucina_jobs.pipeline.config import ConfigError, validate
+
+from .conftest import REPO, job_dict
+
+
+def test_valid_config_has_defaults(tmp_path):
+    cfg = validate(job_dict(tmp_path))
+    assert cfg.decoding.speculative.enabled and cfg.model.source == "default" and cfg.constraint.kind == "json_schema"
+
+
+@pytest.mark.parametrize(
+    "section, value, words",
+    [
+        ("decoding", {"temperature": -1}, ["decoding.temperature=-1", "greater than or equal to 0"]),
+        ("runtime", {"replicas": 0}, ["runtime.replicas=0"]),
+        ("model", {"device": "tpu"}, ["model.device='tpu'", "'auto', 'cpu' or 'cuda'"]),
+        ("dataset", {"format": "xml"}, ["dataset.format='xml'", "jsonl"]),
+        ("decoding", {"max_tokns": 5}, ["decoding.max_tokns", "unknown key"]),
+        ("constraint", {"regex": "schemas/contact.regex"}, ["not json_schema and regex"]),
+    ],
+)
+def test_config_errors_name_key_value_and_allowed(tmp_path, section, value, words):
+    with pytest.raises(ConfigError) as err:
+        validate(job_dict(tmp_path, **{section: value}))
+    for word in words:
+        assert word in str(err.value)
+
+
+def test_missing_constraint_is_an_error(tmp_path):
+    raw = job_dict(tmp_path)
+    raw["constraint"] = {}
+    with pytest.raises(ConfigError, match="set one of constraint.json_schema"):
+        validate(raw)
+
+
+def _cli(*args):
+    return subprocess.run([sys.executable, "-m", "fucina_jobs", *args], cwd=REPO, capture_output=True, text=True, timeout=120)
+
+
+def test_cli_help_and_cfg_job():
+    top = _cli("--help")
+    assert top.returncode == 0 and "run conf=NAME" in top.stdout
+    helped = _cli("run", "conf=extract_invoices", "--help")
+    assert helped.returncode == 0 and "output.dir" in helped.stdout and "resumes" in helped.stdout
+    shown = _cli("run", "conf=extract_invoices", "--cfg", "job", "runtime.streams=3")
+    assert shown.returncode == 0 and "streams: 3" in shown.stdout and "schemas/invoice.json" in shown.stdout
+
+
+def test_cli_rejects_bad_override_before_loading_a_model(tmp_path):
+    bad = _cli("run", "conf=extract_invoices", "decoding.top_p=2", f"output.dir={tmp_path}")
+    assert bad.returncode == 2
+    assert "decoding.top_p=2" in bad.stderr and "less than or equal to 1" in bad.stderr
+    assert not (tmp_path / "manifest.json").exists()
+
+
+def test_cli_without_job_says_what_to_do():
+    res = _cli("run")
+    assert res.returncode == 2 and "conf=NAME" in res.stderr and "extract_invoices" in res.stderr

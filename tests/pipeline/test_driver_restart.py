@@ -1,0 +1,37 @@
+"""The driver is killed mid-job, then the same command resumes it."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from .conftest import REPO, assert_exactly_once
+
+pytestmark = pytest.mark.slow
+
+
+def _command(out):
+    return [sys.executable, "-m", "fucina_jobs", "run", "conf=extract_invoices", "dataset.limit=6",
+            "runtime.shard_size=2", "runtime.streams=2", "decoding.max_tokens=160", f"output.dir={out}"]
+
+
+def test_driver_killed_and_restarted_resumes_completed_shards(tmp_path):
+    out = tmp_path / "run"
+    proc = subprocess.Popen(_command(out), cwd=REPO, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    first = out / "stats" / "shard-00000.parquet"
+    deadline = time.monotonic() + 600
+    while not first.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert first.exists(), "the first shard never finished"
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    done_before = len(list((out / "stats").glob("*.parquet")))
+    assert done_before < 3, "the driver was killed before the job ended"
+
+    rerun = subprocess.run(_command(out), cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    assert f"({done_before} resumed" in rerun.stdout
+    assert_exactly_once(out, {f"inv-00{i}" for i in range(1, 7)})

@@ -1,0 +1,60 @@
+import datetime as dt
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from fucina_jobs.pipeline.sink import Outcome, Validator, json_schema_fields, record_schema, write_outcomes
+
+from .conftest import REPO
+
+INVOICE = json.loads((REPO / "schemas/invoice.json").read_text())
+GOOD = json.loads((REPO / "jobs/invoices/gold.jsonl").read_text().splitlines()[0])["label"]
+
+
+def test_invoice_schema_maps_to_typed_columns():
+    types = {f.name: f.type for f in json_schema_fields(INVOICE)}
+    assert types["invoice_date"] == pa.date32() and types["total"] == pa.float64() and types["currency"] == pa.string()
+
+
+def test_nested_schema_maps_to_struct_list_and_map():
+    schema = {"type": "object", "properties": {
+        "tags": {"type": "array", "items": {"type": "string"}},
+        "who": {"type": "object", "properties": {"age": {"type": "integer"}}},
+        "extra": {"type": "object", "additionalProperties": {"type": "number"}},
+        "either": {"oneOf": [{"type": "string"}, {"type": "integer"}]},
+    }}
+    types = {f.name: f.type for f in json_schema_fields(schema)}
+    assert types == {"tags": pa.list_(pa.string()), "who": pa.struct([("age", pa.int64())]), "extra": pa.map_(pa.string(), pa.float64())}
+
+
+def test_validator_reasons():
+    v = Validator("json_schema", INVOICE)
+    assert v(json.dumps(GOOD), "stop", None)[1] is None
+    assert v('{"invoice_number": ', "stop", None)[1] == "invalid_json"
+    bad = dict(GOOD, invoice_date="2025-13-45")
+    record, reason, message = v(json.dumps(bad), "stop", None)
+    assert reason == "schema_violation" and "invoice_date" in message
+    assert v("{", "length", None)[1] == "length"
+    assert v("", "error", "matcher failed")[1:] == ("error", "matcher failed")
+
+
+def test_regex_validator_gives_named_groups():
+    regex = (REPO / "schemas/contact.regex").read_text().strip()
+    v = Validator("regex", regex)
+    assert v("Ada Lovelace | ada@example.org | +44 20 7946 0000", "stop", None)[0] == {"name": "Ada Lovelace", "email": "ada@example.org", "phone": "+44 20 7946 0000"}
+    assert v("nobody", "stop", None)[1] == "schema_violation"
+
+
+def test_write_outcomes_types_and_accounts(tmp_path):
+    schema = record_schema(json_schema_fields(INVOICE))
+    outcomes = [
+        Outcome("inv-001", json.dumps(GOOD), "stop", 10, 5, record=GOOD),
+        Outcome("inv-002", "{", "length", 10, 5, reason="length", error="budget"),
+    ]
+    assert write_outcomes(tmp_path, 3, outcomes, schema, lambda r: "id-" + r) == (1, 1)
+    record = pq.read_table(tmp_path / "records/shard-00003.parquet").to_pylist()[0]
+    assert record["record_id"] == "id-inv-001" and isinstance(record["invoice_date"], dt.date) and record["total"] == GOOD["total"]
+    reject = pq.read_table(tmp_path / "rejects/shard-00003.parquet").to_pylist()[0]
+    assert reject["reason"] == "length" and reject["text"] == "{"
+    assert not [p for p in tmp_path.rglob(".*") if p.is_file()], "no temporary files are left behind"

@@ -1,0 +1,152 @@
+"""``python -m fucina_jobs bench``: the benchmark command on a tiny random-weight model.
+
+The tiny model shares the default model's tokenizer (so the shipped job, its
+chat template and the invoice schema work unchanged) but has one layer of
+width 16: a whole decode run takes seconds. float64 keeps the plain and the
+speculative verify forwards numerically close enough that greedy outputs
+must agree byte for byte.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from fucina_jobs import bench
+
+ROW_KEYS = {
+    "arm",
+    "label",
+    "constrained",
+    "speculative",
+    "grammar_drafting",
+    "docs",
+    "forwards",
+    "tokens",
+    "tokens_per_forward",
+    "acceptance",
+    "wall_s",
+    "wall_s_repeats",
+    "wall_ratio",
+    "ms_per_token",
+    "identical_to_plain_constrained",
+    "stable_across_repeats",
+    "finish_reasons",
+    "time_split_s",
+    "processor_us_per_token",
+}
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory):
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from fucina_jobs.models.loading import ModelNotFound, load_tokenizer
+
+    try:
+        tokenizer = load_tokenizer()
+    except ModelNotFound as err:
+        pytest.skip(f"the default model's tokenizer is not available: {err}")
+    config = transformers.LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=2048,
+        tie_word_embeddings=True,
+        initializer_range=0.5,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(config)
+    path = tmp_path_factory.mktemp("tiny-model")
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+def _run(capsys, argv):
+    assert bench.main(argv) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_decode_json_four_arms_constrained_rows_identical(tiny_model, capsys):
+    argv = ["decode", "--json", "-q", "--model", str(tiny_model), "--dtype", "float64", "--device", "cpu"]
+    result = _run(capsys, argv + ["--docs", "2", "--max-tokens", "24", "--repeats", "2"])
+
+    rows = result["rows"]
+    assert [r["arm"] for r in rows] == ["plain_unconstrained", "plain_constrained", "spec_no_grammar_drafting", "spec_grammar_drafting"]
+    for row in rows:
+        assert ROW_KEYS <= row.keys()
+        assert row["docs"] == 2
+        assert row["forwards"] > 0 and 0 < row["tokens"] <= 2 * 24
+        assert len(row["wall_s_repeats"]) == 2
+        assert row["stable_across_repeats"]
+    unconstrained, plain, no_gd, gd = rows
+    assert unconstrained["identical_to_plain_constrained"] is None
+    assert plain["identical_to_plain_constrained"] is True
+    assert no_gd["identical_to_plain_constrained"] is True
+    assert gd["identical_to_plain_constrained"] is True
+    assert plain["wall_ratio"] == pytest.approx(1.0)
+    # Same tokens on every constrained path; only the forward count may differ.
+    assert plain["tokens"] == no_gd["tokens"] == gd["tokens"]
+    assert plain["forwards"] == plain["tokens"] or plain["finish_reasons"].get("stop")
+    assert unconstrained["processor_us_per_token"]["calls"] == 0
+    assert plain["processor_us_per_token"]["calls"] >= plain["tokens"]
+    # Grammar drafting must report the forced source; the JSON skeleton has forced spans.
+    assert gd["acceptance"]["forced"]["drafted"] > 0
+    assert gd["acceptance"]["forced"]["accepted"] == gd["acceptance"]["forced"]["drafted"]
+    assert "forced" not in no_gd["acceptance"]
+    overhead = result["mask_overhead"]
+    assert overhead["processor_calls"] > 0 and overhead["plain_constrained_overhead_pct"] > 0
+    assert result["settings"]["docs"] == 2 and result["environment"]["dtype"] == "float64"
+
+
+def test_decode_text_table(tiny_model, capsys):
+    argv = ["decode", "-q", "--model", str(tiny_model), "--dtype", "float64", "--device", "cpu", "--no-warmup"]
+    assert bench.main(argv + ["--docs", "1", "--max-tokens", "8", "--repeats", "1"]) == 0
+    out = capsys.readouterr().out
+    for label in ("plain unconstrained", "plain constrained", "spec, no grammar drafting", "spec + grammar drafting", "mask overhead"):
+        assert label in out
+
+
+def test_streams_json_cycles_documents(tiny_model, capsys):
+    argv = ["streams", "--json", "-q", "--model", str(tiny_model), "--dtype", "float64", "--device", "cpu"]
+    result = _run(capsys, argv + ["--docs", "1", "--streams", "1,2", "--max-tokens", "8"])
+
+    assert result["settings"]["requests"] == 2  # one document cycled under two ids
+    rows = result["rows"]
+    assert [(r["streams"], r["speculative"]) for r in rows] == [(1, False), (1, True), (2, False), (2, True)]
+    assert rows[0]["ratio_vs_base"] == pytest.approx(1.0)
+    for row in rows:
+        assert row["requests"] == 2 and row["tokens"] > 0 and row["tokens_per_s"] > 0
+        assert row["identical_to_base"] is True
+    assert rows[2]["batched_forwards"] < rows[0]["batched_forwards"]  # two streams share each forward
+
+
+def test_cycle_docs_distinct_ids():
+    docs = [bench.Doc("a", "x"), bench.Doc("b", "y")]
+    cycled = bench.cycle_docs(docs, 5)
+    assert [d.id for d in cycled] == ["a", "b", "a#1", "b#1", "a#2"]
+    assert [d.user for d in cycled] == ["x", "y", "x", "y", "x"]
+    assert bench.cycle_docs(docs, 1) == docs
+
+
+def test_format_table_aligns():
+    text = bench.format_table(["arm", "n"], [["long name", 1], ["x", 100]])
+    lines = text.splitlines()
+    assert len({len(line) for line in lines}) == 1
+    assert lines[2].startswith("long name") and lines[3].endswith("100")
+
+
+def test_help_and_bad_arguments(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        bench.main(["decode", "--help"])
+    assert exit_.value.code == 0
+    assert "--max-tokens" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        bench.main(["streams", "--streams", "0,2"])
