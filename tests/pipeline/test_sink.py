@@ -58,3 +58,24 @@ def test_write_outcomes_types_and_accounts(tmp_path):
     reject = pq.read_table(tmp_path / "rejects/shard-00003.parquet").to_pylist()[0]
     assert reject["reason"] == "length" and reject["text"] == "{"
     assert not [p for p in tmp_path.rglob(".*") if p.is_file()], "no temporary files are left behind"
+
+
+def test_pydantic_model_is_checked_after_the_schema():
+    from pydantic import BaseModel, field_validator
+
+    class Invoice(BaseModel):
+        subtotal: float
+        tax: float
+        total: float
+
+        @field_validator("total")
+        @classmethod
+        def _adds_up(cls, total, info):
+            if abs(info.data["subtotal"] + info.data["tax"] - total) > 0.01:
+                raise ValueError("total is not subtotal + tax")
+            return total
+
+    v = Validator("json_schema", INVOICE, Invoice)
+    assert v(json.dumps(GOOD), "stop", None)[1] is None
+    record, reason, message = v(json.dumps(dict(GOOD, total=GOOD["total"] + 5)), "stop", None)
+    assert reason == "schema_violation" and "Invoice" in message and "subtotal + tax" in message
