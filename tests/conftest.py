@@ -232,7 +232,7 @@ def run_suite(files: Sequence[Path], tokenizer) -> dict:
     """Compile each schema and judge each instance; collect the wrong verdicts per file."""
     from fucina_jobs.decoding.constraint import GrammarError
 
-    report = {"files": 0, "instances": 0, "compile_errors": {}, "valid_rejected": {}, "invalid_accepted": {}}
+    report = {"files": 0, "instances": 0, "valid": 0, "invalid": 0, "skipped": 0, "compile_errors": {}, "valid_rejected": {}, "invalid_accepted": {}}
     for path in files:
         suite = load_suite(path)
         report["files"] += 1
@@ -240,9 +240,11 @@ def run_suite(files: Sequence[Path], tokenizer) -> dict:
             base = Constraint.json_schema(suite["schema"], tokenizer, whitespace_flexible=True, stop_token=STOP)
         except GrammarError as err:
             report["compile_errors"][path.name] = str(err).splitlines()[0][:160]
+            report["skipped"] += len(suite["tests"])
             continue
         for i, test in enumerate(suite["tests"]):
             report["instances"] += 1
+            report["valid" if test["valid"] else "invalid"] += 1
             verdict = instance_accepted(base, tokenizer, test["data"])
             if verdict != test["valid"]:
                 key = "valid_rejected" if test["valid"] else "invalid_accepted"

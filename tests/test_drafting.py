@@ -10,6 +10,7 @@ from fucina_jobs.decoding.batch import Request, SpecConfig
 from fucina_jobs.decoding.constrained_source import ConstrainedSource
 from fucina_jobs.decoding.drafting import Cascade, CostGate, Draft, PromptLookup
 from fucina_jobs.decoding.processor import LogitProcessor, TokenBias
+from fucina_jobs.decoding.sampler import SamplingParams
 
 
 # -- PromptLookup -----------------------------------------------------------------
@@ -192,6 +193,35 @@ def test_a_useless_drafter_is_muted_and_changes_nothing(tokenizer, tiny_runner, 
     assert spec.stats.drafted["wrong"] > 0 and spec.stats.accepted["wrong"] == 0
     assert spec.stats.muted_steps > 0
     assert spec.stats.forwards == plain.stats.forwards == 40
+
+
+class Scripted(FakeSource):
+    def __init__(self, tokens, certain):
+        super().__init__(tokens, "scripted")
+        self.certain = certain
+
+    def propose(self, history, max_len):
+        draft = super().propose(history, max_len)
+        draft.certain = self.certain
+        return draft
+
+
+@pytest.mark.parametrize("certain", [0, 3])
+def test_stream_cuts_drafts_at_the_stop_token(tiny_runner, monkeypatch, certain):
+    source = Scripted([5, 6, STOP, 7], certain)
+    monkeypatch.setattr(batch, "_drafter", lambda spec, processor: source)
+    stream = batch.Stream(Request("x", [1, 2, 3], None, max_tokens=20), tiny_runner, SamplingParams(), SpecConfig())
+    assert stream.plan(frozenset({STOP})) == [3, 5, 6]
+    assert stream.draft.tokens == [5, 6] and stream.draft.certain == min(certain, 2)
+    assert source.truncations == [2]
+
+
+def test_stream_draft_room_respects_the_budget(tiny_runner, monkeypatch):
+    source = FakeSource(range(10, 30))
+    monkeypatch.setattr(batch, "_drafter", lambda spec, processor: source)
+    stream = batch.Stream(Request("x", [1, 2, 3], None, max_tokens=4), tiny_runner, SamplingParams(), SpecConfig(max_draft=8))
+    assert stream.plan(frozenset({STOP})) == [3, 10, 11, 12]  # 3 drafts + the bonus = the 4-token budget
+    assert source.proposals[-1][1] == 3
 
 
 # -- ConstrainedSource ---------------------------------------------------------------
