@@ -6,7 +6,6 @@ Test modules import the helpers below with ``from .conftest import ...``.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -16,9 +15,11 @@ import torch
 torch.set_num_threads(1)
 
 from fucina_jobs.decoding.batch import BatchDecoder, Generation, Request, SpecConfig  # noqa: E402
-from fucina_jobs.decoding.constraint import Constraint  # noqa: E402
+from fucina_jobs.decoding.constraint import Constraint  # noqa: E402,F401
 from fucina_jobs.decoding.processor import LogitProcessor  # noqa: E402
 from fucina_jobs.decoding.sampler import SamplingParams  # noqa: E402
+from fucina_jobs.eval.maskbench import instance_accepted, load_suite  # noqa: E402,F401  (test modules import them from here)
+from fucina_jobs.eval.maskbench import run_suite as _run_suite  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 VOCAB = 49152
@@ -158,17 +159,20 @@ class RecordingRunner:
         self.runner = runner
         self.vocab_size = runner.vocab_size
         self.feeds: list[list[list[int]]] = []
+        self.prefills: list[list[list[int]]] = []
 
     def new_state(self):
         return self.runner.new_state()
 
     def forward(self, batch, *, logits=True):
-        if logits:
-            self.feeds.append([list(tokens) for _, tokens in batch])
+        (self.feeds if logits else self.prefills).append([list(tokens) for _, tokens in batch])
         return self.runner.forward(batch, logits=logits)
 
     def trim(self, state, length):
         self.runner.trim(state, length)
+
+    def fork(self, state, length):
+        return self.runner.fork(state, length)
 
 
 # -- decoding helpers ------------------------------------------------------------
@@ -205,48 +209,9 @@ def allowed_mask(processor: LogitProcessor, width: int = VOCAB) -> torch.Tensor:
     return torch.isfinite(row)
 
 
-# -- grammar walks (MaskBench protocol) -------------------------------------------
-
-
-def load_suite(path: Path) -> dict:
-    return json.loads(path.read_text(encoding="utf-8"))
-
-
-def instance_accepted(base: Constraint, tokenizer, data, separators: tuple[str, str] | None = None) -> bool:
-    """MaskBench verdict: every token of the serialization is allowed by the mask
-    of a fresh clone, and afterwards the stop token is allowed.
-
-    MaskBench serializes with ``json.dumps``' default separators (", ", ": ") and
-    a whitespace-flexible grammar; pass ``(",", ":")`` for a compact grammar."""
-    text = json.dumps(data, indent=None, ensure_ascii=False, separators=separators)
-    tokens = tokenizer.encode(text, add_special_tokens=False)
-    matcher = base.clone()
-    for token in tokens:
-        if not allowed_mask(matcher, base.vocab_size)[token]:
-            return False
-        matcher.commit(token)
-    return bool(allowed_mask(matcher, base.vocab_size)[base.stop_token])
+# -- grammar walks (MaskBench protocol): the walk lives in fucina_jobs.eval.maskbench --------
 
 
 def run_suite(files: Sequence[Path], tokenizer) -> dict:
-    """Compile each schema and judge each instance; collect the wrong verdicts per file."""
-    from fucina_jobs.decoding.constraint import GrammarError
-
-    report = {"files": 0, "instances": 0, "valid": 0, "invalid": 0, "skipped": 0, "compile_errors": {}, "valid_rejected": {}, "invalid_accepted": {}}
-    for path in files:
-        suite = load_suite(path)
-        report["files"] += 1
-        try:
-            base = Constraint.json_schema(suite["schema"], tokenizer, whitespace_flexible=True, stop_token=STOP)
-        except GrammarError as err:
-            report["compile_errors"][path.name] = str(err).splitlines()[0][:160]
-            report["skipped"] += len(suite["tests"])
-            continue
-        for i, test in enumerate(suite["tests"]):
-            report["instances"] += 1
-            report["valid" if test["valid"] else "invalid"] += 1
-            verdict = instance_accepted(base, tokenizer, test["data"])
-            if verdict != test["valid"]:
-                key = "valid_rejected" if test["valid"] else "invalid_accepted"
-                report[key].setdefault(path.name, []).append(i)
-    return report
+    """Compile each schema and judge each instance with SmolLM2's stop token."""
+    return _run_suite(files, tokenizer, stop_token=STOP)

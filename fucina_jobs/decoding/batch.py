@@ -20,6 +20,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 from .constrained_source import ConstrainedSource
 from .drafting import Cascade, CostGate, Draft, DraftSource, PromptLookup
+from .prefix_cache import PrefixCache
 from .processor import LogitProcessor
 from .runner import ModelRunner
 from .sampler import AllTokensMasked, Sampler, SamplingParams
@@ -87,10 +88,10 @@ class Generation:
 class Stream:
     """One request in flight: history, cache, sampler and drafter."""
 
-    def __init__(self, request: Request, runner: ModelRunner, params: SamplingParams, spec: SpecConfig | None):
+    def __init__(self, request: Request, kv: Any, params: SamplingParams, spec: SpecConfig | None):
         self.request = request
         self.history = list(request.prompt)
-        self.kv = runner.new_state()
+        self.kv = kv
         self.sampler = Sampler(params, request.processor, seed=request.seed)
         if request.processor is not None:
             request.processor.reset()
@@ -186,27 +187,33 @@ class BatchDecoder:
         self.spec = spec
         self.streams = streams
         self.on_step = on_step
+        self.prefixes = PrefixCache(runner)
 
     def run(self, requests: Iterable[Request]) -> Iterator[Generation]:
         """Yield one ``Generation`` per request, in completion order."""
         queue = deque(requests)
         live: list[Stream] = []
         while queue or live:
-            newcomers = [Stream(queue.popleft(), self.runner, self.params, self.spec) for _ in range(min(len(queue), self.streams - len(live)))]
+            newcomers = [queue.popleft() for _ in range(min(len(queue), self.streams - len(live)))]
             if newcomers:
-                _check_unshared(live + newcomers)
-                self._prefill(newcomers)
-                live += newcomers
+                _check_unshared(live, newcomers)
+                live += [self._admit(request) for request in newcomers]
             self._step(live)
             for stream in [s for s in live if s.finish]:
                 live.remove(stream)
                 yield stream.result()
 
-    def _prefill(self, streams: list[Stream]) -> None:
-        # Everything but the last prompt token: that one is the first step's pending token.
-        batch = [(s.kv, s.history[:-1]) for s in streams if len(s.history) > 1]
-        if batch:
-            self.runner.forward(batch, logits=False)
+    def _admit(self, request: Request) -> Stream:
+        """Prefill everything but the last prompt token, which is the first step's pending token.
+
+        Prompts are prefilled one by one: unpadded, a long prompt runs the fast
+        causal kernels, and its shared prefix comes from the prefix cache.
+        """
+        kv, cached = self.prefixes.start(request.prompt)
+        if cached < len(request.prompt) - 1:
+            self.runner.forward([(kv, request.prompt[cached:-1])], logits=False)
+            self.prefixes.store(request.prompt, kv)
+        return Stream(request, kv, self.params, self.spec)
 
     def _step(self, live: list[Stream]) -> None:
         feeds = [s.plan(self.stop_tokens) for s in live]
@@ -218,14 +225,13 @@ class BatchDecoder:
             self.on_step()
 
 
-def _check_unshared(streams: list[Stream]) -> None:
-    seen: set[int] = set()
-    for stream in streams:
-        processor = stream.request.processor
-        if processor is None:
+def _check_unshared(live: list[Stream], newcomers: list[Request]) -> None:
+    seen = {id(s.request.processor) for s in live if s.request.processor is not None}
+    for request in newcomers:
+        if request.processor is None:
             continue
-        if id(processor) in seen:
+        if id(request.processor) in seen:
             raise SharedBatchProcessor(
-                f"request {stream.request.id} shares its processor with another live stream; give each request its own clone()"
+                f"request {request.id} shares its processor with another live stream; give each request its own clone()"
             )
-        seen.add(id(processor))
+        seen.add(id(request.processor))

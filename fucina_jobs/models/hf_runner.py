@@ -34,6 +34,12 @@ class HFRunner:
         state.layers = [(k[:, :length], v[:, :length]) for k, v in state.layers]
         state.length = min(state.length, length)
 
+    def fork(self, state: SequenceKV, length: int) -> SequenceKV:
+        # Views are safe to share: a forward never writes into existing tensors, it builds new ones.
+        twin = SequenceKV(list(state.layers), state.length)
+        self.trim(twin, length)
+        return twin
+
     @torch.no_grad()
     def forward(self, batch: Sequence[tuple[SequenceKV, Sequence[int]]], *, logits: bool = True) -> list[torch.Tensor]:
         states = [s for s, _ in batch]

@@ -1,0 +1,36 @@
+"""Prompts that share a prefix compute it once, and decode exactly as if they had not."""
+
+from fucina_jobs.decoding.batch import BatchDecoder, Request
+
+from .conftest import STOPS, RecordingRunner, decode
+
+
+def _prompts(tokenizer):
+    shared = tokenizer.encode("You extract invoices. Reply with compact JSON and nothing else. " * 3)
+    return shared, [shared + tokenizer.encode(f" Invoice {k}: total {k}00 EUR.") for k in range(3)]
+
+
+def test_shared_prefix_is_prefilled_once(tiny_runner, tokenizer):
+    shared, prompts = _prompts(tokenizer)
+    runner = RecordingRunner(tiny_runner)
+    decoder = BatchDecoder(runner, STOPS, streams=1)
+    list(decoder.run([Request(str(k), p, max_tokens=4) for k, p in enumerate(prompts)]))
+    first, *rest = [[len(tokens) for tokens in feed] for feed in runner.prefills]
+    assert first == [len(prompts[0]) - 1]
+    assert len(rest) == 2 and all(n < len(prompts[k + 1]) - len(shared) + 2 for k, [n] in enumerate(rest))
+    assert decoder.prefixes.reused_tokens >= 2 * (len(shared) - 1)
+
+
+def test_reused_prefix_decodes_like_a_fresh_prefill(tiny_runner, tokenizer):
+    _, prompts = _prompts(tokenizer)
+    together = decode(tiny_runner, [Request(str(k), p, seed=k, max_tokens=12) for k, p in enumerate(prompts)])
+    for k, prompt in enumerate(prompts):
+        alone = decode(tiny_runner, [Request(str(k), prompt, seed=k, max_tokens=12)])
+        assert alone[str(k)].tokens == together[str(k)].tokens
+
+
+def test_identical_prompt_needs_no_prefill(tiny_runner, tokenizer):
+    _, prompts = _prompts(tokenizer)
+    decoder = BatchDecoder(tiny_runner, STOPS, streams=2)
+    out = {g.id: g.tokens for g in decoder.run([Request("a", prompts[0], max_tokens=6), Request("b", prompts[0], max_tokens=6)])}
+    assert out["a"] == out["b"] and decoder.prefixes.reused_tokens == len(prompts[0]) - 1
