@@ -219,7 +219,7 @@ def _environment(args: argparse.Namespace, loaded: Any) -> dict[str, Any]:
     import torch
 
     return {
-        "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "date": args.started,
         "model": loaded.path,
         "device": str(loaded.device),
         "dtype": args.dtype,
@@ -374,7 +374,8 @@ def format_decode(result: dict[str, Any]) -> str:
     s, env = result["settings"], result["environment"]
     out = [
         f"bench decode: {s['docs']} docs, {s['repeats']} repeats, max_tokens {s['max_tokens']}, greedy, 1 stream; "
-        f"{env['device']} {env['dtype']}, {env['torch_threads']} threads; wall = median over repeats",
+        f"{env['device']} {env['dtype']}, {env['torch_threads']} threads",
+        "wall = median over repeats; vs plain-c = wall ratio against plain constrained; identical = same bytes as plain constrained",
         "",
         format_table(
             ["arm", "forwards", "tokens", "tok/fwd", "forced acc", "ngram acc", "wall s", "vs plain-c", "ms/tok", "identical"],
@@ -522,7 +523,7 @@ def run_streams(args: argparse.Namespace) -> dict[str, Any]:
         )
     for row in rows:
         row["ratio_vs_base"] = row["tokens_per_s"] / base_tps if base_tps else None
-    return {
+    return add_decode_rates({
         "command": "streams",
         "settings": {
             "docs": len(docs),
@@ -537,19 +538,46 @@ def run_streams(args: argparse.Namespace) -> dict[str, Any]:
         },
         "environment": _environment(args, loaded),
         "rows": rows,
-    }
+    })
+
+
+def add_decode_rates(result: dict[str, Any]) -> dict[str, Any]:
+    """Add tok/s without prefill to each streams row (idempotent).
+
+    Prefill is the same work in every arm and barely batches on a CPU, so
+    throughput without it shows what streams and speculation do to decoding.
+    """
+    rows = result["rows"]
+    for row in rows:
+        row["decode_tokens_per_s"] = _rate(row["tokens"], row["wall_s"] - row["time_split_s"]["prefill"])
+    base = next(r for r in rows if r["arm"] == result["settings"]["base"])
+    for row in rows:
+        row["decode_ratio_vs_base"] = _ratio(row["decode_tokens_per_s"], base["decode_tokens_per_s"])
+    return result
+
+
+def _rate(tokens: int, seconds: float) -> float | None:
+    return tokens / seconds if seconds > 0 else None
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
+
+
+def _x(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"
 
 
 def format_streams(result: dict[str, Any]) -> str:
     s, env = result["settings"], result["environment"]
-    rows = result["rows"]
+    rows = add_decode_rates(result)["rows"]
     out = [
         f"bench streams: {s['requests']} requests ({s['docs']} docs cycled), {s['repeats']} repeats, max_tokens {s['max_tokens']}, "
-        f"greedy, constrained; {env['device']} {env['dtype']}, {env['torch_threads']} threads; wall = median over repeats; "
-        f"ratio = tok/s against {s['streams'][0]} stream(s) without speculation",
+        f"greedy, constrained; {env['device']} {env['dtype']}, {env['torch_threads']} threads",
+        f"wall = median over repeats; ratios = against {s['streams'][0]} stream(s) without speculation",
         "",
         format_table(
-            ["streams", "spec", "tokens", "batched fwd", "tok/batch fwd", "tok/fwd", "acceptance", "wall s", "prefill s", "tok/s", "ratio", "identical"],
+            ["streams", "spec", "tokens", "batched fwd", "tok/batch fwd", "tok/fwd", "acceptance", "wall s", "prefill s", "tok/s", "ratio", "decode tok/s", "decode ratio", "identical"],
             [
                 [
                     r["streams"],
@@ -562,15 +590,18 @@ def format_streams(result: dict[str, Any]) -> str:
                     f"{r['wall_s']:.2f}",
                     f"{r['time_split_s']['prefill']:.2f}",
                     f"{r['tokens_per_s']:.1f}",
-                    f"{r['ratio_vs_base']:.2f}x",
+                    _x(r["ratio_vs_base"]),
+                    "-" if r.get("decode_tokens_per_s") is None else f"{r['decode_tokens_per_s']:.1f}",
+                    _x(r.get("decode_ratio_vs_base")),
                     _yes_no(r["identical_to_base"]),
                 ]
                 for r in rows
             ],
         ),
         "",
-        "tok/fwd = tokens per stream forward (per request row); tok/batch fwd = tokens per batched model call; "
-        "identical = same bytes as the base row; prefill s is included in wall s",
+        "tok/fwd: tokens per stream forward (one request's rows); tok/batch fwd: tokens per batched model call",
+        "acceptance: accepted / drafted over all draft sources; identical: same bytes as the base row",
+        "tok/s: committed tokens / wall s, prefill included; decode tok/s: tokens / (wall s - prefill s)",
     ]
     return "\n".join(out) + "\n"
 
@@ -687,6 +718,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    args.started = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
     if not logging.getLogger().handlers:
         logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     log.setLevel(logging.WARNING if args.quiet else logging.INFO)
