@@ -1,7 +1,7 @@
 """``python -m fucina_jobs COMMAND ...``: subcommand dispatch.
 
-``run`` hands its remaining arguments to Hydra (``conf=NAME`` plus ordinary
-overrides); ``bench`` takes argparse flags.
+``run`` and ``eval`` hand their remaining arguments to Hydra (``conf=NAME`` plus
+ordinary overrides); ``compare`` and ``bench`` take argparse arguments.
 """
 
 from __future__ import annotations
@@ -12,11 +12,16 @@ USAGE = """usage: python -m fucina_jobs COMMAND [ARGS]
 
 commands:
   run conf=NAME [key=value ...]   run the batch job conf/NAME.yaml (Hydra overrides; --help, --cfg job)
+  eval conf=NAME [key=value ...]  run the job (or read eval.run_dir=DIR) and score it: scores.json, report.md/html
+  compare RUN_A RUN_B             are two runs' outputs identical (content hash)? exit 0 yes, 1 no
   bench decode|streams [--json]   benchmark the decoder on the shipped invoice job
 
 examples:
   python -m fucina_jobs run conf=extract_invoices
   python -m fucina_jobs run conf=extract_invoices runtime.replicas=2 dataset.limit=4
+  python -m fucina_jobs eval conf=eval_invoices dataset.limit=4
+  python -m fucina_jobs eval conf=conformance
+  python -m fucina_jobs compare outputs/run_a outputs/run_b
   python -m fucina_jobs bench decode --json
 """
 
@@ -31,6 +36,14 @@ def main(argv: list[str] | None = None) -> int:
         from .pipeline.cli import run
 
         return run(rest)
+    if command == "eval":
+        from .eval.cli import eval_command
+
+        return eval_command(rest)
+    if command == "compare":
+        from .eval.cli import compare_command
+
+        return compare_command(rest)
     if command == "bench":
         from .bench import main as bench
 

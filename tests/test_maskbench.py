@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from fucina_jobs.eval.maskbench import KNOWN_LIMITATIONS
+
 from .conftest import REPO, run_suite
 
 CONFORMANCE = REPO / "tests" / "data" / "conformance"
@@ -22,46 +24,9 @@ MASKBENCH = Path(__file__).resolve().parents[2] / "shared" / "data" / "maskbench
 #: The project's own suite: every schema compiles and every verdict is right.
 CONFORMANCE_KNOWN_LIMITATIONS: dict[str, str] = {}
 
-_FORMAT = "llguidance rejects a format it does not know (no lenient mode is passed)"
-_NOT = "llguidance does not implement the 'not' keyword"
-_DEPENDENCIES = "llguidance does not implement 'dependencies'"
-_ONE_OF = "oneOf is refused unless coerce_one_of approximates it with anyOf"
-_MIN_MAX_PROPERTIES = "min/maxProperties only when every listed property is required"
-
 #: MaskBench sample (309 JSON files): observed with llguidance 1.9.1. All are
 #: compile-time refusals; no compiled schema gave a wrong verdict.
-MASKBENCH_KNOWN_LIMITATIONS: dict[str, str] = {
-    "Github_easy---o12368.json": _FORMAT + " (country-code)",
-    "Github_easy---o12387.json": _FORMAT + " (source-category)",
-    "Github_easy---o55253.json": _FORMAT + " (only-a)",
-    "Github_easy---o63378.json": _FORMAT + " (positiveInteger)",
-    "Github_easy---o91584.json": _NOT,
-    "Github_easy---o9351.json": _FORMAT + " (topic)",
-    "Github_hard---o4249.json": _MIN_MAX_PROPERTIES,
-    "Github_hard---o53084.json": _FORMAT + " (uri-reference)",
-    "Github_hard---o58639.json": _DEPENDENCIES,
-    "Github_hard---o73933.json": _MIN_MAX_PROPERTIES,
-    "Github_hard---o74015.json": _FORMAT + " (expose)",
-    "Github_hard---o8457.json": _MIN_MAX_PROPERTIES,
-    "Github_medium---o38445.json": _FORMAT + " (uri-reference)",
-    "Github_medium---o52959.json": _FORMAT + " (topic)",
-    "Github_medium---o63323.json": _FORMAT + " (path)",
-    "Github_medium---o67670.json": _FORMAT + " (path)",
-    "Github_medium---o79482.json": _ONE_OF,
-    "Github_medium---o90913.json": _ONE_OF,
-    "Github_ultra---o69992.json": _FORMAT + " (idn-email)",
-    "Glaiveai2K---calculate_area_3547f407.json": _ONE_OF,
-    "Glaiveai2K---calculate_volume_82c6c066.json": _ONE_OF,
-    "Handwritten---dep1.json": _DEPENDENCIES,
-    "Handwritten---pNameFalse.json": _NOT,
-    "Handwritten---pnmp10.json": _NOT,
-    "JsonSchemaStore---github-workflow-template-properties.json": "llguidance does not implement 'uniqueItems'",
-    "Kubernetes---kb_34_Normalized.json": _FORMAT + " (byte)",
-    "Synthesized---draft2019_09_valid_maxProperties_id3_subschema1_not_2.json": _NOT,
-    "Synthesized---draft2019_09_valid_not_id9_subschema1_not_2.json": _NOT,
-    "Synthesized---draft2019_09_valid_patternProperties_id4_subschema1_not_2.json": _NOT,
-    "WashingtonPost---wp_37_Normalized.json": _DEPENDENCIES,
-}
+MASKBENCH_KNOWN_LIMITATIONS: dict[str, str] = KNOWN_LIMITATIONS
 
 
 def check(report: dict, known: dict[str, str], label: str) -> None:

@@ -49,11 +49,19 @@ class ConstraintConfig(_Section):
 
 class DatasetConfig(_Section):
     path: str
-    format: Literal["jsonl", "parquet", "csv", "text_dir"] = "jsonl"
+    format: Literal["jsonl", "parquet", "csv", "text_dir", "maskbench"] = "jsonl"
     id_field: str = "id"
     text_field: str = "text"
     schema_field: str | None = None
     limit: int | None = Field(None, ge=1)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _maskbench_rows_carry_their_schema(cls, data: Any) -> Any:
+        # A MaskBench file is one schema: each row is constrained by its own file's schema.
+        if isinstance(data, dict) and data.get("format") == "maskbench" and data.get("schema_field") is None:
+            data = {**data, "schema_field": "schema"}
+        return data
 
 
 class PromptConfig(_Section):
@@ -94,6 +102,14 @@ class OutputConfig(_Section):
     fresh: bool = Field(False, description="delete an existing run in output.dir instead of resuming it")
 
 
+class EvalConfig(_Section):
+    run_dir: str | None = Field(None, description="score this existing run; null runs the job first, into output.dir")
+    mode: Literal["generate", "grammar"] = Field("generate", description="grammar: MaskBench mask verdicts, no model")
+    gold: str | None = Field(None, description="gold JSONL, {'id': ..., 'label': {...}} per line")
+    numeric_tolerance: float = Field(0.01, ge=0.0, description="absolute difference under which numbers match")
+    report: bool = Field(True, description="write report.md and report.html beside scores.json")
+
+
 class JobConfig(_Section):
     name: str = "job"
     model: ModelConfig = ModelConfig()
@@ -103,6 +119,7 @@ class JobConfig(_Section):
     decoding: DecodingConfig = DecodingConfig()
     runtime: RuntimeConfig = RuntimeConfig()
     output: OutputConfig
+    eval: EvalConfig = EvalConfig()
 
     @model_validator(mode="after")
     def _constraint_given(self) -> "JobConfig":

@@ -30,7 +30,7 @@ def read_rows(cfg: DatasetConfig, base: Path) -> list[Row]:
     path = (base / cfg.path).resolve()
     if not path.exists():
         raise ConfigError(f"dataset.path {path} does not exist")
-    reader = {"jsonl": _jsonl, "parquet": _parquet, "csv": _csv, "text_dir": _text_dir}[cfg.format]
+    reader = {"jsonl": _jsonl, "parquet": _parquet, "csv": _csv, "text_dir": _text_dir, "maskbench": _maskbench}[cfg.format]
     rows = [_checked(cfg, path, i, fields) for i, fields in enumerate(reader(path, cfg))]
     if cfg.limit is not None:
         rows = rows[: cfg.limit]
@@ -65,6 +65,34 @@ def _text_dir(path: Path, cfg: DatasetConfig) -> Iterator[dict[str, Any]]:
         raise ConfigError(f"dataset.format=text_dir needs a directory, but {path} is a file")
     for file in sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith(".")):
         yield {cfg.id_field: file.stem, cfg.text_field: file.read_text(encoding="utf-8", errors="replace")}
+
+
+MASKBENCH_PROMPT = (
+    "Reply with one JSON value that validates against the JSON schema below, and nothing else.\n\n"
+    "JSON schema:\n{schema}"
+)
+
+
+def _maskbench(path: Path, cfg: DatasetConfig) -> Iterator[dict[str, Any] | str]:
+    """One row per MaskBench file (``schema``, ``tests``, ``meta.features``): generation prompts each schema."""
+    if not path.is_dir():
+        raise ConfigError(f"dataset.format=maskbench needs a directory of MaskBench .json files, but {path} is a file")
+    for file in sorted(path.glob("*.json")):
+        try:
+            suite = json.loads(file.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as err:
+            yield f"{file.name}: not valid JSON ({err.msg})"
+            continue
+        if not isinstance(suite, dict) or not isinstance(suite.get("schema"), (dict, bool)):
+            yield f"{file.name}: not a MaskBench file (no 'schema' object)"
+            continue
+        schema = suite["schema"]
+        yield {
+            cfg.id_field: file.stem,
+            cfg.text_field: MASKBENCH_PROMPT.format(schema=json.dumps(schema, ensure_ascii=False)),
+            cfg.schema_field or "schema": schema if isinstance(schema, dict) else json.dumps(schema),
+            "features": list((suite.get("meta") or {}).get("features", [])),
+        }
 
 
 def _checked(cfg: DatasetConfig, path: Path, index: int, fields: dict[str, Any] | str) -> Row:

@@ -32,8 +32,8 @@ from .sink import Outcome, Validator, json_schema_fields, record_schema, write_j
 
 log = logging.getLogger(__name__)
 
-#: Keys that change how fast a run goes but never what it outputs.
-_NOT_IN_FINGERPRINT = ("runtime", "output")
+#: Keys that change how fast a run goes, or how it is scored, but never what it outputs.
+_NOT_IN_FINGERPRINT = ("runtime", "output", "eval")
 
 
 @dataclass

@@ -68,6 +68,9 @@ class ReplicaPool:
         address = self.cfg.runtime.ray_address
         env = {"env_vars": {"OMP_WAIT_POLICY": "PASSIVE", "RAY_AUTH_MODE": os.environ.get("RAY_AUTH_MODE", "disabled")}}
         if address is None:
+            # A private local cluster needs no token; without this, a token left in
+            # ~/.ray by another cluster on the host makes our workers fail to connect.
+            os.environ.setdefault("RAY_AUTH_MODE", "disabled")
             ray.init(address="local", resources={"replica": self.cfg.runtime.replicas}, include_dashboard=False,
                      runtime_env=env, logging_level=logging.WARNING, log_to_driver=False)
         else:

@@ -130,7 +130,10 @@ class Validator:
         except json.JSONDecodeError as err:
             return None, "invalid_json", f"{err.msg} at character {err.pos}"
         validator = jsonschema.Draft202012Validator(row_schema, format_checker=jsonschema.FormatChecker()) if row_schema else self._json
-        problem = jsonschema.exceptions.best_match(validator.iter_errors(value))
+        try:
+            problem = jsonschema.exceptions.best_match(validator.iter_errors(value))
+        except Exception as err:  # a schema jsonschema cannot apply (unresolvable $ref, bad keyword value)
+            return None, "error", f"the schema cannot be checked: {type(err).__name__}: {str(err).splitlines()[0][:200]}"
         if problem is not None:
             path = "/".join(str(p) for p in problem.absolute_path) or "<root>"
             return None, "schema_violation", f"{path}: {problem.message}"

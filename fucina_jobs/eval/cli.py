@@ -1,0 +1,81 @@
+"""``eval conf=NAME [overrides]`` and ``compare RUN_A RUN_B``: the evaluation commands.
+
+``eval`` goes through the same Hydra composition as ``run`` (``pipeline.cli.hydra_command``);
+its stdout is a short score summary, logs go to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+def eval_command(argv: list[str]) -> int:
+    from ..pipeline.cli import hydra_command
+
+    return hydra_command("eval", argv, _eval_task)
+
+
+def _eval_task(cfg: Any, resolved: dict[str, Any]) -> int:
+    from .evaluate import evaluate
+
+    result = evaluate(cfg, Path.cwd(), resolved)
+    sys.stdout.write(summary(result.scores) + "\n")
+    return 0 if result.ok else 1
+
+
+def summary(scores: dict[str, Any]) -> str:
+    """A few lines for the terminal; the full story is in scores.json and report.html."""
+    from .report import num, pct
+
+    run = Path(scores["run_dir"])
+    lines = [f"{scores['name']} ({scores['mode']}): {run}", f"content hash {scores['content_hash']}"]
+    if "conformance" in scores:
+        c = scores["conformance"]
+        reasons = ", ".join(f"{k} {v}" for k, v in c["rejects_by_reason"].items()) or "none"
+        lines.append(f"conformance: {c['rows']} rows, parse {pct(c['parse_rate'])}, validate {pct(c['validate_rate'])}; rejects: {reasons}")
+    if "schema_coverage" in scores:
+        lines.append(f"schemas compiled: {pct(scores['schema_coverage']['coverage'])}")
+    if "accuracy" in scores:
+        a = scores["accuracy"]
+        fields = ", ".join(f"{k} {pct(v['rate'])}" for k, v in a["fields"].items())
+        lines.append(f"accuracy: all fields correct {pct(a['all_fields_correct']['rate'])} of {a['rows_scored']}; {fields}")
+    if "efficiency" in scores and scores["efficiency"]["shards"]:
+        e = scores["efficiency"]
+        lines.append(f"efficiency: {num(e['tokens_per_record'], 1)} tokens/record, {num(e['tokens_per_forward'])} tokens/forward, "
+                     f"acceptance {pct(e['acceptance']['all']['rate'])}, {num(e['tok_s'], 1)} tok/s, mask p50/p99 "
+                     f"{num(e['mask_us_p50'], 1)}/{num(e['mask_us_p99'], 1)} µs")
+    if "grammar" in scores:
+        g, t = scores["grammar"], scores["timing"]
+        lines.append(f"grammar: {g['files']} schemas, {len(g['compile_errors'])} compile errors, {g['instances']} instances, "
+                     f"{g['wrong_verdicts']} wrong verdicts; unexplained: {', '.join(g['unexpected']) or 'none'}")
+        lines.append(f"timing: compile p50/p99 {num(t['compile_ms']['p50'])}/{num(t['compile_ms']['p99'])} ms, "
+                     f"mask p50/p99 {num(t['mask_us']['p50'], 1)}/{num(t['mask_us']['p99'], 1)} µs")
+    outputs = ["scores.json"] + [p for p in ("report.md", "report.html") if (run / p).exists()]
+    lines.append("wrote " + ", ".join(str(run / p) for p in outputs))
+    return "\n".join(lines)
+
+
+def compare_command(argv: list[str]) -> int:
+    from .compare import compare, format_comparison
+
+    parser = argparse.ArgumentParser(prog="python -m fucina_jobs compare",
+                                     description="Tell whether two runs output the same (content hash); show differing scores and records. "
+                                                 "Exit 0 identical, 1 different, 2 usage error.")
+    parser.add_argument("run_a", type=Path)
+    parser.add_argument("run_b", type=Path)
+    parser.add_argument("--limit", type=int, default=20, help="show at most this many differing scores and records")
+    args = parser.parse_args(argv)
+    try:
+        result = compare(args.run_a, args.run_b)
+    except FileNotFoundError as err:
+        logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
+        log.error("%s", err)
+        return 2
+    sys.stdout.write(format_comparison(result, args.run_a, args.run_b, args.limit))
+    return 0 if result.identical else 1

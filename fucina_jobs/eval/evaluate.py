@@ -1,0 +1,196 @@
+"""Run (or read) a job and score it: the ``eval`` command without its Hydra front.
+
+``generate`` mode scores a run's records, rejects and stats; ``grammar`` mode
+needs no model at all, only its tokenizer, and judges MaskBench instances by
+walking the constraint's mask. Either way the run directory ends with
+``scores.json`` (holding the content hash) and, unless ``eval.report=false``,
+``report.md`` and ``report.html``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import shutil
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from ..pipeline.config import ConfigError, JobConfig, validate
+from ..pipeline.sink import META_FIELDS, write_json, write_table
+from . import scoring
+from .runs import VERDICTS, Run, content_hash, read_run
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Evaluation:
+    run_dir: Path
+    scores: dict[str, Any]
+    ok: bool  # the job completed, and (grammar mode) no failure the known limitations do not explain
+
+
+def evaluate(cfg: JobConfig, base: Path, resolved: dict[str, Any] | None = None) -> Evaluation:
+    result = _grammar(cfg, base, resolved) if cfg.eval.mode == "grammar" else _generate(cfg, base, resolved)
+    write_json(result.run_dir / "scores.json", result.scores)
+    if cfg.eval.report:
+        from .report import write_report
+
+        write_report(result.run_dir, result.scores)
+    log.info("scores written to %s", result.run_dir / "scores.json")
+    return result
+
+
+# -- generate ---------------------------------------------------------------------------
+
+
+def _generate(cfg: JobConfig, base: Path, resolved: dict[str, Any] | None) -> Evaluation:
+    if cfg.eval.run_dir:
+        run = read_run((base / cfg.eval.run_dir).resolve())
+        if not run.exists:
+            raise ConfigError(f"eval.run_dir={cfg.eval.run_dir}: {run.path} holds no run (no records/, rejects/ or manifest.json)")
+        job_cfg = _run_config(run, cfg)
+        ok = (run.manifest or {}).get("status", "complete") == "complete"
+    else:
+        from ..pipeline.driver import Job
+
+        job = Job(cfg, base, resolved)
+        ok = job.run().ok
+        run, job_cfg = read_run(job.out), cfg
+    return Evaluation(run.path, generate_scores(run, job_cfg, base), ok)
+
+
+def _run_config(run: Run, cfg: JobConfig) -> JobConfig:
+    """An existing run is scored under its own job config (from its manifest), with this command's eval section."""
+    recorded = (run.manifest or {}).get("config")
+    if not recorded:
+        log.warning("%s has no manifest config: scoring it under the command's config", run.path)
+        return cfg
+    try:
+        return validate({**recorded, "eval": cfg.eval.model_dump()})
+    except ConfigError as err:
+        log.warning("the run's recorded config no longer validates (%s): scoring it under the command's config", err)
+        return cfg
+
+
+def generate_scores(run: Run, cfg: JobConfig, base: Path) -> dict[str, Any]:
+    json_output = cfg.constraint.kind in (None, "json_schema")
+    scores = _header(run, cfg, "generate")
+    scores["conformance"] = scoring.conformance(run.records, run.rejects, json_output)
+    if cfg.dataset.schema_field:
+        scores["schema_coverage"] = scoring.schema_coverage(run.rejects, scores["conformance"]["rows"])
+    if cfg.dataset.format == "maskbench":
+        from ..pipeline.dataset import read_rows
+
+        ran = {r["row_id"] for r in [*run.records, *run.rejects]}
+        features = {row.id: row.fields.get("features", []) for row in read_rows(cfg.dataset, base) if row.id in ran}
+        scores["by_feature"] = scoring.by_feature(features, {r["row_id"] for r in run.records})
+    if cfg.eval.gold:
+        predictions = {r["row_id"]: _prediction(r, json_output) for r in run.records} | {r["row_id"]: None for r in run.rejects}
+        scores["accuracy"] = scoring.accuracy(load_gold(base / cfg.eval.gold), predictions, cfg.eval.numeric_tolerance)
+    scores["efficiency"] = scoring.efficiency(run.stats)
+    return scores
+
+
+def _prediction(record: dict[str, Any], json_output: bool) -> dict[str, Any] | None:
+    if json_output:
+        value = json.loads(record["text"])
+        return value if isinstance(value, dict) else {"value": value}
+    meta = {f.name for f in META_FIELDS}
+    return {k: v for k, v in record.items() if k not in meta}  # a regex's named groups
+
+
+def load_gold(path: Path) -> dict[str, dict[str, Any]]:
+    """Gold labels by row id, from JSONL lines ``{"id": ..., "label": {...}}``."""
+    if not path.is_file():
+        raise ConfigError(f"eval.gold: {path} does not exist")
+    gold: dict[str, dict[str, Any]] = {}
+    for line_no, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            entry = json.loads(line)
+            gold[str(entry["id"])] = dict(entry["label"])
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as err:
+            raise ConfigError(f"eval.gold: {path.name}:{line_no}: expected {{\"id\": ..., \"label\": {{...}}}} ({err})") from None
+    return gold
+
+
+# -- grammar ------------------------------------------------------------------------------
+
+
+def _grammar(cfg: JobConfig, base: Path, resolved: dict[str, Any] | None) -> Evaluation:
+    from ..engine import stop_tokens
+    from ..models.loading import load_tokenizer, resolve_source
+    from ..pipeline.driver import file_hash, fingerprint
+    from .maskbench import KNOWN_LIMITATIONS, run_suite, suite_files
+
+    if cfg.dataset.format != "maskbench":
+        raise ConfigError(f"eval.mode=grammar needs dataset.format=maskbench (a directory of MaskBench files), not {cfg.dataset.format!r}")
+    if cfg.eval.run_dir:
+        raise ConfigError("eval.mode=grammar judges the suite afresh into output.dir; eval.run_dir scores an existing generate run")
+    suite = (base / cfg.dataset.path).resolve()
+    files = suite_files(suite, cfg.dataset.limit) if suite.is_dir() else []
+    if not files:
+        raise ConfigError(f"dataset.path={cfg.dataset.path}: no MaskBench .json files in {suite}")
+    out = (base / cfg.output.dir).resolve()
+    started = _now()
+    model_path = resolve_source(cfg.model.source)
+    tokenizer = load_tokenizer(cfg.model.source)
+    report = run_suite(files, tokenizer, stop_token=min(stop_tokens(tokenizer)))
+    import pyarrow as pa
+
+    shutil.rmtree(out / VERDICTS, ignore_errors=True)
+    schema = pa.schema([("file", pa.string()), ("instance", pa.int64()), ("expected", pa.bool_()), ("accepted", pa.bool_()), ("compile_error", pa.string())])
+    write_table(out / VERDICTS / "verdicts.parquet", pa.Table.from_pylist(report["verdicts"], schema=schema))
+    write_json(out / "manifest.json", {
+        "name": cfg.name, "mode": "grammar", "fingerprint": fingerprint(cfg), "config": resolved or cfg.model_dump(),
+        "hashes": {"dataset": file_hash(suite), "tokenizer": _tokenizer_hash(Path(model_path)) if Path(model_path).is_dir() else model_path},
+        "versions": {p: _version(p) for p in ("fucina_jobs", "llguidance", "transformers", "tokenizers")},
+        "started": started, "ended": _now(), "status": "complete", "totals": {"files": report["files"], "instances": report["instances"]},
+    })
+    run = read_run(out)
+    scores = _header(run, cfg, "grammar")
+    scores["grammar"] = scoring.grammar_scores(report, KNOWN_LIMITATIONS)
+    scores["timing"] = scoring.grammar_timing(report)
+    return Evaluation(out, scores, not scores["grammar"]["unexpected"])
+
+
+def _tokenizer_hash(model_dir: Path) -> str:
+    import hashlib
+
+    digest = hashlib.sha256()
+    for file in sorted(model_dir.glob("*token*")) + sorted(model_dir.glob("vocab*")) + sorted(model_dir.glob("merges*")):
+        digest.update(file.name.encode() + b"\0" + file.read_bytes())
+    return digest.hexdigest()
+
+
+# -- shared -----------------------------------------------------------------------------
+
+
+def _header(run: Run, cfg: JobConfig, mode: str) -> dict[str, Any]:
+    manifest = run.manifest or {}
+    d, r = cfg.decoding, cfg.runtime
+    setup = {"model": cfg.model.source, "dtype": cfg.model.dtype, "constraint": getattr(cfg.constraint, cfg.constraint.kind) if cfg.constraint.kind else f"per row ({cfg.dataset.schema_field})",
+             "dataset": cfg.dataset.path, "gold": cfg.eval.gold}
+    if mode == "generate":
+        setup |= {"temperature": d.temperature, "seed": d.seed, "max_tokens": d.max_tokens, "replicas": r.replicas, "streams": r.streams,
+                  "speculative": d.speculative.enabled}
+    return {
+        "name": cfg.name, "mode": mode, "run_dir": str(run.path), "content_hash": content_hash(run),
+        "fingerprint": manifest.get("fingerprint"), "status": manifest.get("status"), "config": setup,
+    }
+
+
+def _version(package: str) -> str | None:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")

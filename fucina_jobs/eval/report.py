@@ -1,0 +1,257 @@
+"""``report.md`` and ``report.html`` from ``scores.json``: tables and matplotlib plots.
+
+The report is a function of the scores alone, so a report can be rebuilt from
+any run's ``scores.json``. Both formats come from one document model; the
+HTML embeds its PNGs as base64 data URIs so it opens from disk with no server,
+and the Markdown links the same PNGs written under ``plots/``. Plots are drawn
+on the Agg canvas (no display needed); without matplotlib the reports keep
+their tables and say the plots are missing.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Plot:
+    name: str
+    title: str
+    labels: list[str]
+    values: list[float]
+    xlabel: str
+    horizontal: bool = False
+    limit: float | None = None  # the axis maximum, e.g. 1.0 for rates
+
+
+@dataclass
+class Section:
+    title: str
+    notes: list[str] = field(default_factory=list)
+    tables: list[tuple[list[str], list[list[Any]]]] = field(default_factory=list)
+    plots: list[Plot] = field(default_factory=list)
+
+
+def pct(rate: float | None) -> str:
+    return "–" if rate is None else f"{100 * rate:.1f}%"
+
+
+def num(value: Any, digits: int = 2) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, float):
+        return f"{value:,.{digits}f}"
+    return str(value)
+
+
+# -- the document ---------------------------------------------------------------------
+
+
+def build(scores: dict[str, Any]) -> list[Section]:
+    sections = [_overview(scores)]
+    if "conformance" in scores:
+        sections.append(_conformance(scores))
+    if "accuracy" in scores:
+        sections.append(_accuracy(scores["accuracy"]))
+    if "efficiency" in scores:
+        sections.append(_efficiency(scores["efficiency"]))
+    if "grammar" in scores:
+        sections.append(_grammar(scores["grammar"], scores.get("timing", {})))
+    return sections
+
+
+def _overview(scores: dict[str, Any]) -> Section:
+    rows = [["mode", scores.get("mode")], ["run", scores.get("run_dir")], ["status", scores.get("status")],
+            ["content hash", scores.get("content_hash")], ["fingerprint", scores.get("fingerprint")]]
+    rows += [[k, v] for k, v in (scores.get("config") or {}).items()]
+    return Section(f"Evaluation: {scores.get('name')}", tables=[(["", "value"], rows)])
+
+
+def _conformance(scores: dict[str, Any]) -> Section:
+    c = scores["conformance"]
+    section = Section("Conformance", tables=[(
+        ["rows", "parse", "validate", "rejects"], [[c["rows"], pct(c["parse_rate"]), pct(c["validate_rate"]), c["rejects"]]],
+    )])
+    if c["rejects_by_reason"]:
+        section.tables.append((["reject reason", "rows"], [[k, v] for k, v in c["rejects_by_reason"].items()]))
+    if "schema_coverage" in scores:
+        s = scores["schema_coverage"]
+        section.notes.append(f"Schemas compiled: {s['compiled']} of {s['schemas']} ({pct(s['coverage'])}).")
+    if scores.get("by_feature"):
+        table = scores["by_feature"]
+        section.tables.append((["schema feature", "rows", "valid", "valid %"], [[k, v["rows"], v["valid"], pct(v["valid_rate"])] for k, v in table.items()]))
+        section.plots.append(Plot("conformance_by_feature", "Valid outputs by schema feature", list(table),
+                                  [v["valid_rate"] or 0.0 for v in table.values()], "valid", horizontal=True, limit=1.0))
+    return section
+
+
+def _accuracy(a: dict[str, Any]) -> Section:
+    fields = a["fields"]
+    all_ok = a["all_fields_correct"]
+    section = Section("Accuracy against gold", notes=[
+        f"All fields correct: {all_ok['correct']} of {all_ok['total']} records ({pct(all_ok['rate'])}); "
+        f"numbers match within {a['numeric_tolerance']}; rejects count as wrong on every field.",
+        f"Gold rows not in the run: {a['gold_not_in_run']}; run rows without gold: {a['run_rows_without_gold']}.",
+    ])
+    section.tables.append((["field", "correct", "total", "exact match"], [[k, v["correct"], v["total"], pct(v["rate"])] for k, v in fields.items()]))
+    if a["wrong_fields"]:
+        section.tables.append((["row", "wrong fields"], [[k, ", ".join(v)] for k, v in sorted(a["wrong_fields"].items())]))
+    section.plots.append(Plot("accuracy_per_field", "Exact match per field", list(fields), [v["rate"] or 0.0 for v in fields.values()],
+                              "exact match", horizontal=True, limit=1.0))
+    return section
+
+
+def _efficiency(e: dict[str, Any]) -> Section:
+    acc = e["acceptance"]
+    section = Section("Efficiency")
+    section.tables.append((
+        ["generated tokens", "tokens / record", "tokens / forward", "tok/s", "mask µs p50", "mask µs p99", "wall s"],
+        [[e["generated_tokens"], num(e["tokens_per_record"], 1), num(e["tokens_per_forward"]), num(e["tok_s"], 1),
+          num(e["mask_us_p50"], 1), num(e["mask_us_p99"], 1), num(e["wall_s"], 1)]],
+    ))
+    section.tables.append((["draft source", "drafted", "accepted", "acceptance"], [[k, v["drafted"], v["accepted"], pct(v["rate"])] for k, v in acc.items()]))
+    shards = e["per_shard"]
+    section.tables.append((
+        ["shard", "replica", "rows", "acceptance", "tok/s", "tokens / forward", "mask µs p50", "mask µs p99", "wall s"],
+        [[s["shard"], s["replica"], s["rows"], pct(s["acceptance"]), num(s["tok_s"], 1), num(s["tokens_per_forward"]),
+          num(s["mask_us_p50"], 1), num(s["mask_us_p99"], 1), num(s["wall_s"], 1)] for s in shards],
+    ))
+    labels = [str(s["shard"]) for s in shards]
+    section.plots += [
+        Plot("acceptance_per_shard", "Draft acceptance per shard", labels, [s["acceptance"] or 0.0 for s in shards], "shard", limit=1.0),
+        Plot("tok_s_per_shard", "Tokens per second per shard", labels, [s["tok_s"] or 0.0 for s in shards], "shard"),
+    ]
+    section.notes.append("tok/s is per replica (tokens over the shard's own wall time); the run's mask µs p50 is the median "
+                         "of the shards' p50s and its p99 the worst shard's p99.")
+    return section
+
+
+def _grammar(g: dict[str, Any], timing: dict[str, Any]) -> Section:
+    section = Section("Grammar-only conformance (MaskBench protocol)", notes=[
+        f"{g['files']} schemas, {g['compiled']} compiled; {g['instances']} instances judged ({g['valid']} valid, {g['invalid']} invalid, "
+        f"{g['skipped']} skipped with their schema); {g['wrong_verdicts']} wrong verdicts.",
+        "Unexplained failures: " + (", ".join(g["unexpected"]) if g["unexpected"] else "none") + ".",
+    ])
+    section.tables.append((["", "p50", "p99"], [
+        ["compile ms", num((timing.get("compile_ms") or {}).get("p50")), num((timing.get("compile_ms") or {}).get("p99"))],
+        ["mask µs", num((timing.get("mask_us") or {}).get("p50"), 1), num((timing.get("mask_us") or {}).get("p99"), 1)],
+    ]))
+    if g["compile_errors"]:
+        section.tables.append((["schema", "compile error", "known limitation"],
+                               [[k, v["error"], v["known"] or "no"] for k, v in g["compile_errors"].items()]))
+    wrong = [[k, "valid rejected", ", ".join(map(str, v))] for k, v in g["valid_rejected"].items()]
+    wrong += [[k, "invalid accepted", ", ".join(map(str, v))] for k, v in g["invalid_accepted"].items()]
+    if wrong:
+        section.tables.append((["schema", "wrong verdict", "instances"], wrong))
+    features = g["by_feature"]
+    section.tables.append((["schema feature", "schemas", "compile errors", "instances", "wrong", "correct %"],
+                           [[k, v["files"], v["compile_errors"], v["instances"], v["wrong"], pct(v["correct_rate"])] for k, v in features.items()]))
+    section.plots.append(Plot("conformance_by_feature", "Correct verdicts by schema feature", list(features),
+                              [v["correct_rate"] if v["correct_rate"] is not None else 0.0 for v in features.values()], "correct verdicts",
+                              horizontal=True, limit=1.0))
+    return section
+
+
+# -- rendering ------------------------------------------------------------------------
+
+
+def render_png(plot: Plot) -> bytes:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    n = max(1, len(plot.labels))
+    fig = Figure(figsize=(7, max(2.5, 0.28 * n + 1.2)) if plot.horizontal else (max(4.5, 0.45 * n + 2), 3.2), dpi=100)
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
+    if plot.horizontal:
+        ax.barh(range(len(plot.values)), plot.values, color="#4c72b0")
+        ax.set_yticks(range(len(plot.labels)), plot.labels, fontsize=8)
+        ax.invert_yaxis()
+        ax.set_xlabel(plot.xlabel)
+        if plot.limit:
+            ax.set_xlim(0, plot.limit)
+    else:
+        ax.bar(range(len(plot.values)), plot.values, color="#4c72b0")
+        ax.set_xticks(range(len(plot.labels)), plot.labels, fontsize=8)
+        ax.set_xlabel(plot.xlabel)
+        if plot.limit:
+            ax.set_ylim(0, plot.limit)
+    ax.set_title(plot.title, fontsize=10)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    return buf.getvalue()
+
+
+def _cell_md(value: Any) -> str:
+    return str("–" if value is None else value).replace("|", "\\|").replace("\n", " ")
+
+
+def to_markdown(sections: Sequence[Section], images: dict[str, str]) -> str:
+    lines: list[str] = []
+    for i, s in enumerate(sections):
+        lines += [("# " if i == 0 else "## ") + s.title, ""]
+        for note in s.notes:
+            lines += [note, ""]
+        for headers, rows in s.tables:
+            lines += ["| " + " | ".join(map(_cell_md, headers)) + " |", "|" + "---|" * len(headers)]
+            lines += ["| " + " | ".join(map(_cell_md, row)) + " |" for row in rows]
+            lines.append("")
+        for p in s.plots:
+            lines += [f"![{p.title}]({images[p.name]})" if p.name in images else f"*{p.title}: no plot (matplotlib is not installed)*", ""]
+    return "\n".join(lines)
+
+
+_CSS = """body{font-family:system-ui,sans-serif;margin:2em auto;max-width:70em;color:#222}
+table{border-collapse:collapse;margin:.6em 0 1.2em}td,th{border:1px solid #ccc;padding:.25em .6em;text-align:left;font-size:.9em}
+th{background:#f3f3f3}img{display:block;margin:.5em 0 1.5em;max-width:100%}code{font-size:.9em}"""
+
+
+def to_html(sections: Sequence[Section], images: dict[str, bytes]) -> str:
+    esc = lambda v: html.escape(str("–" if v is None else v))  # noqa: E731
+    parts = ["<!DOCTYPE html><html><head><meta charset='utf-8'>", f"<title>{esc(sections[0].title)}</title><style>{_CSS}</style></head><body>"]
+    for i, s in enumerate(sections):
+        tag = "h1" if i == 0 else "h2"
+        parts.append(f"<{tag}>{esc(s.title)}</{tag}>")
+        parts += [f"<p>{esc(n)}</p>" for n in s.notes]
+        for headers, rows in s.tables:
+            parts.append("<table><tr>" + "".join(f"<th>{esc(h)}</th>" for h in headers) + "</tr>")
+            parts += ["<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>" for row in rows]
+            parts.append("</table>")
+        for p in s.plots:
+            if p.name in images:
+                data = base64.b64encode(images[p.name]).decode()
+                parts.append(f"<img alt='{esc(p.title)}' src='data:image/png;base64,{data}'>")
+            else:
+                parts.append(f"<p><em>{esc(p.title)}: no plot (matplotlib is not installed)</em></p>")
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+def write_report(run_dir: Path, scores: dict[str, Any]) -> list[Path]:
+    """Write ``report.md``, ``report.html`` and ``plots/*.png``; return the report paths."""
+    sections = build(scores)
+    pngs: dict[str, bytes] = {}
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        log.warning("matplotlib is not installed (pip install 'fucina_jobs[report]'): the reports have no plots")
+    else:
+        for s in sections:
+            for p in s.plots:
+                pngs[p.name] = render_png(p)
+        (run_dir / "plots").mkdir(parents=True, exist_ok=True)
+        for name, data in pngs.items():
+            (run_dir / "plots" / f"{name}.png").write_bytes(data)
+    md, page = run_dir / "report.md", run_dir / "report.html"
+    md.write_text(to_markdown(sections, {name: f"plots/{name}.png" for name in pngs}), encoding="utf-8")
+    page.write_text(to_html(sections, pngs), encoding="utf-8")
+    return [md, page]

@@ -1,0 +1,275 @@
+"""Scores as pure functions of a run's rows, so each rule is testable on hand-made cases.
+
+Nothing here reads files or loads models: ``evaluate`` gathers records,
+rejects, stats and gold labels and hands them in.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+import re
+import unicodedata
+from collections import Counter
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+
+# -- field matching -------------------------------------------------------------
+
+_DATE_FORMATS = ("%Y-%m-%d", "%Y/%m/%d", "%Y.%m.%d", "%d.%m.%Y", "%d %B %Y", "%d %b %Y", "%B %d, %Y", "%b %d, %Y", "%B %d %Y", "%b %d %Y")
+_NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?")
+
+
+def normalize_text(value: str) -> str:
+    """Casefold, collapse runs of whitespace, strip: formatting noise is not an extraction error."""
+    return " ".join(unicodedata.normalize("NFKC", value).casefold().split())
+
+
+def parse_date(value: Any) -> dt.date | None:
+    """A date from ISO text (a datetime's date part too) or a few unambiguous common formats.
+
+    Day-first and month-first slashed dates (03/04/2025) are ambiguous and not guessed."""
+    if isinstance(value, dt.datetime):
+        return value.date()
+    if isinstance(value, dt.date):
+        return value
+    if not isinstance(value, str):
+        return None
+    text = " ".join(value.strip().split())
+    if re.fullmatch(r"\d{4}-\d{2}-\d{2}[T ].*", text):
+        try:
+            return dt.datetime.fromisoformat(text).date()
+        except ValueError:
+            return None
+    for fmt in _DATE_FORMATS:
+        try:
+            return dt.datetime.strptime(text, fmt).date()
+        except ValueError:
+            continue
+    return None
+
+
+def parse_number(value: Any) -> float | None:
+    """A number from a JSON number or from text like ``"1,428.00"``; None for anything else (bools too)."""
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str):
+        text = value.strip().replace(",", "").replace("_", "")
+        if _NUMBER.fullmatch(text):
+            return float(text)
+    return None
+
+
+def values_match(gold: Any, pred: Any, tolerance: float = 0.01) -> bool:
+    """Does ``pred`` match ``gold``? Dispatch on the gold value's type.
+
+    Numbers match within an absolute ``tolerance``; strings that are dates on
+    both sides compare as dates, other strings after ``normalize_text``;
+    lists element by element; objects key by key (every gold key)."""
+    if gold is None:
+        return pred is None
+    if isinstance(gold, bool):
+        return pred is gold
+    if isinstance(gold, (int, float)):
+        number = parse_number(pred)
+        return number is not None and math.isfinite(number) and abs(number - gold) <= tolerance + 1e-9 * max(1.0, abs(gold))
+    if isinstance(gold, str):
+        if isinstance(pred, (dict, list)) or pred is None or isinstance(pred, bool):
+            return False
+        gold_date, pred_date = parse_date(gold), parse_date(pred)
+        if gold_date is not None and pred_date is not None:
+            return gold_date == pred_date
+        return normalize_text(gold) == normalize_text(str(pred))
+    if isinstance(gold, list):
+        return isinstance(pred, list) and len(pred) == len(gold) and all(values_match(g, p, tolerance) for g, p in zip(gold, pred))
+    if isinstance(gold, dict):
+        return isinstance(pred, dict) and all(values_match(v, pred.get(k), tolerance) for k, v in gold.items())
+    return gold == pred
+
+
+def _rate(n: int, total: int) -> float | None:
+    return n / total if total else None
+
+
+def accuracy(gold: Mapping[str, Mapping[str, Any]], predictions: Mapping[str, Mapping[str, Any] | None], tolerance: float = 0.01) -> dict[str, Any]:
+    """Per-field exact match and per-record all-fields-correct over the rows that have gold.
+
+    ``predictions`` maps every row id of the run to its parsed record, or None
+    for a reject: a reject gets every field wrong. Gold rows the run does not
+    hold (a ``dataset.limit``) and run rows without gold are counted, not scored."""
+    scored = sorted(set(gold) & set(predictions))
+    fields: dict[str, dict[str, Any]] = {}
+    all_correct = 0
+    wrong: dict[str, list[str]] = {}
+    for row_id in scored:
+        label, pred = gold[row_id], predictions[row_id]
+        row_ok = True
+        for name, value in label.items():
+            ok = pred is not None and values_match(value, pred.get(name), tolerance)
+            entry = fields.setdefault(name, {"correct": 0, "total": 0})
+            entry["correct"] += ok
+            entry["total"] += 1
+            if not ok:
+                row_ok = False
+                wrong.setdefault(row_id, []).append(name)
+        all_correct += row_ok
+    for entry in fields.values():
+        entry["rate"] = _rate(entry["correct"], entry["total"])
+    return {
+        "rows_scored": len(scored),
+        "gold_not_in_run": len(set(gold) - set(predictions)),
+        "run_rows_without_gold": len(set(predictions) - set(gold)),
+        "numeric_tolerance": tolerance,
+        "fields": dict(sorted(fields.items())),
+        "all_fields_correct": {"correct": all_correct, "total": len(scored), "rate": _rate(all_correct, len(scored))},
+        "wrong_fields": wrong,
+    }
+
+
+# -- conformance ----------------------------------------------------------------
+
+
+def parses_as_json(text: str | None) -> bool:
+    try:
+        json.loads(text or "")
+    except (json.JSONDecodeError, TypeError):
+        return False
+    return True
+
+
+def conformance(records: Sequence[Mapping[str, Any]], rejects: Sequence[Mapping[str, Any]], json_output: bool = True) -> dict[str, Any]:
+    """% of outputs that parse (JSON jobs only), % that validate (became records), rejects by reason."""
+    total = len(records) + len(rejects)
+    reasons = Counter(r["reason"] for r in rejects)
+    parsed = len(records) + sum(parses_as_json(r.get("text")) for r in rejects) if json_output else None
+    return {
+        "rows": total,
+        "parsed": parsed,
+        "parse_rate": _rate(parsed, total) if parsed is not None else None,
+        "validated": len(records),
+        "validate_rate": _rate(len(records), total),
+        "rejects": len(rejects),
+        "rejects_by_reason": dict(sorted(reasons.items())),
+    }
+
+
+#: The replica's message for a per-row schema that does not compile (``replica.py``).
+COMPILE_FAILURE = "does not compile"
+
+
+def schema_coverage(rejects: Iterable[Mapping[str, Any]], rows: int) -> dict[str, Any]:
+    """JSONSchemaBench-style compile coverage for per-row schemas: rows whose schema compiled."""
+    failed = sorted(r["row_id"] for r in rejects if r["reason"] == "error" and COMPILE_FAILURE in (r.get("error") or ""))
+    return {"schemas": rows, "compiled": rows - len(failed), "coverage": _rate(rows - len(failed), rows), "compile_failed": failed}
+
+
+def by_feature(features: Mapping[str, Sequence[str]], valid_ids: set[str]) -> dict[str, dict[str, Any]]:
+    """Generated outputs that validate, split by the schema features of their row."""
+    table: dict[str, dict[str, Any]] = {}
+    for row_id, names in features.items():
+        for name in names or ["(none)"]:
+            entry = table.setdefault(name, {"rows": 0, "valid": 0})
+            entry["rows"] += 1
+            entry["valid"] += row_id in valid_ids
+    for entry in table.values():
+        entry["valid_rate"] = _rate(entry["valid"], entry["rows"])
+    return dict(sorted(table.items()))
+
+
+# -- efficiency -----------------------------------------------------------------
+
+
+def percentiles(values: Iterable[float]) -> dict[str, float | None]:
+    array = np.asarray(list(values), dtype=float)
+    if not array.size:
+        return {"p50": None, "p99": None}
+    return {"p50": float(np.percentile(array, 50)), "p99": float(np.percentile(array, 99))}
+
+
+def efficiency(stats: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Totals over the shards' stats rows, and the per-shard series the report plots.
+
+    Stats keep only per-shard mask percentiles, so the run's ``mask_us_p50`` is
+    the median of the shard p50s and ``mask_us_p99`` the worst shard p99. ``tok_s``
+    is generated tokens over summed shard wall time: per replica, not per cluster."""
+    shards = [s for s in sorted(stats, key=lambda s: s["shard"]) if s.get("forward_passes") is not None]
+    total = lambda key: sum(float(s.get(key) or 0) for s in shards)  # noqa: E731
+    rows, generated, forwards, wall = total("rows"), total("generated_tokens"), total("forward_passes"), total("wall_s")
+    committed = sum(float(s.get("tokens_per_forward") or 0) * float(s.get("forward_passes") or 0) for s in shards)
+    acceptance = {}
+    for source in ("forced", "ngram"):
+        drafted, accepted = total(f"drafted_{source}"), total(f"accepted_{source}")
+        acceptance[source] = {"drafted": int(drafted), "accepted": int(accepted), "rate": accepted / drafted if drafted else None}
+    drafted_all = sum(a["drafted"] for a in acceptance.values())
+    acceptance["all"] = {"drafted": drafted_all, "accepted": sum(a["accepted"] for a in acceptance.values()),
+                         "rate": sum(a["accepted"] for a in acceptance.values()) / drafted_all if drafted_all else None}
+    p50s = [s["mask_us_p50"] for s in shards if s.get("mask_us_p50")]
+    p99s = [s["mask_us_p99"] for s in shards if s.get("mask_us_p99")]
+    return {
+        "shards": len(shards),
+        "prompt_tokens": int(total("prompt_tokens")),
+        "generated_tokens": int(generated),
+        "tokens_per_record": generated / rows if rows else None,
+        "forward_passes": int(forwards),
+        "tokens_per_forward": committed / forwards if forwards else None,
+        "acceptance": acceptance,
+        "tok_s": generated / wall if wall else None,
+        "wall_s": wall,
+        "mask_us_p50": float(np.median(p50s)) if p50s else None,
+        "mask_us_p99": max(p99s) if p99s else None,
+        "per_shard": [
+            {k: s.get(k) for k in ("shard", "replica", "rows", "acceptance", "tok_s", "tokens_per_forward", "mask_us_p50", "mask_us_p99", "wall_s")}
+            for s in shards
+        ],
+    }
+
+
+# -- grammar-only conformance -----------------------------------------------------
+
+
+def grammar_scores(report: Mapping[str, Any], known: Mapping[str, str]) -> dict[str, Any]:
+    """Summarise ``maskbench.run_suite``: compile errors, wrong verdicts, per-feature split.
+
+    ``unexpected`` lists the files with a compile error or a wrong verdict that
+    ``known`` (file name -> why) does not explain; a clean suite has none."""
+    wrong_files = set(report["valid_rejected"]) | set(report["invalid_accepted"])
+    features: dict[str, dict[str, Any]] = {}
+    per_file_instances = Counter(v["file"] for v in report["verdicts"] if v["instance"] >= 0)
+    for name, names in report["features"].items():
+        wrong = len(report["valid_rejected"].get(name, [])) + len(report["invalid_accepted"].get(name, []))
+        for feature in names or ["(none)"]:
+            entry = features.setdefault(feature, {"files": 0, "compile_errors": 0, "instances": 0, "wrong": 0})
+            entry["files"] += 1
+            entry["compile_errors"] += name in report["compile_errors"]
+            entry["instances"] += per_file_instances[name]
+            entry["wrong"] += wrong
+    for entry in features.values():
+        entry["correct_rate"] = _rate(entry["instances"] - entry["wrong"], entry["instances"])
+    failing = set(report["compile_errors"]) | wrong_files
+    return {
+        "files": report["files"],
+        "compiled": report["files"] - len(report["compile_errors"]),
+        "instances": report["instances"],
+        "valid": report["valid"],
+        "invalid": report["invalid"],
+        "skipped": report["skipped"],
+        "compile_errors": {name: {"error": err, "known": known.get(name)} for name, err in sorted(report["compile_errors"].items())},
+        "valid_rejected": dict(sorted(report["valid_rejected"].items())),
+        "invalid_accepted": dict(sorted(report["invalid_accepted"].items())),
+        "wrong_verdicts": sum(map(len, report["valid_rejected"].values())) + sum(map(len, report["invalid_accepted"].values())),
+        "by_feature": dict(sorted(features.items())),
+        "unexpected": sorted(name for name in failing if name not in known),
+    }
+
+
+def grammar_timing(report: Mapping[str, Any]) -> dict[str, Any]:
+    """Compile time per schema (ms) and time per mask (µs), as p50/p99."""
+    return {
+        "compile_ms": percentiles(s * 1e3 for s in report["compile_s"].values()),
+        "mask_us": percentiles(s * 1e6 for s in report["mask_s"]),
+        "masks": len(report["mask_s"]),
+    }

@@ -1,0 +1,112 @@
+"""End to end with the real default model on a local Ray: the shipped invoice eval, and reproducibility.
+
+Reproducibility means: the content hash of a run depends on the config's
+outputs-relevant keys only, not on ``runtime.replicas``, ``runtime.streams``
+or speculation, at temperature 0 and at temperature > 0 with a seed (each
+record samples from its own seed, ``replica.record_seed``).
+"""
+
+import json
+import subprocess
+import sys
+
+import pytest
+import ray
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from fucina_jobs.eval.compare import compare
+from fucina_jobs.eval.evaluate import evaluate
+from fucina_jobs.pipeline.cli import CONF_DIR
+from fucina_jobs.pipeline.config import validate
+
+from .conftest import REPO
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module", autouse=True)
+def local_ray():
+    ray.init(address="local", num_cpus=2, resources={"replica": 2}, include_dashboard=False,
+             object_store_memory=150 * 2**20, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+def shipped(name: str, *overrides: str) -> dict:
+    """A shipped conf/NAME.yaml composed by Hydra, as ``eval`` composes it."""
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return OmegaConf.to_container(compose(config_name=name, overrides=list(overrides)), resolve=True)
+
+
+def test_shipped_invoice_eval_on_4_rows(tmp_path):
+    out = tmp_path / "inv"
+    resolved = shipped("eval_invoices", "dataset.limit=4", "runtime.replicas=2", "runtime.streams=2", "runtime.shard_size=2", f"output.dir={out}")
+    result = evaluate(validate(resolved), REPO, resolved)
+    assert result.ok and result.run_dir == out
+    scores = json.loads((out / "scores.json").read_text())
+    assert scores["conformance"]["rows"] == 4 and scores["conformance"]["validate_rate"] is not None
+    acc = scores["accuracy"]
+    assert acc["rows_scored"] == 4 and acc["gold_not_in_run"] == 20
+    assert set(acc["fields"]) == {"invoice_number", "invoice_date", "due_date", "vendor", "customer", "currency", "subtotal", "tax", "total"}
+    assert all(0.0 <= f["rate"] <= 1.0 and f["total"] == 4 for f in acc["fields"].values())
+    assert acc["fields"]["invoice_number"]["correct"] >= 1  # the small model copies most invoice numbers
+    e = scores["efficiency"]
+    assert e["shards"] == 2 and e["tokens_per_forward"] > 1 and e["acceptance"]["forced"]["rate"] > 0 and e["tok_s"] > 0
+    md, page = (out / "report.md").read_text(), (out / "report.html").read_text()
+    for title in ("Accuracy against gold", "Efficiency", "Conformance"):
+        assert title in md and title in page
+    assert page.count("data:image/png;base64,") == 3  # accuracy per field, acceptance and tok/s per shard
+    # Scoring the finished run again (eval.run_dir) reads it back: same hash, same accuracy, no model.
+    again = evaluate(validate({**resolved, "eval": {**resolved["eval"], "run_dir": str(out), "report": False}}), REPO)
+    assert again.scores["content_hash"] == scores["content_hash"] and again.scores["accuracy"] == acc
+
+
+def _job(out, temperature, seed, slow_path):
+    runtime = {"replicas": 1, "streams": 1} if slow_path else {"replicas": 2, "streams": 2}
+    return validate({
+        "name": "repro",
+        "constraint": {"json_schema": "schemas/invoice.json"},
+        "dataset": {"path": "jobs/invoices/inputs.jsonl", "limit": 3},
+        "prompt": {"system": "@jobs/invoices/system.txt", "template": "@jobs/invoices/template.txt"},
+        # fp32 is enough: batch composition and k-token verification did not change a pick here.
+        "decoding": {"max_tokens": 120, "temperature": temperature, "seed": seed, "speculative": {"enabled": not slow_path}},
+        "runtime": {**runtime, "shard_size": 2},
+        "output": {"dir": str(out)},
+        "eval": {"report": False},
+    })
+
+
+def _cli_compare(a, b):
+    return subprocess.run([sys.executable, "-m", "fucina_jobs", "compare", str(a), str(b)], cwd=REPO, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.7])
+def test_outputs_do_not_depend_on_replicas_streams_or_speculation(tmp_path, temperature):
+    a, b = tmp_path / "one-stream-plain", tmp_path / "two-replicas-speculative"
+    ra = evaluate(_job(a, temperature, 7, slow_path=True), REPO)
+    rb = evaluate(_job(b, temperature, 7, slow_path=False), REPO)
+    assert ra.ok and rb.ok
+    assert ra.scores["content_hash"] == rb.scores["content_hash"], compare(a, b).records
+    assert ra.scores["efficiency"]["shards"] == rb.scores["efficiency"]["shards"] == 2
+    res = _cli_compare(a, b)
+    assert res.returncode == 0 and "identical outputs" in res.stdout, res.stdout + res.stderr
+    if temperature > 0:
+        c = tmp_path / "other-seed"
+        rc = evaluate(_job(c, temperature, 8, slow_path=False), REPO)
+        assert rc.scores["content_hash"] != rb.scores["content_hash"]
+        res = _cli_compare(b, c)
+        assert res.returncode == 1 and "DIFFERENT outputs" in res.stdout and "outputs that differ" in res.stdout
+
+
+def test_maskbench_generate_mode_reports_coverage_validity_and_features(tmp_path):
+    out = tmp_path / "gen"
+    resolved = shipped("conformance", "eval.mode=generate", "dataset.limit=4", "decoding.max_tokens=64", "runtime.streams=2",
+                       "runtime.shard_size=4", f"output.dir={out}")
+    result = evaluate(validate(resolved), REPO, resolved)
+    scores = result.scores
+    assert result.ok and scores["conformance"]["rows"] == 4
+    assert scores["schema_coverage"]["schemas"] == 4 and scores["schema_coverage"]["coverage"] == 1.0
+    valid = scores["conformance"]["validated"]
+    assert sum(f["valid"] for f in scores["by_feature"].values()) >= valid and "additionalProperties" in scores["by_feature"]
+    assert "Valid outputs by schema feature" in (out / "report.md").read_text()
