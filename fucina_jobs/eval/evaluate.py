@@ -9,16 +9,15 @@ walking the constraint's mask. Either way the run directory ends with
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import logging
 import shutil
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from ..pipeline.config import ConfigError, JobConfig, validate
+from ..pipeline.driver import Job, file_hash, fingerprint, package_version, utc_now
 from ..pipeline.sink import META_FIELDS, write_json, write_table
 from . import scoring
 from .runs import VERDICTS, Run, content_hash, read_run
@@ -55,7 +54,6 @@ def _generate(cfg: JobConfig, base: Path, resolved: dict[str, Any] | None) -> Ev
         job_cfg = _run_config(run, cfg)
         ok = (run.manifest or {}).get("status", "complete") == "complete"
     else:
-        from ..pipeline.driver import Job
 
         job = Job(cfg, base, resolved)
         ok = job.run().ok
@@ -125,7 +123,6 @@ def load_gold(path: Path) -> dict[str, dict[str, Any]]:
 def _grammar(cfg: JobConfig, base: Path, resolved: dict[str, Any] | None) -> Evaluation:
     from ..engine import stop_tokens
     from ..models.loading import load_tokenizer, resolve_source
-    from ..pipeline.driver import file_hash, fingerprint
     from .maskbench import KNOWN_LIMITATIONS, run_suite, suite_files
 
     if cfg.dataset.format != "maskbench":
@@ -137,7 +134,7 @@ def _grammar(cfg: JobConfig, base: Path, resolved: dict[str, Any] | None) -> Eva
     if not files:
         raise ConfigError(f"dataset.path={cfg.dataset.path}: no MaskBench .json files in {suite}")
     out = (base / cfg.output.dir).resolve()
-    started = _now()
+    started = utc_now()
     model_path = resolve_source(cfg.model.source)
     tokenizer = load_tokenizer(cfg.model.source)
     report = run_suite(files, tokenizer, stop_token=min(stop_tokens(tokenizer)))
@@ -149,8 +146,8 @@ def _grammar(cfg: JobConfig, base: Path, resolved: dict[str, Any] | None) -> Eva
     write_json(out / "manifest.json", {
         "name": cfg.name, "mode": "grammar", "fingerprint": fingerprint(cfg), "config": resolved or cfg.model_dump(),
         "hashes": {"dataset": file_hash(suite), "tokenizer": _tokenizer_hash(Path(model_path)) if Path(model_path).is_dir() else model_path},
-        "versions": {p: _version(p) for p in ("fucina_jobs", "llguidance", "transformers", "tokenizers")},
-        "started": started, "ended": _now(), "status": "complete", "totals": {"files": report["files"], "instances": report["instances"]},
+        "versions": {p: package_version(p) for p in ("fucina_jobs", "llguidance", "transformers", "tokenizers")},
+        "started": started, "ended": utc_now(), "status": "complete", "totals": {"files": report["files"], "instances": report["instances"]},
     })
     run = read_run(out)
     scores = _header(run, cfg, "grammar")
@@ -183,14 +180,3 @@ def _header(run: Run, cfg: JobConfig, mode: str) -> dict[str, Any]:
         "name": cfg.name, "mode": mode, "run_dir": str(run.path), "content_hash": content_hash(run),
         "fingerprint": manifest.get("fingerprint"), "status": manifest.get("status"), "config": setup,
     }
-
-
-def _version(package: str) -> str | None:
-    try:
-        return metadata.version(package)
-    except metadata.PackageNotFoundError:
-        return None
-
-
-def _now() -> str:
-    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")

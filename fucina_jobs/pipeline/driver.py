@@ -138,18 +138,18 @@ class Job:
                 "constraint": file_hash(self.base / getattr(c.constraint, c.constraint.kind)) if c.constraint.kind else None,
                 "model": file_hash(Path(model_path)) if Path(model_path).exists() else model_path,
             },
-            "versions": {p: _version(p) for p in ("fucina_jobs", "torch", "transformers", "llguidance", "ray", "pyarrow", "pydantic", "hydra-core")},
+            "versions": {p: package_version(p) for p in ("fucina_jobs", "torch", "transformers", "llguidance", "ray", "pyarrow", "pydantic", "hydra-core")},
             "started": started,
             "status": "running",
         }
         if summary is not None:
-            manifest |= {"status": "complete" if summary.ok else "failed", "ended": _now(), "totals": summary.__dict__}
+            manifest |= {"status": "complete" if summary.ok else "failed", "ended": utc_now(), "totals": summary.__dict__}
         return manifest
 
     # -- the run --------------------------------------------------------------
 
     def run(self, on_dispatch: Callable[[int, Any], None] | None = None) -> JobSummary:
-        started = _now()
+        started = utc_now()
         done = self._prepare_output()
         model_path = resolve_source(self.cfg.model.source)  # convert the default model once, here
         write_json(self.out / "manifest.json", self._manifest(started, None, model_path))
@@ -228,12 +228,12 @@ def _import(dotted: str) -> type:
         raise ConfigError(f"constraint.pydantic_model={dotted!r}: cannot import it ({err}); use 'module:Class'") from None
 
 
-def _version(package: str) -> str | None:
+def package_version(package: str) -> str | None:
     try:
         return metadata.version(package)
     except metadata.PackageNotFoundError:
         return None
 
 
-def _now() -> str:
+def utc_now() -> str:
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
