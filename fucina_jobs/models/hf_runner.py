@@ -1,9 +1,10 @@
 """``ModelRunner`` over a transformers causal LM, with ragged batches.
 
 Each sequence keeps its own key/value tensors. A batched forward left-pads
-the caches to a common length and right-pads the new tokens, with an
-attention mask and explicit position ids, so sequences of any length and any
-number of new tokens share one forward. A single sequence skips the padding.
+the caches to a common length into a buffer with room for the new tokens,
+which are right-padded, with an attention mask and explicit position ids, so
+sequences of any length and any number of new tokens share one forward. A
+single sequence needs no mask.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Sequence
 
 import torch
 from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer
 
 
 @dataclass
@@ -56,7 +58,7 @@ class HFRunner:
         out = self.model(
             input_ids=ids.to(self.device),
             position_ids=positions.to(self.device),
-            cache=self._padded_cache(states, past),
+            cache=self._padded_cache(states, past, width),
             use_cache=True,
             logits_to_keep=width if logits else 1,
             **kwargs,
@@ -73,28 +75,54 @@ class HFRunner:
             mask[b, past - state.length : past + n] = 1
         return mask.to(self.device)
 
-    def _padded_cache(self, states: list[SequenceKV], past: int) -> DynamicCache | None:
+    def _padded_cache(self, states: list[SequenceKV], past: int, width: int) -> DynamicCache:
+        cache = DynamicCache()
         if past == 0:
-            return DynamicCache()
-        if len(states) == 1:
-            return DynamicCache(ddp_cache_data=[(k[None], v[None]) for k, v in states[0].layers])
+            return cache
         n_layers = len(next(s for s in states if s.layers).layers)
-        layers = [
-            tuple(self._left_pad([s.layers[i][j] if s.layers else None for s in states], past) for j in (0, 1))
+        cache.layers = [
+            _BufferedLayer(*(self._left_pad([s.layers[i][j] if s.layers else None for s in states], past, width) for j in (0, 1)), past)
             for i in range(n_layers)
         ]
-        return DynamicCache(ddp_cache_data=layers)
+        return cache
 
-    def _left_pad(self, tensors: list[torch.Tensor | None], past: int) -> torch.Tensor:
+    def _left_pad(self, tensors: list[torch.Tensor | None], past: int, width: int) -> torch.Tensor:
+        """``[B, H, past + width, D]``: each sequence right-aligned at ``past``, room for the new tokens."""
         ref = next(t for t in tensors if t is not None)
-        padded = ref.new_zeros((len(tensors), ref.shape[0], past, ref.shape[2]))
+        buffer = ref.new_zeros((len(tensors), ref.shape[0], past + width, ref.shape[2]))
         for b, t in enumerate(tensors):
-            if t is not None and t.shape[1]:
-                padded[b, :, past - t.shape[1] :] = t
-        return padded
+            filled = t.shape[1] if t is not None else 0
+            buffer[b, :, : past - filled] = 0  # masked, but must be finite: 0 * NaN is NaN
+            if filled:
+                buffer[b, :, past - filled : past] = t
+        return buffer
 
     def _keep_new(self, states: list[SequenceKV], lengths: list[int], cache: DynamicCache, past: int) -> None:
         for b, (state, n) in enumerate(zip(states, lengths)):
             start = past - state.length
             state.layers = [(layer.keys[b, :, start : past + n], layer.values[b, :, start : past + n]) for layer in cache.layers]
             state.length += n
+
+
+class _BufferedLayer(DynamicLayer):
+    """A cache layer whose buffer already has room for this forward's tokens.
+
+    Writing the new keys and values in place saves the copy of the whole
+    cache that concatenation would make in every layer of every step.
+    """
+
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor, past: int):
+        super().__init__()
+        self.keys, self.values, self.past = keys, values, past
+        self.dtype, self.device = keys.dtype, keys.device
+        self.is_initialized = True
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
+        end = self.past + key_states.shape[-2]
+        self.keys[:, :, self.past : end] = key_states
+        self.values[:, :, self.past : end] = value_states
+        self.past = end
+        return self.keys[:, :, :end], self.values[:, :, :end]
+
+    def get_seq_length(self) -> int:
+        return self.past
