@@ -1,3 +1,4 @@
+import json
 import subprocess
 import sys
 
@@ -39,7 +40,7 @@ def test_missing_constraint_is_an_error(tmp_path):
 
 
 def _cli(*args):
-    return subprocess.run([sys.executable, "-m", "fucina_jobs", *args], cwd=REPO, capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, "-m", "fucina_jobs", *args], cwd=REPO, capture_output=True, text=True, timeout=600)
 
 
 def test_cli_help_and_cfg_job():
@@ -61,3 +62,13 @@ def test_cli_rejects_bad_override_before_loading_a_model(tmp_path):
 def test_cli_without_job_says_what_to_do():
     res = _cli("run")
     assert res.returncode == 2 and "conf=NAME" in res.stderr and "extract_invoices" in res.stderr
+
+
+@pytest.mark.slow
+def test_multirun_sweeps_overrides_into_their_own_output_dirs(tmp_path):
+    res = _cli("run", "conf=extract_invoices", "-m", "dataset.limit=1", "decoding.max_tokens=8,12",
+               f"output.dir={tmp_path}/t${{decoding.max_tokens}}", "runtime.replicas=1")
+    assert res.returncode == 0, res.stderr[-2000:]
+    for budget in (8, 12):
+        manifest = json.loads((tmp_path / f"t{budget}" / "manifest.json").read_text())
+        assert manifest["config"]["decoding"]["max_tokens"] == budget and manifest["totals"]["rows"] == 1
