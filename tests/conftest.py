@@ -33,6 +33,20 @@ LOGIT_SCALE = 15.0
 # -- fixtures ----------------------------------------------------------------
 
 
+@pytest.fixture(scope="module")
+def local_ray():
+    """A private 2-CPU Ray with two model slots, for one module's end-to-end jobs."""
+    import os
+
+    import ray
+
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # no token: another cluster's may sit in ~/.ray
+    ray.init(address="local", num_cpus=2, resources={"replica": 2}, include_dashboard=False,
+             object_store_memory=150 * 2**20, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
 @pytest.fixture(scope="session")
 def tokenizer():
     from fucina_jobs.models.loading import load_tokenizer

@@ -11,7 +11,6 @@ import subprocess
 import sys
 
 import pytest
-import ray
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
@@ -22,15 +21,7 @@ from fucina_jobs.pipeline.config import validate
 
 from .conftest import REPO
 
-pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module", autouse=True)
-def local_ray():
-    ray.init(address="local", num_cpus=2, resources={"replica": 2}, include_dashboard=False,
-             object_store_memory=150 * 2**20, log_to_driver=False)
-    yield
-    ray.shutdown()
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("local_ray")]
 
 
 def shipped(name: str, *overrides: str) -> dict:

@@ -13,16 +13,8 @@ from fucina_jobs.pipeline.driver import Job
 
 from .conftest import REPO, assert_exactly_once, job_dict, read_dir
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("local_ray")]
 IDS4 = {f"inv-00{i}" for i in range(1, 5)}
-
-
-@pytest.fixture(scope="module", autouse=True)
-def local_ray():
-    ray.init(address="local", num_cpus=2, resources={"replica": 2}, include_dashboard=False,
-             object_store_memory=150 * 2**20, log_to_driver=False)
-    yield
-    ray.shutdown()
 
 
 def test_two_replicas_end_to_end_then_resume_and_refuse_changed_config(tmp_path):
