@@ -191,7 +191,6 @@ def _acceptance(completions: Sequence[Any]) -> dict[str, dict[str, float]]:
     return {
         src: {"accepted": accepted.get(src, 0), "drafted": n, "rate": accepted.get(src, 0) / n if n else 0.0}
         for src, n in sorted(drafted.items())
-        if n  # the decoder books a zero-length forced span on every draft
     }
 
 

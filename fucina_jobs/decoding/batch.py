@@ -151,7 +151,8 @@ class Stream:
 
     def _account(self, accepted: int) -> None:
         certain = self.draft.certain
-        self.stats.count("forced", certain, min(accepted, certain))
+        if certain:
+            self.stats.count("forced", certain, min(accepted, certain))
         if len(self.draft.tokens) > certain:
             self.stats.count(self.draft.source, len(self.draft.tokens) - certain, max(0, accepted - certain))
         self.drafter.feedback(accepted)
