@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Protocol
 
 from .decoding.batch import BatchDecoder, Request, SpecConfig, StreamStats
@@ -98,8 +97,6 @@ class FucinaEngine:
         if len(given) != 1:
             raise ValueError("give exactly one of json_schema, lark or regex")
         kind, source = given[0]
-        if isinstance(source, str) and kind != "json_schema" and Path(source).suffix and Path(source).is_file():
-            source = Path(source)
         options = {"whitespace_flexible": whitespace_flexible} if kind == "json_schema" else {}
         return getattr(Constraint, kind)(source, self.tokenizer, vocab_size=self.runner.vocab_size, stop_token=self.stop_token, **options)
 

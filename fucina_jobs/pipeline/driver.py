@@ -13,6 +13,7 @@ import datetime as dt
 import hashlib
 import json
 import logging
+import re
 import shutil
 import time
 from collections import deque
@@ -104,8 +105,6 @@ class Job:
         return Validator(c.kind or "json_schema", self.schema_source, model)
 
     def _regex_fields(self) -> list[pa.Field]:
-        import re
-
         if self.cfg.constraint.kind != "regex":
             return []
         return [pa.field(name, pa.string()) for name in re.compile(self.schema_source).groupindex]
