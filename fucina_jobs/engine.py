@@ -22,7 +22,7 @@ class Prompt:
     id: str
     text: str  # the user message: untrusted document text included
     system: str | None = None
-    constraint: Constraint | None = None  # a base: each stream gets its own clone
+    constraint: Any = None  # from the engine's constraint(): fucina clones it per stream
     seed: int = 0
     max_tokens: int = 256
 
@@ -38,9 +38,19 @@ class Completion:
 
 
 class Engine(Protocol):
-    def constraint(self, *, json_schema: Any = None, lark: Any = None, regex: Any = None, whitespace_flexible: bool = False) -> Constraint: ...
+    """What the job pipeline needs from a decoder; ``constraint`` returns an opaque handle for ``Prompt.constraint``."""
+
+    def constraint(self, *, json_schema: Any = None, lark: Any = None, regex: Any = None, whitespace_flexible: bool = False) -> Any: ...
 
     def generate(self, prompts: Iterable[Prompt], on_step: Callable[[], Any] | None = None) -> Iterator[Completion]: ...
+
+
+def constraint_kind(json_schema: Any = None, lark: Any = None, regex: Any = None) -> tuple[str, Any]:
+    """The one constraint given, as (kind, source)."""
+    given = [(k, v) for k, v in (("json_schema", json_schema), ("lark", lark), ("regex", regex)) if v is not None]
+    if len(given) != 1:
+        raise ValueError("give exactly one of json_schema, lark or regex")
+    return given[0]
 
 
 _SYSTEM, _USER = "\x00fucina-system\x00", "\x00fucina-user\x00"
@@ -93,10 +103,7 @@ class FucinaEngine:
 
     def constraint(self, *, json_schema: Any = None, lark: Any = None, regex: Any = None, whitespace_flexible: bool = False) -> Constraint:
         """Compile one constraint for this model's vocab and stop token (compact JSON by default)."""
-        given = [(k, v) for k, v in (("json_schema", json_schema), ("lark", lark), ("regex", regex)) if v is not None]
-        if len(given) != 1:
-            raise ValueError("give exactly one of json_schema, lark or regex")
-        kind, source = given[0]
+        kind, source = constraint_kind(json_schema, lark, regex)
         options = {"whitespace_flexible": whitespace_flexible} if kind == "json_schema" else {}
         return getattr(Constraint, kind)(source, self.tokenizer, vocab_size=self.runner.vocab_size, stop_token=self.stop_token, **options)
 

@@ -43,11 +43,24 @@ def tokenizer_bridge(hf_tokenizer: Any, vocab_size: int, stop_token: int) -> llg
     return _BRIDGES[key][1]
 
 
-def _read(source: str | Path) -> tuple[str, str]:
+def read_source(source: str | Path) -> tuple[str, str]:
     """Return (text, name) for an inline grammar or a path to one."""
     if isinstance(source, Path) or (len(str(source)) < 4096 and Path(str(source)).is_file()):
         return Path(source).read_text(encoding="utf-8"), str(source)
     return str(source), "<inline>"
+
+
+def read_schema(schema: dict | str | Path | type, name: str | None = None) -> tuple[dict, str]:
+    """Return (schema dict, name) from a dict, a JSON file or text, or a pydantic model class."""
+    if isinstance(schema, type) and hasattr(schema, "model_json_schema"):
+        return schema.model_json_schema(), name or schema.__name__
+    if isinstance(schema, dict):
+        return schema, name or "<schema>"
+    text, source = read_source(schema)
+    try:
+        return json.loads(text), name or source
+    except json.JSONDecodeError as err:
+        raise GrammarError(f"{name or source}: not valid JSON: {err}") from err
 
 
 class Constraint(LogitProcessor):
@@ -90,31 +103,22 @@ class Constraint(LogitProcessor):
     @classmethod
     def json_schema(cls, schema: dict | str | Path | type, tokenizer: Any, *, whitespace_flexible: bool = False, **kw) -> "Constraint":
         """From a schema dict, a JSON file or text, or a pydantic model class."""
-        name = kw.pop("name", None)
-        if isinstance(schema, type) and hasattr(schema, "model_json_schema"):
-            name, schema = name or schema.__name__, schema.model_json_schema()
-        elif not isinstance(schema, dict):
-            text, source = _read(schema)
-            name = name or source
-            try:
-                schema = json.loads(text)
-            except json.JSONDecodeError as err:
-                raise GrammarError(f"{name}: not valid JSON: {err}") from err
+        schema, name = read_schema(schema, kw.pop("name", None))
         options = {"whitespace_flexible": whitespace_flexible}
         try:
             grammar = llguidance.LLMatcher.grammar_from_json_schema(schema, defaults=options)
         except ValueError as err:
-            raise GrammarError(f"{name or '<schema>'}: {err}") from err
-        return cls(grammar, tokenizer, name=name or "<schema>", **kw)
+            raise GrammarError(f"{name}: {err}") from err
+        return cls(grammar, tokenizer, name=name, **kw)
 
     @classmethod
     def lark(cls, source: str | Path, tokenizer: Any, **kw) -> "Constraint":
-        text, name = _read(source)
+        text, name = read_source(source)
         return cls(llguidance.LLMatcher.grammar_from_lark(text), tokenizer, name=kw.pop("name", name), **kw)
 
     @classmethod
     def regex(cls, source: str | Path, tokenizer: Any, **kw) -> "Constraint":
-        text, name = _read(source)
+        text, name = read_source(source)
         return cls(llguidance.LLMatcher.grammar_from_regex(text.strip()), tokenizer, name=kw.pop("name", name), **kw)
 
     def clone(self) -> "Constraint":

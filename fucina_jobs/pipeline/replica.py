@@ -18,11 +18,11 @@ from typing import Any
 import numpy as np
 
 from ..decoding.batch import SpecConfig
-from ..decoding.constraint import Constraint, GrammarError
+from ..decoding.constraint import GrammarError
 from ..decoding.sampler import SamplingParams
-from ..engine import Completion, FucinaEngine, Prompt
+from ..engine import Completion, Engine, FucinaEngine, Prompt
 from ..models.loading import load_model
-from .config import JobConfig, read_text_option
+from .config import JobConfig, VLLMEngineConfig, read_text_option
 from .dataset import Row
 
 log = logging.getLogger(__name__)
@@ -42,15 +42,21 @@ class ShardResult:
     stats: dict[str, Any] = field(default_factory=dict)
 
 
-def build_engine(cfg: JobConfig, model_path: str) -> FucinaEngine:
+def build_engine(cfg: JobConfig, model_path: str) -> Engine:
     d = cfg.decoding
     params = SamplingParams(d.temperature, d.top_k, d.top_p, d.min_p, d.repeat_penalty)
     s = d.speculative
     spec = SpecConfig(max_draft=s.max_draft, grammar_drafting=s.grammar_drafting, max_ngram=s.max_ngram, min_ngram=s.min_ngram) if s.enabled else None
+    if isinstance(cfg.engine, VLLMEngineConfig):
+        from ..vllm_engine import VLLMEngine, VLLMOptions
+
+        e = cfg.engine
+        options = VLLMOptions(e.max_model_len, e.kv_cache_gib, e.gpu_memory_utilization, e.enforce_eager)
+        return VLLMEngine(model_path, params, spec, cfg.runtime.streams, cfg.model.dtype, cfg.constraint.whitespace_flexible, options, d.seed)
     return FucinaEngine(load_model(model_path, cfg.model.device, cfg.model.dtype), params=params, spec=spec, streams=cfg.runtime.streams)
 
 
-def job_constraint(engine: FucinaEngine, cfg: JobConfig, base: Path) -> Constraint | None:
+def job_constraint(engine: Engine, cfg: JobConfig, base: Path) -> Any:
     c = cfg.constraint
     if c.kind is None:
         return None
@@ -68,8 +74,8 @@ class ShardWorker:
         self.constraint = job_constraint(self.engine, self.cfg, self.base)
         self.system = read_text_option(self.cfg.prompt.system, self.base) or None
         self.template = read_text_option(self.cfg.prompt.template, self.base)
-        self._row_constraints: dict[str, Constraint] = {}
-        log.info("replica %d ready: %s on %s", replica, model_path, self.engine.loaded.device)
+        self._row_constraints: dict[str, Any] = {}
+        log.info("replica %d ready: %s with the %s engine", replica, model_path, self.cfg.engine.name)
 
     def ping(self) -> int:
         return self.replica
@@ -102,7 +108,7 @@ class ShardWorker:
         d = self.cfg.decoding
         return Prompt(row.id, text, self.system, constraint, record_seed(d.seed, row.id), d.max_tokens), None
 
-    def _row_constraint(self, row: Row) -> Constraint:
+    def _row_constraint(self, row: Row) -> Any:
         # Compile each distinct schema once; every stream still gets its own clone.
         schema = row.fields[self.cfg.dataset.schema_field]
         key = schema if isinstance(schema, str) else json.dumps(schema, sort_keys=True)

@@ -1,3 +1,4 @@
+import importlib.util
 import json
 import subprocess
 import sys
@@ -23,6 +24,8 @@ def test_valid_config_has_defaults(tmp_path):
         ("dataset", {"format": "xml"}, ["dataset.format='xml'", "jsonl"]),
         ("decoding", {"max_tokns": 5}, ["decoding.max_tokns", "unknown key"]),
         ("constraint", {"regex": "schemas/contact.regex"}, ["not json_schema and regex"]),
+        ("engine", {"name": "vllm", "kv_cache_gib": 0}, ["engine.vllm.kv_cache_gib=0", "greater than 0"]),
+        ("engine", {"name": "fucina", "max_model_len": 4096}, ["engine.fucina.max_model_len", "unknown key"]),
     ],
 )
 def test_config_errors_name_key_value_and_allowed(tmp_path, section, value, words):
@@ -30,6 +33,12 @@ def test_config_errors_name_key_value_and_allowed(tmp_path, section, value, word
         validate(job_dict(tmp_path, **{section: value}))
     for word in words:
         assert word in str(err.value)
+
+
+def test_engine_group_defaults_to_fucina_and_takes_vllm(tmp_path):
+    assert validate(job_dict(tmp_path)).engine.name == "fucina"
+    vllm = validate(job_dict(tmp_path, engine={"name": "vllm"})).engine
+    assert vllm.name == "vllm" and vllm.enforce_eager and vllm.max_model_len == 4096
 
 
 def test_missing_constraint_is_an_error(tmp_path):
@@ -56,6 +65,21 @@ def test_cli_rejects_bad_override_before_loading_a_model(tmp_path):
     bad = _cli("run", "conf=extract_invoices", "decoding.top_p=2", f"output.dir={tmp_path}")
     assert bad.returncode == 2
     assert "decoding.top_p=2" in bad.stderr and "less than or equal to 1" in bad.stderr
+    assert not (tmp_path / "manifest.json").exists()
+
+
+def test_cli_engine_group_lists_its_options():
+    shown = _cli("run", "conf=extract_invoices", "engine=vllm", "--cfg", "job")
+    assert shown.returncode == 0 and "name: vllm" in shown.stdout and "kv_cache_gib" in shown.stdout
+    bad = _cli("run", "conf=extract_invoices", "engine=tgi")
+    assert bad.returncode != 0 and "fucina" in bad.stderr and "vllm" in bad.stderr
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed here; the hint is for Pythons without it")
+def test_cli_engine_vllm_without_the_extra_says_how_to_install(tmp_path):
+    res = _cli("run", "conf=extract_invoices", "engine=vllm", f"output.dir={tmp_path}")
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert "bash scripts/setup.sh --with-vllm" in res.stderr and "fucina_jobs[vllm]" in res.stderr
     assert not (tmp_path / "manifest.json").exists()
 
 

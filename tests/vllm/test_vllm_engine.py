@@ -1,0 +1,70 @@
+"""The vLLM engine on the real default model: constraints, per-record schemas, speculation stats."""
+
+import json
+
+import jsonschema
+import pytest
+
+from fucina_jobs.decoding.batch import SpecConfig
+from fucina_jobs.decoding.constraint import GrammarError
+from fucina_jobs.engine import Prompt
+
+from ..pipeline.conftest import REPO
+
+pytestmark = pytest.mark.slow
+INVOICE = json.loads((REPO / "schemas/invoice.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def engine():
+    from fucina_jobs.vllm_engine import VLLMEngine
+
+    return VLLMEngine(streams=4, spec=SpecConfig(max_draft=4))
+
+
+def invoice_prompts(constraint, n):
+    system = (REPO / "jobs/invoices/system.txt").read_text()
+    template = (REPO / "jobs/invoices/template.txt").read_text()
+    rows = [json.loads(line) for line in (REPO / "jobs/invoices/inputs.jsonl").read_text().splitlines()[:n]]
+    return [Prompt(r["id"], template.format_map(r), system, constraint, max_tokens=200) for r in rows]
+
+
+def test_invoices_are_valid_and_ngram_acceptance_is_reported(engine):
+    completions = list(engine.generate(invoice_prompts(engine.constraint(json_schema=REPO / "schemas/invoice.json"), 4)))
+    assert [c.id for c in completions] == ["inv-001", "inv-002", "inv-003", "inv-004"]
+    for c in completions:
+        assert c.finish_reason == "stop" and c.error is None
+        jsonschema.validate(json.loads(c.text), INVOICE)
+        assert c.tokens and c.stats.committed == len(c.tokens) + 1  # the stop token is sampled, not returned
+        assert c.stats.drafted["ngram"] > 0 and 0 < c.stats.accepted["ngram"] <= c.stats.drafted["ngram"]
+        assert c.stats.forwards == c.stats.committed - c.stats.accepted["ngram"]
+    assert sum(c.stats.committed for c in completions) / sum(c.stats.forwards for c in completions) > 1.5
+
+
+def test_each_record_is_held_to_its_own_schema_in_one_batch(engine):
+    digits = {"type": "object", "properties": {"code": {"type": "integer", "minimum": 100, "maximum": 999}},
+              "required": ["code"], "additionalProperties": False}
+    answer = {"type": "object", "properties": {"answer": {"enum": ["yes", "no"]}}, "required": ["answer"], "additionalProperties": False}
+    prompts = [Prompt(f"{name}-{i}", "Reply in JSON.", None, engine.constraint(json_schema=schema), seed=i, max_tokens=40)
+               for i in range(3) for name, schema in (("digits", digits), ("answer", answer))]
+    for c in engine.generate(prompts):
+        value = json.loads(c.text)
+        assert c.finish_reason == "stop"
+        assert set(value) == ({"code"} if c.id.startswith("digits") else {"answer"})
+        jsonschema.validate(value, digits if c.id.startswith("digits") else answer)
+
+
+def test_regex_and_lark_constraints(engine):
+    prompts = [Prompt("regex", "Give a number.", None, engine.constraint(regex=r"[1-9][0-9]{2}"), max_tokens=8),
+               Prompt("lark", "Yes or no?", None, engine.constraint(lark='start: "yes" | "no"'), max_tokens=8)]
+    texts = {c.id: c.text for c in engine.generate(prompts)}
+    assert len(texts["regex"]) == 3 and texts["regex"].isdigit() and texts["lark"] in {"yes", "no"}
+
+
+def test_bad_grammar_and_whitespace_mismatch_fail_before_decoding(engine):
+    with pytest.raises(GrammarError, match="nonsense"):
+        engine.constraint(json_schema={"type": "nonsense"})
+    with pytest.raises(GrammarError, match="<inline>"):
+        engine.constraint(lark="start: (")
+    with pytest.raises(ValueError, match="whole engine"):
+        engine.constraint(json_schema=INVOICE, whitespace_flexible=True)
