@@ -1,0 +1,149 @@
+"""HFRunner on the tiny float64 model: packed ragged forwards over the slotted cache.
+
+Most checks compare the runner's rows with a cache-free full forward of the
+same sequence, so a wrong position, mask, slot or stale cache entry shows.
+"""
+
+from __future__ import annotations
+
+import copy
+import gc
+
+import pytest
+import torch
+
+from fucina_jobs.models.hf_runner import HFRunner
+
+VOCAB_IDS = 3000  # token ids drawn below this
+
+
+def tokens(seed: int, n: int) -> list[int]:
+    return torch.randint(3, VOCAB_IDS, (n,), generator=torch.Generator().manual_seed(seed)).tolist()
+
+
+@pytest.fixture(scope="module")
+def full(tiny_model):
+    """Logits of a cache-free forward over a whole sequence, ``[len, vocab]``."""
+
+    @torch.no_grad()
+    def run(sequence: list[int], model=tiny_model) -> torch.Tensor:
+        return model(torch.tensor([sequence])).logits[0].float()
+
+    return run
+
+
+def test_ragged_batch_matches_full_forwards(tiny_runner, full):
+    """Different past lengths (one empty) and different numbers of new tokens share one forward."""
+    pasts, news = [0, 5, 11, 3, 0], [4, 1, 6, 1, 1]
+    sequences = [tokens(k, p + n + 3) for k, (p, n) in enumerate(zip(pasts, news))]
+    states = [tiny_runner.new_state() for _ in sequences]
+    prefill = [(st, s[:p]) for st, s, p in zip(states, sequences, pasts) if p]
+    assert tiny_runner.forward(prefill, logits=False) == []
+    assert [st.length for st in states] == pasts
+
+    rows = tiny_runner.forward([(st, s[p : p + n]) for st, s, p, n in zip(states, sequences, pasts, news)])
+    for s, r, p, n in zip(sequences, rows, pasts, news):
+        assert r.dtype == torch.float32 and r.shape == (n, tiny_runner.vocab_size)
+        assert torch.allclose(r, full(s)[p : p + n], atol=1e-6)
+
+    # A second step with the counts swapped around, from the lengths the first one left.
+    rows = tiny_runner.forward([(st, s[p + n :]) for st, s, p, n in zip(states, sequences, pasts, news)])
+    for st, s, r in zip(states, sequences, rows):
+        assert st.length == len(s)
+        assert torch.allclose(r, full(s)[-3:], atol=1e-6)
+
+
+def test_batched_rows_equal_one_at_a_time(tiny_runner):
+    sequences = [tokens(10 + k, 12) for k in range(3)]
+    cuts = [(2, 7), (0, 1), (9, 12)]
+    batched = [tiny_runner.new_state() for _ in sequences]
+    single = [tiny_runner.new_state() for _ in sequences]
+    for st, s, (a, _) in zip(batched + single, sequences * 2, cuts * 2):
+        if a:
+            tiny_runner.forward([(st, s[:a])], logits=False)
+    rows = tiny_runner.forward([(st, s[a:b]) for st, s, (a, b) in zip(batched, sequences, cuts)])
+    for st, s, (a, b), r in zip(single, sequences, cuts, rows):
+        (alone,) = tiny_runner.forward([(st, s[a:b])])
+        assert torch.allclose(r, alone, atol=1e-9)
+
+
+def test_fork_evolves_independently(tiny_runner, full):
+    prompt, left, right = tokens(20, 8), tokens(21, 4), tokens(22, 3)
+    state = tiny_runner.new_state()
+    tiny_runner.forward([(state, prompt)], logits=False)
+    twin = tiny_runner.fork(state, 5)
+    assert (state.length, twin.length) == (8, 5)
+    rows = tiny_runner.forward([(state, left), (twin, right)])
+    assert torch.allclose(rows[0], full(prompt + left)[8:], atol=1e-6)
+    assert torch.allclose(rows[1], full(prompt[:5] + right)[5:], atol=1e-6)
+    # Each keeps extending its own history: the twin's writes never reach the original.
+    rows = tiny_runner.forward([(twin, [7]), (state, [9])])
+    assert torch.allclose(rows[0], full(prompt[:5] + right + [7])[-1:], atol=1e-6)
+    assert torch.allclose(rows[1], full(prompt + left + [9])[-1:], atol=1e-6)
+    assert tiny_runner.fork(state, 99).length == state.length
+
+
+def test_trim_then_extend(tiny_runner, full):
+    sequence, retry = tokens(30, 10), tokens(31, 5)
+    state = tiny_runner.new_state()
+    tiny_runner.forward([(state, sequence)], logits=False)
+    tiny_runner.trim(state, 6)  # rejected drafts
+    assert state.length == 6
+    tiny_runner.trim(state, 8)  # trimming never lengthens
+    assert state.length == 6
+    (rows,) = tiny_runner.forward([(state, retry)])
+    assert torch.allclose(rows, full(sequence[:6] + retry)[6:], atol=1e-6)
+
+
+def test_growth_keeps_every_cache(tiny_model, full):
+    """A fresh store grows its capacity and its slots mid-run without losing what it holds."""
+    runner = HFRunner(tiny_model)
+    sequences = [tokens(40 + k, 30) for k in range(6)]
+    states, rows = [], []
+    for k, s in enumerate(sequences):  # each newcomer needs a slot; the oldest grow past the capacity
+        states.append(runner.new_state())
+        runner.forward([(states[-1], s[:3])], logits=False)
+        rows = runner.forward([(st, seq[st.length : st.length + 4]) for st, seq in zip(states, sequences)])
+    for st, s, r in zip(states, sequences, rows):
+        assert torch.allclose(r, full(s)[st.length - 4 : st.length], atol=1e-6)
+    assert runner.store.slots >= 6 and runner.store.capacity >= states[0].length
+
+
+def test_dropped_states_give_their_slots_back(tiny_model):
+    runner = HFRunner(tiny_model)
+    prefixes = []
+    for k in range(50):  # streams come and go; a few prefixes stay cached, as in the decoder
+        state = runner.new_state()
+        runner.forward([(state, tokens(k, 6))], logits=False)
+        prefixes = [*prefixes[-3:], runner.fork(state, 4)]
+        del state
+    assert runner.store.slots <= 8
+    del prefixes
+    gc.collect()
+    assert sorted(runner.store.free) == list(range(runner.store.slots))
+
+
+def test_model_keeps_its_own_attention(tiny_runner, tiny_model):
+    """The slotted attention is on only inside the runner's forwards: the model still works on its own."""
+    reference = copy.deepcopy(tiny_model)
+    tiny_runner.forward([(tiny_runner.new_state(), tokens(50, 3))])
+    assert tiny_model.config._attn_implementation == reference.config._attn_implementation
+    sequence = tokens(51, 9)
+    ids = torch.tensor([[0, 0, *sequence[:7]], sequence])
+    mask = torch.tensor([[0, 0] + [1] * 7, [1] * 9])
+    with torch.no_grad():
+        ours, theirs = (m(ids, attention_mask=mask).logits for m in (tiny_model, reference))
+    assert torch.allclose(ours[:, 2:], theirs[:, 2:], atol=1e-12)
+
+
+@pytest.mark.parametrize("dtype, atol", [(torch.float32, 1e-3), (torch.bfloat16, 0.6)])
+def test_lower_precision(tiny_model, full, dtype, atol):
+    model = copy.deepcopy(tiny_model).to(dtype)
+    runner = HFRunner(model)
+    sequences = [tokens(60, 12), tokens(61, 7)]
+    states = [runner.new_state() for _ in sequences]
+    runner.forward([(states[0], sequences[0][:5])], logits=False)
+    rows = runner.forward([(states[0], sequences[0][5:]), (states[1], sequences[1])])
+    for s, r, n in zip(sequences, rows, (7, 7)):
+        assert r.dtype == torch.float32
+        assert torch.allclose(r, full(s)[-n:], atol=atol), (r - full(s)[-n:]).abs().max()
