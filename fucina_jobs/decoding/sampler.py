@@ -62,10 +62,12 @@ class Sampler:
         p = self.params
         if p.repeat_penalty != 1.0 and history:
             _apply_repeat_penalty(row, history[-p.repeat_window :], p.repeat_penalty)
-        if not torch.isfinite(row).any():
+        best = int(torch.argmax(row))
+        top = float(row[best])
+        if top == float("-inf") or top != top:  # the largest logit is -inf (or NaN): nothing is left
             raise AllTokensMasked("no token is left to sample: the logit processor masked the whole vocabulary")
         if p.temperature <= 0.0:
-            return int(torch.argmax(row))
+            return best
         return self._sample(row / p.temperature)
 
     def _sample(self, row: torch.Tensor) -> int:
