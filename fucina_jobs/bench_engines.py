@@ -66,6 +66,7 @@ def arm_specs(streams: int, with_vllm: bool) -> list[ArmSpec]:
 
 def _serve(conn: Any, family: str, arms: list[ArmSpec], settings: dict[str, Any]) -> None:
     """Load one engine family, warm it up, then run arms on request until told to stop."""
+    os.dup2(2, 1)  # results travel over the pipe; vLLM logs to stdout, which is the parent's table
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
     logging.basicConfig(level=logging.WARNING)
