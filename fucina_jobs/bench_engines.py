@@ -104,7 +104,7 @@ def _fucina(arms: list[ArmSpec], settings: dict[str, Any]) -> dict[str, Callable
     from .models.loading import load_model
 
     torch.set_num_threads(settings["threads"])
-    loaded = load_model(settings["model"], "auto", settings["dtype"])
+    loaded = load_model(settings["model"], settings["device"], settings["dtype"])
 
     def runner(arm: ArmSpec) -> Callable:
         engine = FucinaEngine(loaded, spec=SpecConfig() if arm.speculative else None, streams=arm.streams)
@@ -138,7 +138,7 @@ def _transformers(arms: list[ArmSpec], settings: dict[str, Any]) -> dict[str, Ca
 
     (arm,) = arms
     torch.set_num_threads(settings["threads"])
-    loaded = load_model(settings["model"], "auto", settings["dtype"])
+    loaded = load_model(settings["model"], settings["device"], settings["dtype"])
     model, tokenizer = loaded.model, loaded.tokenizer
     stops = sorted(stop_tokens(tokenizer))
     bridge = tokenizer_bridge(tokenizer, model.config.vocab_size, min(stops))
@@ -202,7 +202,7 @@ def run_engines(args: argparse.Namespace, system: str, docs: list[Any]) -> dict[
 
         log.warning("no vLLM arms: %s", INSTALL_HINT.format(python=sys.executable))
     arms = arm_specs(args.streams, with_vllm)
-    settings = {"model": args.model, "dtype": args.dtype, "threads": args.threads, "schema": str(args.schema), "system": system,
+    settings = {"model": args.model, "device": args.device, "dtype": args.dtype, "threads": args.threads, "schema": str(args.schema), "system": system,
                 "docs": [{"id": d.id, "user": d.user} for d in docs], "max_tokens": args.max_tokens, "vllm_draft": args.vllm_draft}
     workers = _start_workers(arms, settings)
     runs: dict[str, list[dict]] = {arm.key: [] for arm in arms}
