@@ -653,6 +653,17 @@ was imported: export OMP_WAIT_POLICY=PASSIVE in the shell for that case.
 """
 
 
+def _add_command(sub: Any, common: argparse.ArgumentParser, name: str, help: str, description: str) -> argparse.ArgumentParser:
+    return sub.add_parser(
+        name,
+        parents=[common],
+        help=help,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=textwrap.fill(description, 78),
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m fucina_jobs bench",
@@ -679,55 +690,43 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("-q", "--quiet", action="store_true", help="only warnings on stderr")
 
     sub = parser.add_subparsers(dest="command", required=True, metavar="{decode,streams,engines}")
-    decode = sub.add_parser(
+    decode = _add_command(
+        sub,
+        common,
         "decode",
-        parents=[common],
-        help="one stream: plain vs speculative decoding, constraint overhead",
-        epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        description=textwrap.fill(
-            "One stream, greedy, four arms per document: plain unconstrained, plain constrained, speculative "
-            "constrained without grammar drafting (prompt-lookup n-grams only), speculative constrained with "
-            "grammar drafting (forced tokens + n-grams). Reports forwards, tokens, tokens/forward, acceptance "
-            "per draft source, median wall, wall ratio vs plain constrained, byte identity with plain constrained, "
-            "a time split and the logit processor's time per token.",
-            78,
-        ),
+        "one stream: plain vs speculative decoding, constraint overhead",
+        "One stream, greedy, four arms per document: plain unconstrained, plain constrained, speculative "
+        "constrained without grammar drafting (prompt-lookup n-grams only), speculative constrained with "
+        "grammar drafting (forced tokens + n-grams). Reports forwards, tokens, tokens/forward, acceptance "
+        "per draft source, median wall, wall ratio vs plain constrained, byte identity with plain constrained, "
+        "a time split and the logit processor's time per token.",
     )
     decode.add_argument("--docs", type=_positive, default=8, help="first N invoice documents (default 8 of 24)")
     decode.add_argument("--repeats", type=_positive, default=3, help="timed passes over the documents (default 3)")
-    streams = sub.add_parser(
+    streams = _add_command(
+        sub,
+        common,
         "streams",
-        parents=[common],
-        help="aggregate throughput of N concurrent streams, speculation off and on",
-        epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        description=textwrap.fill(
-            "Constrained, greedy decoding of a request set with several stream counts, speculation off and on. "
-            "Documents are cycled under distinct ids until there are at least max(--streams) requests. Reports "
-            "aggregate committed tokens/s, tokens per forward, mean acceptance and the tok/s ratio against the "
-            "first --streams value without speculation.",
-            78,
-        ),
+        "aggregate throughput of N concurrent streams, speculation off and on",
+        "Constrained, greedy decoding of a request set with several stream counts, speculation off and on. "
+        "Documents are cycled under distinct ids until there are at least max(--streams) requests. Reports "
+        "aggregate committed tokens/s, tokens per forward, mean acceptance and the tok/s ratio against the "
+        "first --streams value without speculation.",
     )
     streams.add_argument("--docs", type=_positive, default=8, help="distinct invoice documents to cycle (default 8)")
     streams.add_argument("--streams", type=_int_list, default=[1, 2, 4, 8, 16], help="comma-separated stream counts (default 1,2,4,8,16)")
     streams.add_argument("--repeats", type=_positive, default=1, help="timed passes per arm (default 1)")
-    engines = sub.add_parser(
+    engines = _add_command(
+        sub,
+        common,
         "engines",
-        parents=[common],
-        help="fucina vs vLLM vs transformers generate, side by side",
-        epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        description=textwrap.fill(
-            "The same model, prompts, schema and stream count through: the fucina engine (plain constrained, "
-            "speculative with grammar drafting on 1 and on --streams streams), vLLM (structured outputs, and with "
-            "n-gram speculation) and transformers generate with an llguidance logits processor. Each engine runs "
-            "in a worker process of its own; arms alternate and the table shows medians. Reports tok/s, tokens "
-            "per forward, acceptance, %% valid outputs and the ratio against vLLM structured + n-gram. The vLLM "
-            "arms need the vLLM extra (run with .venv-vllm/bin/python); without it they are left out.",
-            78,
-        ),
+        "fucina vs vLLM vs transformers generate, side by side",
+        "The same model, prompts, schema and stream count through: the fucina engine (plain constrained, "
+        "speculative with grammar drafting on 1 and on --streams streams), vLLM (structured outputs, and with "
+        "n-gram speculation) and transformers generate with an llguidance logits processor. Each engine runs "
+        "in a worker process of its own; arms alternate and the table shows medians. Reports tok/s, tokens "
+        "per forward, acceptance, % valid outputs and the ratio against vLLM structured + n-gram. The vLLM "
+        "arms need the vLLM extra (run with .venv-vllm/bin/python); without it they are left out.",
     )
     engines.add_argument("--docs", type=_positive, default=8, help="first N invoice documents (default 8)")
     engines.add_argument("--streams", type=_positive, default=8, help="concurrent streams for the batched arms (default 8)")

@@ -71,7 +71,7 @@ def _serve(conn: Any, family: str, arms: list[ArmSpec], settings: dict[str, Any]
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
     logging.basicConfig(level=logging.WARNING)
     runners = _FAMILIES[family](arms, settings)
-    for run in runners.values():
+    for run in runners.values() if settings["warmup"] else ():
         run(settings["docs"][:2], 8)
     conn.send("ready")
     while (key := conn.recv()) is not None:
@@ -202,8 +202,9 @@ def run_engines(args: argparse.Namespace, system: str, docs: list[Any]) -> dict[
 
         log.warning("no vLLM arms: %s", INSTALL_HINT.format(python=sys.executable))
     arms = arm_specs(args.streams, with_vllm)
-    settings = {"model": args.model, "device": args.device, "dtype": args.dtype, "threads": args.threads, "schema": str(args.schema), "system": system,
-                "docs": [{"id": d.id, "user": d.user} for d in docs], "max_tokens": args.max_tokens, "vllm_draft": args.vllm_draft}
+    settings = {"model": args.model, "device": args.device, "dtype": args.dtype, "threads": args.threads, "warmup": args.warmup,
+                "schema": str(args.schema), "system": system, "docs": [{"id": d.id, "user": d.user} for d in docs],
+                "max_tokens": args.max_tokens, "vllm_draft": args.vllm_draft}
     workers = _start_workers(arms, settings)
     runs: dict[str, list[dict]] = {arm.key: [] for arm in arms}
     try:
