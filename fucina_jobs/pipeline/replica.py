@@ -113,7 +113,10 @@ class ShardWorker:
         schema = row.fields[self.cfg.dataset.schema_field]
         key = schema if isinstance(schema, str) else json.dumps(schema, sort_keys=True)
         if key not in self._row_constraints:
-            self._row_constraints[key] = self.engine.constraint(json_schema=json.loads(key) if isinstance(schema, str) else schema)
+            self._row_constraints[key] = self.engine.constraint(
+                json_schema=json.loads(key) if isinstance(schema, str) else schema,
+                whitespace_flexible=self.cfg.constraint.whitespace_flexible,
+            )
         return self._row_constraints[key]
 
 
