@@ -13,7 +13,6 @@ engine does, and its absence is a ``VLLMUnavailable`` that says how to install i
 from __future__ import annotations
 
 import importlib.util
-import logging
 import os
 import sys
 from dataclasses import dataclass
@@ -24,8 +23,6 @@ from .decoding.constraint import Constraint, read_schema, read_source
 from .decoding.sampler import SamplingParams
 from .engine import Completion, Prompt, constraint_kind, encode_chat, stop_tokens
 from .models.loading import DEFAULT_MODEL, load_tokenizer, resolve_source
-
-log = logging.getLogger(__name__)
 
 INSTALL_HINT = (
     "engine=vllm needs vLLM, which is not installed for {python}.\n"
