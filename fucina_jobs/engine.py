@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Protocol
 
 from .decoding.batch import BatchDecoder, Request, SpecConfig, StreamStats
-from .decoding.constraint import Constraint
+from .decoding.constraint import Constraint, GrammarError  # noqa: F401  (GrammarError: what constraint() raises)
 from .decoding.sampler import SamplingParams
 from .models.hf_runner import HFRunner
 from .models.loading import DEFAULT_MODEL, LoadedModel, load_model
@@ -86,6 +86,29 @@ def stop_tokens(tokenizer: Any) -> set[int]:
     return {t for t in stops if t is not None}
 
 
+def compile_constraint(
+    tokenizer: Any, *, vocab_size: int | None = None, json_schema: Any = None, lark: Any = None, regex: Any = None, whitespace_flexible: bool = False
+) -> Constraint:
+    """Compile one constraint for a tokenizer's vocab, stopping on its end-of-turn token (compact JSON by default)."""
+    kind, source = constraint_kind(json_schema, lark, regex)
+    options = {"whitespace_flexible": whitespace_flexible} if kind == "json_schema" else {}
+    return getattr(Constraint, kind)(source, tokenizer, vocab_size=vocab_size, stop_token=min(stop_tokens(tokenizer)), **options)
+
+
+class GrammarCheck:
+    """Compiles constraints with a tokenizer alone, as an engine would.
+
+    The driver checks a job's constraint with it before any model loads, so a
+    bad schema or grammar is a config error, not a replica that dies.
+    """
+
+    def __init__(self, tokenizer: Any):
+        self.tokenizer = tokenizer
+
+    def constraint(self, **kw: Any) -> Constraint:
+        return compile_constraint(self.tokenizer, **kw)
+
+
 class FucinaEngine:
     """Our constrained speculative decoder over a transformers model."""
 
@@ -96,6 +119,7 @@ class FucinaEngine:
         self.stops = stop_tokens(self.tokenizer)
         self.stop_token = min(self.stops)
         self.params, self.spec, self.streams = params, spec, streams
+        self.context = getattr(loaded.model.config, "max_position_embeddings", None)
 
     @classmethod
     def load(cls, source: str = DEFAULT_MODEL, device: str = "auto", dtype: str = "float32", **kw: Any) -> "FucinaEngine":
@@ -103,20 +127,35 @@ class FucinaEngine:
 
     def constraint(self, *, json_schema: Any = None, lark: Any = None, regex: Any = None, whitespace_flexible: bool = False) -> Constraint:
         """Compile one constraint for this model's vocab and stop token (compact JSON by default)."""
-        kind, source = constraint_kind(json_schema, lark, regex)
-        options = {"whitespace_flexible": whitespace_flexible} if kind == "json_schema" else {}
-        return getattr(Constraint, kind)(source, self.tokenizer, vocab_size=self.runner.vocab_size, stop_token=self.stop_token, **options)
+        return compile_constraint(self.tokenizer, vocab_size=self.runner.vocab_size, json_schema=json_schema, lark=lark, regex=regex,
+                                  whitespace_flexible=whitespace_flexible)
 
     def generate(self, prompts: Iterable[Prompt], on_step: Callable[[], Any] | None = None) -> Iterator[Completion]:
+        """Completions in the order they finish; a prompt that cannot fit the context comes back at once as an error."""
         decoder = BatchDecoder(self.runner, self.stops, self.params, self.spec, self.streams, on_step)
-        requests = (
-            Request(p.id, encode_chat(self.tokenizer, p.text, p.system), p.constraint.clone() if p.constraint else None, p.seed, p.max_tokens)
-            for p in prompts
-        )
-        for gen in decoder.run(requests):
+        refused: list[Completion] = []
+
+        def requests() -> Iterator[Request]:
+            for p in prompts:
+                ids = encode_chat(self.tokenizer, p.text, p.system)
+                if self.context is not None and len(ids) + p.max_tokens > self.context:
+                    refused.append(Completion(p.id, "", [], "error", StreamStats(prompt_tokens=len(ids)), error=(
+                        f"the prompt is {len(ids)} tokens: with max_tokens={p.max_tokens} it exceeds the model's context of "
+                        f"{self.context} tokens; shorten the document or lower decoding.max_tokens")))
+                    continue
+                yield Request(p.id, ids, p.constraint.clone() if p.constraint else None, p.seed, p.max_tokens)
+
+        for gen in decoder.run(requests()):
+            yield from _drain(refused)
             text = self.tokenizer.decode(gen.tokens, skip_special_tokens=False)
             yield Completion(gen.id, text, gen.tokens, gen.finish_reason, gen.stats, gen.error)
+        yield from _drain(refused)
 
     def complete(self, text: str, constraint: Constraint | None = None, system: str | None = None, max_tokens: int = 256) -> Completion:
         """One prompt, one completion: the simplest way in."""
         return next(self.generate([Prompt("0", text, system, constraint, max_tokens=max_tokens)]))
+
+
+def _drain(items: list[Completion]) -> Iterator[Completion]:
+    while items:
+        yield items.pop(0)

@@ -103,13 +103,37 @@ def resolve_source(source: str) -> str:
         return str(Path(source).expanduser())
     if Path(source).expanduser().exists():
         raise ModelNotFound(f"model.source {source!r} is a file; point it at a transformers model directory")
-    return source  # a hub id: from_pretrained reports a missing network itself
+    if source.startswith(("/", ".", "~")):
+        raise ModelNotFound(f"model.source {source!r}: no such directory; give a transformers model directory, a hub id or 'default'")
+    return source  # a hub id
+
+
+def _require_hub(repo_id: str) -> None:
+    """A hub id must be cached or the hub reachable: fail in seconds, not after minutes of retries."""
+    import socket
+    from urllib.parse import urlparse
+
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    if isinstance(try_to_load_from_cache(repo_id, "config.json"), str):
+        return
+    url = urlparse(constants.ENDPOINT)
+    try:
+        socket.create_connection((url.hostname, url.port or (443 if url.scheme == "https" else 80)), timeout=10).close()
+    except OSError as err:
+        raise ModelNotFound(
+            f"model.source {repo_id!r} is not in the hub cache and {url.hostname} cannot be reached ({err}); "
+            "download it where there is a network, or give a local model directory"
+        ) from None
 
 
 def load_tokenizer(source: str = DEFAULT_MODEL):
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(resolve_source(source))
+    path = resolve_source(source)
+    if not Path(path).is_dir():
+        _require_hub(path)
+    return AutoTokenizer.from_pretrained(path)
 
 
 def load_model(source: str = DEFAULT_MODEL, device: str = "auto", dtype: str = "float32") -> LoadedModel:

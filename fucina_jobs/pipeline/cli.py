@@ -9,6 +9,7 @@ loads. ``hydra_command`` is shared by every Hydra-driven subcommand (``run``,
 
 from __future__ import annotations
 
+import errno
 import logging
 import sys
 from pathlib import Path
@@ -27,8 +28,15 @@ def run(argv: list[str]) -> int:
 def hydra_command(name: str, argv: list[str], task: Callable[[Any, dict[str, Any]], int]) -> int:
     """Compose ``conf=NAME`` plus overrides with Hydra and call ``task(job_config, resolved)``.
 
-    ``task`` returns the exit code; a ``ConfigError`` it raises is logged and exits 2."""
+    ``task`` returns the exit code. Errors come back as one line, never a traceback: a
+    ``ConfigError`` or a config file Hydra cannot read exits 2, a disk error (full,
+    read-only) exits 1, Ctrl-C exits 130; a rerun of the same command resumes."""
+    import os
+
     import hydra
+    import yaml
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
 
     argv = [f"--config-name={a[len('conf='):]}" if a.startswith("conf=") else a for a in argv]
     if not any(a.startswith(("--config-name", "-cn")) for a in argv) and not {"--help", "-h", "--hydra-help"} & set(argv):
@@ -36,8 +44,37 @@ def hydra_command(name: str, argv: list[str], task: Callable[[Any, dict[str, Any
         sys.stderr.write(f"say which job to {name}: conf=NAME, one of {', '.join(jobs)}\n")
         return 2
     sys.argv = [f"python -m fucina_jobs {name}", *argv]
-    hydra.main(config_path=str(CONF_DIR), config_name=None, version_base="1.3")(_validated(task))()
+    os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises instead of printing a traceback; the messages below say it in a line
+    try:
+        hydra.main(config_path=str(CONF_DIR), config_name=None, version_base="1.3")(_validated(task))()
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f"{mark.name} line {mark.line + 1}" if mark else "a config file"
+        return _fail(f"{where}: malformed YAML ({getattr(err, 'problem', None) or err})", 2)
+    except (HydraException, OmegaConfBaseException) as err:
+        return _fail(" ".join(str(err).split()), 2)
+    except OSError as err:
+        return _fail(_disk_error(err), 1)
+    except KeyboardInterrupt:
+        return _fail("interrupted: rerun the same command to resume", 130)
     return _exit_code
+
+
+def _fail(message: str, code: int) -> int:
+    log.error("%s", message)  # before Hydra configures logging, Python's last-resort handler prints it on stderr
+    return code
+
+
+_DISK_HINTS = {
+    errno.ENOSPC: "the disk is full: free space, then rerun the same command to resume",
+    errno.EROFS: "the file system is read-only: choose another output.dir",
+    errno.EACCES: "permission denied: fix the permissions or choose another output.dir",
+}
+
+
+def _disk_error(err: OSError) -> str:
+    where = f"{err.filename}: " if err.filename else ""
+    return f"{where}{err.strerror or err}; {_DISK_HINTS.get(err.errno, 'rerun the same command to resume once it is fixed')}"
 
 
 def _validated(task: Callable[[Any, dict[str, Any]], int]) -> Callable[[Any], None]:
@@ -53,6 +90,12 @@ def _validated(task: Callable[[Any, dict[str, Any]], int]) -> Callable[[Any], No
         except ConfigError as err:
             log.error("%s", err)
             _exit_code = 2
+        except OSError as err:
+            log.error("%s", _disk_error(err))
+            _exit_code = 1
+        except KeyboardInterrupt:
+            log.error("interrupted: rerun the same command to resume")
+            _exit_code = 130
 
     return main
 

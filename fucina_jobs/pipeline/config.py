@@ -91,6 +91,12 @@ class SpeculativeConfig(_Section):
     max_ngram: int = Field(4, ge=1, le=16)
     min_ngram: int = Field(2, ge=1, le=16)
 
+    @model_validator(mode="after")
+    def _ngram_window(self) -> "SpeculativeConfig":
+        if self.min_ngram > self.max_ngram:
+            raise ValueError(f"min_ngram={self.min_ngram} is larger than max_ngram={self.max_ngram}; the lookup window needs min_ngram <= max_ngram")
+        return self
+
 
 class DecodingConfig(_Section):
     max_tokens: int = Field(256, ge=1, le=32768)

@@ -35,7 +35,7 @@ def summary_table(summary: Any, out: str) -> str:
         f"{'rows':<16}{summary.rows}",
         f"{'records':<16}{summary.records}",
         f"{'rejects':<16}{summary.rejects}" + (f"  ({', '.join(f'{k}: {v}' for k, v in sorted(summary.reasons.items()))})" if summary.reasons else ""),
-        f"{'shards':<16}{summary.shards} ({summary.shards_resumed} resumed, {summary.shards_failed} failed, {summary.retries} retries)",
+        f"{'shards':<16}{summary.shards} ({summary.shards_resumed} resumed, {summary.shards_redone} redone, {summary.shards_failed} failed, {summary.retries} retries)",
         f"{'output':<16}{out}",
     ]
     return "\n".join(lines)

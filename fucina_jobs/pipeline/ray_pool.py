@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import time
 from collections import Counter, deque
 from typing import Any, Callable, Iterator
 
 import ray
-from ray.exceptions import ActorDiedError, ActorUnavailableError, GetTimeoutError, RayError
+from ray.exceptions import ActorDiedError, ActorUnavailableError, GetTimeoutError, RayError, RayTaskError
 
 from .config import ConfigError, JobConfig
 from .dataset import Row
@@ -79,6 +80,8 @@ class ReplicaPool:
 
     def _placement(self) -> dict[str, Any]:
         resources = ray.cluster_resources()
+        if self.cfg.model.device == "cuda" and resources.get("GPU", 0) < 1:
+            raise ConfigError("model.device=cuda, but the Ray cluster has no GPU; use model.device=auto or cpu, or add GPU nodes")
         wants_gpu = self.cfg.model.device == "cuda" or (self.cfg.model.device == "auto" and resources.get("GPU", 0) > 0)
         if wants_gpu:
             return {"num_gpus": 1}
@@ -111,7 +114,7 @@ class ReplicaPool:
                 result = ray.get(ref)
             except RayError as err:
                 attempts[shard] += 1
-                reason = str(err).splitlines()[0]
+                reason = failure_reason(err)
                 if self._await_restart(replica):
                     free.append(replica)
                 if attempts[shard] > max_retries or not (free or pending):
@@ -138,3 +141,15 @@ class ReplicaPool:
                 break
         log.error("replica %d is gone and will get no more shards", replica)
         return False
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def failure_reason(err: RayError) -> str:
+    """One line for a reject: the exception a replica raised, or why the replica died, without Ray's colour codes."""
+    if isinstance(err, RayTaskError) and err.cause is not None:
+        text = _ANSI.sub("", str(err.cause)).strip()
+        return f"{type(err.cause).__name__}: {text.splitlines()[0]}" if text else type(err.cause).__name__
+    lines = [line.strip() for line in _ANSI.sub("", str(err)).splitlines() if line.strip()]
+    return next((line for line in lines if not line.startswith("ray::")), lines[0] if lines else type(err).__name__)

@@ -12,8 +12,8 @@ import datetime as dt
 import json
 import os
 import re
-import tempfile
-from dataclasses import dataclass
+import secrets
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -28,6 +28,7 @@ META_FIELDS = [
     pa.field("finish_reason", pa.string()),
     pa.field("prompt_tokens", pa.int64()),
     pa.field("generated_tokens", pa.int64()),
+    pa.field("flags", pa.list_(pa.string())),  # warnings for a reviewer: see pipeline/flags.py
 ]
 REJECT_SCHEMA = pa.schema(
     [
@@ -52,6 +53,7 @@ class Outcome:
     record: dict[str, Any] | None = None
     reason: str | None = None
     error: str | None = None
+    flags: list[str] = field(default_factory=list)
 
 
 def arrow_type(schema: dict[str, Any]) -> pa.DataType | None:
@@ -155,7 +157,7 @@ def _typed(record: dict[str, Any], fields: list[pa.Field]) -> dict[str, Any]:
     return row
 
 
-def write_outcomes(root: Path, shard: int, outcomes: Iterable[Outcome], schema: pa.Schema, record_id: Callable[[str], str]) -> tuple[int, int]:
+def write_outcomes(root: Path, shard: str, outcomes: Iterable[Outcome], schema: pa.Schema, record_id: Callable[[str], str]) -> tuple[int, int]:
     """Write a shard's records and rejects; return their counts."""
     typed_fields = [f for f in schema if f.name not in {m.name for m in META_FIELDS}]
     records, rejects = [], []
@@ -163,12 +165,12 @@ def write_outcomes(root: Path, shard: int, outcomes: Iterable[Outcome], schema: 
         rid = record_id(o.row_id)
         if o.record is not None:
             meta = {"record_id": rid, "row_id": o.row_id, "text": o.text, "finish_reason": o.finish_reason,
-                    "prompt_tokens": o.prompt_tokens, "generated_tokens": o.generated_tokens}
+                    "prompt_tokens": o.prompt_tokens, "generated_tokens": o.generated_tokens, "flags": o.flags}
             records.append(meta | _typed(o.record, typed_fields))
         else:
             rejects.append({"record_id": rid, "row_id": o.row_id, "reason": o.reason, "text": o.text, "error": o.error})
-    write_table(root / "records" / f"shard-{shard:05d}.parquet", pa.Table.from_pylist(records, schema=schema))
-    write_table(root / "rejects" / f"shard-{shard:05d}.parquet", pa.Table.from_pylist(rejects, schema=REJECT_SCHEMA))
+    write_table(root / "records" / f"shard-{shard}.parquet", pa.Table.from_pylist(records, schema=schema))
+    write_table(root / "rejects" / f"shard-{shard}.parquet", pa.Table.from_pylist(rejects, schema=REJECT_SCHEMA))
     return len(records), len(rejects)
 
 
@@ -182,7 +184,8 @@ def write_json(path: Path, value: Any) -> None:
 
 def _atomic(path: Path, write: Callable[[Any], None]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    tmp = path.parent / f".{path.name}.{secrets.token_hex(4)}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # 0666 minus the umask, as any file the user makes
     try:
         with os.fdopen(fd, "wb") as f:
             write(f)

@@ -52,7 +52,7 @@ def test_write_outcomes_types_and_accounts(tmp_path):
         Outcome("inv-001", json.dumps(GOOD), "stop", 10, 5, record=GOOD),
         Outcome("inv-002", "{", "length", 10, 5, reason="length", error="budget"),
     ]
-    assert write_outcomes(tmp_path, 3, outcomes, schema, lambda r: "id-" + r) == (1, 1)
+    assert write_outcomes(tmp_path, "00003", outcomes, schema, lambda r: "id-" + r) == (1, 1)
     record = pq.read_table(tmp_path / "records/shard-00003.parquet").to_pylist()[0]
     assert record["record_id"] == "id-inv-001" and isinstance(record["invoice_date"], dt.date) and record["total"] == GOOD["total"]
     reject = pq.read_table(tmp_path / "rejects/shard-00003.parquet").to_pylist()[0]
