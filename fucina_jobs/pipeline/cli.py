@@ -52,7 +52,8 @@ def hydra_command(name: str, argv: list[str], task: Callable[[Any, dict[str, Any
         where = f"{mark.name} line {mark.line + 1}" if mark else "a config file"
         return _fail(f"{where}: malformed YAML ({getattr(err, 'problem', None) or err})", 2)
     except (HydraException, OmegaConfBaseException) as err:
-        return _fail(" ".join(str(err).split()), 2)
+        where = f"override {err.override!r}: " if getattr(err, "override", None) else ""
+        return _fail(where + " ".join(str(err).split()), 2)
     except OSError as err:
         return _fail(_disk_error(err), 1)
     except KeyboardInterrupt:
@@ -61,7 +62,7 @@ def hydra_command(name: str, argv: list[str], task: Callable[[Any, dict[str, Any
 
 
 def _fail(message: str, code: int) -> int:
-    log.error("%s", message)  # before Hydra configures logging, Python's last-resort handler prints it on stderr
+    sys.stderr.write(f"{message}\n")  # not logging: Hydra's own logging config sends it to stdout
     return code
 
 
