@@ -1,0 +1,60 @@
+"""Issue 12 through the command line: a second run on a busy output.dir, then Ctrl-C, then a rerun.
+
+The first run is a real ``python -m fucina_jobs run`` process: the lock it holds
+must stop a second run at once, and SIGINT to its process group (what a
+terminal's Ctrl-C sends) must stop it cleanly, so that a rerun resumes.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from fucina_jobs.pipeline.config import ConfigError, validate
+from fucina_jobs.pipeline.driver import Job
+
+from .conftest import REPO, assert_exactly_once, invoice_rows, manifest, small_job, write_jsonl
+
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("local_ray")]
+IDS = ["a", "b", "c", "d", "e", "f", "g", "h"]
+
+
+def _wait_for(predicate, proc, what: str, timeout: float = 600) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert proc.poll() is None, f"the run ended before {what}"
+        assert time.monotonic() < deadline, f"no {what} within {timeout}s"
+        time.sleep(0.2)
+
+
+def test_busy_output_dir_then_ctrl_c_then_rerun(tmp_path):
+    data = write_jsonl(tmp_path / "in.jsonl", invoice_rows(IDS))
+    out = tmp_path / "out"
+    args = [f"dataset.path={data}", "dataset.limit=null", "decoding.max_tokens=8", "runtime.replicas=1", "runtime.streams=2",
+            "runtime.shard_size=2", f"output.dir={out}"]
+    proc = subprocess.Popen([sys.executable, "-m", "fucina_jobs", "run", "conf=extract_invoices", *args], cwd=REPO,
+                            start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for(lambda: (out / "manifest.json").exists(), proc, "manifest")
+        with pytest.raises(ConfigError, match=rf"in use by another run \(pid {proc.pid}\)"):
+            Job(validate(small_job(out, data)), REPO).run()
+
+        _wait_for(lambda: list(out.glob("stats/*.parquet")), proc, "committed shard")
+        os.killpg(proc.pid, signal.SIGINT)
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 130 and "Traceback" not in stderr, stderr[-3000:]
+    assert "interrupted: rerun the same command to resume" in stderr
+    m = manifest(out)
+    assert m["status"] == "interrupted" and 1 <= len(m["shards"]) < 4
+
+    resumed = Job(validate(small_job(out, data)), REPO).run()
+    assert resumed.ok and resumed.shards_resumed == len(m["shards"])
+    assert_exactly_once(out, set(IDS))
+    assert manifest(out)["status"] == "complete"
