@@ -1,0 +1,260 @@
+"""The fault matrix: hostile events against real ``python -m fucina_jobs run`` processes.
+
+Each case runs the invoice job on a small dataset (8 rows, 8 tokens each, shards
+of 2) into a fresh output dir, injects its fault, reruns the same command where
+the fault calls for it, and then counts rows in, rows out (records plus
+rejects), duplicates and losses. Every duplicate and loss count must be 0: the
+script exits 1 otherwise.
+
+    python bench/faults.py                      # every case, table on stdout
+    python bench/faults.py --cases ctrl_c,full_disk --work /tmp/faults
+
+Full disk needs a small tmpfs (``mount -t tmpfs``, so root); the case is
+skipped, saying why, where mounting is not allowed. Only processes this script
+started are signalled: a run's process group, and replica workers found among
+its descendants.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import pyarrow.parquet as pq
+
+REPO = Path(__file__).resolve().parents[1]
+IDS = [f"r{i:02d}" for i in range(1, 9)]
+
+
+@dataclass
+class Outcome:
+    case: str
+    rows_in: int = 0
+    rows_out: int = 0
+    duplicates: int = 0
+    losses: int = 0
+    exits: list[int] = field(default_factory=list)
+    status: str = ""
+    note: str = ""
+
+
+class Case:
+    """One fault against one output dir; ``run`` starts ``python -m fucina_jobs run`` with this case's overrides."""
+
+    def __init__(self, name: str, work: Path, dataset: Path):
+        self.name, self.dataset = name, dataset
+        self.out = work / name / "out"
+        self.exits: list[int] = []
+        self.note = ""
+        self.counted: Outcome | None = None  # set by a case whose outputs vanish afterwards (a tmpfs)
+
+    def start(self, *overrides: str) -> subprocess.Popen:
+        args = [f"dataset.path={self.dataset}", "dataset.limit=null", "decoding.max_tokens=8", "runtime.replicas=1",
+                "runtime.streams=2", "runtime.shard_size=2", f"output.dir={self.out}", *overrides]
+        log = open(self.out.parent / f"run-{len(self.exits)}.log", "w")
+        return subprocess.Popen([sys.executable, "-m", "fucina_jobs", "run", "conf=extract_invoices", *args], cwd=REPO,
+                                start_new_session=True, stdout=log, stderr=subprocess.STDOUT)
+
+    def finish(self, proc: subprocess.Popen, timeout: float = 900) -> int:
+        try:
+            code = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            code = proc.wait()
+        self.exits.append(code)
+        return code
+
+    def run(self, *overrides: str) -> int:
+        return self.finish(self.start(*overrides))
+
+    def committed(self) -> int:
+        return len(list(self.out.glob("stats/shard-*.parquet")))
+
+    def wait(self, proc: subprocess.Popen, predicate: Callable[[], bool], timeout: float = 600) -> None:
+        deadline = time.monotonic() + timeout
+        while not predicate():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"{self.name}: the run ended (or timed out) before the fault point")
+            time.sleep(0.1)
+
+    def kill(self, proc: subprocess.Popen, sig: int = signal.SIGKILL) -> None:
+        os.killpg(proc.pid, sig)
+        self.finish(proc)
+
+
+def descendants(root: int) -> list[int]:
+    parents = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+    found, frontier = [], [root]
+    while frontier:
+        pid = frontier.pop()
+        children = [p for p, parent in parents.items() if parent == pid]
+        found += children
+        frontier += children
+    return found
+
+
+def replica_pid(proc: subprocess.Popen) -> int | None:
+    for pid in descendants(proc.pid):
+        try:
+            if (Path("/proc") / str(pid) / "cmdline").read_bytes().startswith(b"ray::ShardWorker"):
+                return pid
+        except OSError:
+            continue
+    return None
+
+
+# -- the cases -----------------------------------------------------------------
+
+
+def kill9_at_start(c: Case) -> None:
+    proc = c.start()
+    c.wait(proc, lambda: (c.out / "manifest.json").exists())
+    c.kill(proc)
+    c.run()
+
+
+def kill9_after_first_shard(c: Case) -> None:
+    proc = c.start()
+    c.wait(proc, lambda: c.committed() >= 1)
+    c.kill(proc)
+    c.run()
+
+
+def kill9_before_last_shard(c: Case) -> None:
+    proc = c.start()
+    c.wait(proc, lambda: c.committed() >= len(IDS) // 2 - 1)
+    c.kill(proc)
+    c.run()
+
+
+def replica_kill(c: Case) -> None:
+    proc = c.start()
+    c.wait(proc, lambda: replica_pid(proc) is not None and c.committed() >= 1)
+    os.kill(replica_pid(proc), signal.SIGKILL)
+    c.finish(proc)
+
+
+def two_concurrent_runs(c: Case) -> None:
+    first, second = c.start(), c.start()
+    c.finish(first)
+    c.finish(second)
+
+
+def reshard_between_runs(c: Case) -> None:
+    proc = c.start()
+    c.wait(proc, lambda: c.committed() >= 1)
+    c.kill(proc)
+    c.run("runtime.shard_size=3")
+    c.run("runtime.shard_size=1")
+
+
+def edited_dataset(c: Case) -> None:
+    c.run()
+    rows = [json.loads(line) for line in c.dataset.read_text().splitlines()]
+    rows[0]["text"] += "\nPaid in full."
+    rows[-2]["id"], rows[-1]["id"] = "e07", "e08"
+    c.dataset.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    c.run()
+
+
+def full_disk(c: Case) -> None:
+    c.out.mkdir(parents=True)
+    mount = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=72k", "tmpfs", str(c.out)], capture_output=True, text=True)
+    if mount.returncode != 0:
+        c.note = f"skipped: cannot mount a tmpfs here ({mount.stderr.strip()})"
+        return
+    try:
+        c.run()
+        status = json.loads((c.out / "manifest.json").read_text()).get("status", "-") if (c.out / "manifest.json").exists() else "-"
+        c.note = f"first run (manifest {status}): " + _last_line(c.out.parent / "run-0.log")
+        subprocess.run(["mount", "-o", "remount,size=4m", str(c.out)], check=True)  # the user frees space
+        c.run()
+        c.counted = count(c)
+    finally:
+        subprocess.run(["umount", str(c.out)], check=False)
+
+
+def ctrl_c(c: Case) -> None:
+    proc = c.start()
+    c.wait(proc, lambda: c.committed() >= 1)
+    c.kill(proc, signal.SIGINT)  # what a terminal sends to its foreground process group
+    c.note = "first run: " + _last_line(c.out.parent / "run-0.log")
+    c.run()
+
+
+CASES: dict[str, Callable[[Case], None]] = {
+    "kill9_at_start": kill9_at_start,
+    "kill9_after_first_shard": kill9_after_first_shard,
+    "kill9_before_last_shard": kill9_before_last_shard,
+    "replica_kill": replica_kill,
+    "two_concurrent_runs": two_concurrent_runs,
+    "reshard_between_runs": reshard_between_runs,
+    "edited_dataset": edited_dataset,
+    "full_disk": full_disk,
+    "ctrl_c": ctrl_c,
+}
+
+
+def _last_line(path: Path) -> str:
+    lines = [line for line in path.read_text(errors="replace").splitlines() if line.strip() and "rows:" not in line]
+    return lines[-1].strip() if lines else ""
+
+
+def count(c: Case) -> Outcome:
+    expected = [json.loads(line)["id"] for line in c.dataset.read_text().splitlines()]
+    seen = collections.Counter(
+        row_id for kind in ("records", "rejects") for f in sorted(c.out.glob(f"{kind}/*.parquet"))
+        for row_id in pq.read_table(f, columns=["row_id"]).column("row_id").to_pylist()
+    )
+    manifest = json.loads((c.out / "manifest.json").read_text()) if (c.out / "manifest.json").exists() else {}
+    return Outcome(c.name, len(expected), sum(seen.values()), sum(n - 1 for n in seen.values() if n > 1),
+                   sum(1 for i in expected if i not in seen), c.exits, manifest.get("status", "-"), c.note)
+
+
+def dataset(path: Path) -> Path:
+    invoices = [json.loads(line) for line in (REPO / "jobs/invoices/inputs.jsonl").read_text().splitlines()]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps({"id": i, "text": invoices[k]["text"]}) + "\n" for k, i in enumerate(IDS)))
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cases", default=",".join(CASES), help=f"comma-separated, from: {', '.join(CASES)}")
+    parser.add_argument("--work", default="/tmp/fucina-faults", help="scratch folder (emptied first)")
+    args = parser.parse_args(argv)
+    work = Path(args.work)
+    shutil.rmtree(work, ignore_errors=True)
+    outcomes = []
+    for name in args.cases.split(","):
+        c = Case(name, work, dataset(work / name / "in.jsonl"))
+        c.out.parent.mkdir(parents=True, exist_ok=True)
+        started = time.monotonic()
+        CASES[name](c)
+        outcomes.append(c.counted or count(c))
+        print(f"{name}: done in {time.monotonic() - started:.0f}s", file=sys.stderr, flush=True)
+    print("| case | rows in | rows out | duplicates | losses | exit codes | final manifest | note |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for o in outcomes:
+        print(f"| {o.case} | {o.rows_in} | {o.rows_out} | {o.duplicates} | {o.losses} | {', '.join(map(str, o.exits))} | {o.status} | {o.note} |")
+    return 0 if all(o.duplicates == 0 and o.losses == 0 and o.rows_out == o.rows_in for o in outcomes if not o.note.startswith("skipped")) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
