@@ -77,6 +77,18 @@ def encode_chat(tokenizer: Any, user: str, system: str | None = None) -> list[in
     return ids
 
 
+def context_overflow(prompt_tokens: int, max_tokens: int, context: int | None) -> str | None:
+    """Why a prompt cannot fit the model's context, or None.
+
+    Checked before decoding: a prompt past the context decodes for minutes into
+    garbage and holds up every row of its shard.
+    """
+    if context is None or prompt_tokens + max_tokens <= context:
+        return None
+    return (f"the prompt is {prompt_tokens} tokens: with max_tokens={max_tokens} it exceeds the model's context of "
+            f"{context} tokens; shorten the document or lower decoding.max_tokens")
+
+
 def stop_tokens(tokenizer: Any) -> set[int]:
     """EOS plus the chat template's end-of-turn marker, where it has one."""
     stops = {tokenizer.eos_token_id}
@@ -138,10 +150,9 @@ class FucinaEngine:
         def requests() -> Iterator[Request]:
             for p in prompts:
                 ids = encode_chat(self.tokenizer, p.text, p.system)
-                if self.context is not None and len(ids) + p.max_tokens > self.context:
-                    refused.append(Completion(p.id, "", [], "error", StreamStats(prompt_tokens=len(ids)), error=(
-                        f"the prompt is {len(ids)} tokens: with max_tokens={p.max_tokens} it exceeds the model's context of "
-                        f"{self.context} tokens; shorten the document or lower decoding.max_tokens")))
+                problem = context_overflow(len(ids), p.max_tokens, self.context)
+                if problem:
+                    refused.append(Completion(p.id, "", [], "error", StreamStats(prompt_tokens=len(ids)), error=problem))
                     continue
                 yield Request(p.id, ids, p.constraint.clone() if p.constraint else None, p.seed, p.max_tokens)
 

@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterable, Iterator
 from .decoding.batch import SpecConfig, StreamStats
 from .decoding.constraint import Constraint, read_schema, read_source
 from .decoding.sampler import SamplingParams
-from .engine import Completion, Prompt, constraint_kind, encode_chat, stop_tokens
+from .engine import Completion, Prompt, constraint_kind, context_overflow, encode_chat, stop_tokens
 from .models.loading import DEFAULT_MODEL, load_tokenizer, resolve_source
 
 INSTALL_HINT = (
@@ -75,6 +75,7 @@ class VLLMEngine:
         self.tokenizer = load_tokenizer(model_dir)
         self.stops = stop_tokens(self.tokenizer)
         self.params, self.whitespace_flexible = params, whitespace_flexible
+        self.context = options.max_model_len
         speculative = _ngram_config(spec)
         self.llm = LLM(
             model=model_dir,
@@ -111,10 +112,18 @@ class VLLMEngine:
         """
         from vllm.inputs import TokensPrompt
 
-        prompts = list(prompts)
-        inputs = [TokensPrompt(prompt_token_ids=encode_chat(self.tokenizer, p.text, p.system)) for p in prompts]
-        outputs = self.llm.generate(inputs, [self._sampling(p) for p in prompts], use_tqdm=False)
-        for prompt, output in zip(prompts, outputs):
+        fits = []
+        for p in prompts:
+            ids = encode_chat(self.tokenizer, p.text, p.system)
+            problem = context_overflow(len(ids), p.max_tokens, self.context)
+            if problem:  # vLLM would refuse the whole call, and with it every other row of the shard
+                yield Completion(p.id, "", [], "error", StreamStats(prompt_tokens=len(ids)), error=problem)
+            else:
+                fits.append((p, TokensPrompt(prompt_token_ids=ids)))
+        if not fits:
+            return
+        outputs = self.llm.generate([i for _, i in fits], [self._sampling(p) for p, _ in fits], use_tqdm=False)
+        for (prompt, _), output in zip(fits, outputs):
             yield self._completion(prompt.id, output)
 
     def _sampling(self, prompt: Prompt) -> Any:

@@ -138,3 +138,17 @@ def test_cuda_on_a_cluster_without_gpus_is_refused_at_once(tmp_path):
     with pytest.raises(ConfigError, match="model.device=cuda, but the Ray cluster has no GPU"):
         _run(small_job(tmp_path / "out", data, model={"device": "cuda"}, runtime={"ray_address": "auto"}))
     assert manifest(tmp_path / "out")["status"] == "failed"
+
+
+def test_a_replica_exception_becomes_a_one_line_reason_without_colour_codes():
+    """Defect 2's reason read `\\x1b[36mray::ShardWorker.run()...` and carried no cause."""
+    from fucina_jobs.pipeline.ray_pool import failure_reason
+
+    @ray.remote
+    def boom():
+        raise UnicodeEncodeError("utf-8", "\udc00", 0, 1, "surrogates not allowed")
+
+    with pytest.raises(ray.exceptions.RayTaskError) as err:
+        ray.get(boom.remote())
+    assert "\x1b" in str(err.value) or "ray::" in str(err.value)
+    assert failure_reason(err.value) == "UnicodeEncodeError: 'utf-8' codec can't encode character '\\udc00' in position 0: surrogates not allowed"
