@@ -244,10 +244,10 @@ class Job:
             self.dir.claim(self.cfg.output.fresh)
             self._check_fingerprint()
             summary = JobSummary(rows=len(self.rows))
-            self._plan(summary)
-            write_json(self.out / "manifest.json", self._manifest(started, summary, model_path, "running"))
+            write_json(self.out / "manifest.json", self._manifest(started, summary, model_path, "running"))  # before any shard changes
             status, error = "interrupted", "stopped by Ctrl-C; rerun the same command to resume"
             try:
+                self._plan(summary)
                 self._decode(model_path, summary, on_dispatch)
                 status, error = ("complete" if summary.ok else "failed"), None
             except Exception as err:
