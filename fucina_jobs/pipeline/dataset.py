@@ -169,7 +169,7 @@ def _checked(cfg: DatasetConfig, path: Path, index: int, item: Item) -> Row:
         # Arrow and the tokenizer need valid Unicode; the escaped id still names the row.
         escaped = str(row_id).encode("utf-8", "backslashreplace").decode("utf-8")
         return Row(escaped, index, {}, f"{where}: the id {escaped} is not valid Unicode (a lone surrogate, \\ud800-\\udfff)")
-    bad = next((k for k, v in fields.items() if _surrogate(v)), None)
+    bad = next((k for k, v in fields.items() if _surrogate(k) or _surrogate(v)), None)
     if bad is not None:
         return Row(str(row_id), index, {}, f"{where}: field {bad!r} is not valid Unicode (a lone surrogate, \\ud800-\\udfff)")
     text = fields.get(cfg.text_field)

@@ -89,7 +89,9 @@ class RunDir:
         """Every file a run of ours writes here (the lock aside)."""
         files = [p for kind in KINDS for p in (self.path / kind).glob("shard-*.parquet")]
         files += list((self.path / "logs").glob("replica-*.log"))
-        return files + [self.path / MANIFEST] if self.has_manifest() else files
+        if self.has_manifest():
+            files.append(self.path / MANIFEST)
+        return files
 
     def claim(self, fresh: bool) -> None:
         """Refuse a directory holding outputs that no run of ours made; with ``fresh``, delete our last run's files."""
