@@ -21,6 +21,7 @@ import argparse
 import collections
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -126,6 +127,7 @@ def kill9_at_start(c: Case) -> None:
     proc = c.start()
     c.wait(proc, lambda: (c.out / "manifest.json").exists())
     c.kill(proc)
+    c.note = f"killed once the manifest said running, {c.committed()} of 4 shards committed"
     c.run()
 
 
@@ -133,6 +135,7 @@ def kill9_after_first_shard(c: Case) -> None:
     proc = c.start()
     c.wait(proc, lambda: c.committed() >= 1)
     c.kill(proc)
+    c.note = f"killed with {c.committed()} of 4 shards committed"
     c.run()
 
 
@@ -140,6 +143,7 @@ def kill9_before_last_shard(c: Case) -> None:
     proc = c.start()
     c.wait(proc, lambda: c.committed() >= len(IDS) // 2 - 1)
     c.kill(proc)
+    c.note = f"killed with {c.committed()} of 4 shards committed"
     c.run()
 
 
@@ -148,12 +152,15 @@ def replica_kill(c: Case) -> None:
     c.wait(proc, lambda: replica_pid(proc) is not None and c.committed() >= 1)
     os.kill(replica_pid(proc), signal.SIGKILL)
     c.finish(proc)
+    c.note = "replica killed mid-shard; " + _summary(c, 0)
 
 
 def two_concurrent_runs(c: Case) -> None:
     first, second = c.start(), c.start()
     c.finish(first)
     c.finish(second)
+    refused = next(i for i, code in enumerate(c.exits) if code != 0) if any(c.exits) else None
+    c.note = f"refused run: {_last_line(c.out.parent / f'run-{refused}.log')}" if refused is not None else "neither run was refused"
 
 
 def reshard_between_runs(c: Case) -> None:
@@ -162,6 +169,7 @@ def reshard_between_runs(c: Case) -> None:
     c.kill(proc)
     c.run("runtime.shard_size=3")
     c.run("runtime.shard_size=1")
+    c.note = f"shard_size 2, killed; then 3: {_summary(c, 1)}; then 1: {_summary(c, 2)}"
 
 
 def edited_dataset(c: Case) -> None:
@@ -171,6 +179,7 @@ def edited_dataset(c: Case) -> None:
     rows[-2]["id"], rows[-1]["id"] = "e07", "e08"
     c.dataset.write_text("".join(json.dumps(r) + "\n" for r in rows))
     c.run()
+    c.note = "r01 edited, r07/r08 replaced by e07/e08; rerun: " + _summary(c, 1)
 
 
 def full_disk(c: Case) -> None:
@@ -211,9 +220,15 @@ CASES: dict[str, Callable[[Case], None]] = {
 }
 
 
+def _summary(c: Case, run: int) -> str:
+    """The ``shards ...`` line of a run's closing table."""
+    lines = [line for line in (c.out.parent / f"run-{run}.log").read_text(errors="replace").splitlines() if line.startswith("shards")]
+    return " ".join(lines[-1].split()[1:]) if lines else "-"
+
+
 def _last_line(path: Path) -> str:
     lines = [line for line in path.read_text(errors="replace").splitlines() if line.strip() and "rows:" not in line]
-    return lines[-1].strip() if lines else ""
+    return re.sub(r"^(\[[^\]]*\])+ - ", "", lines[-1].strip()) if lines else ""  # without the log prefix
 
 
 def count(c: Case) -> Outcome:
