@@ -64,7 +64,7 @@ class Case:
                 "runtime.streams=2", "runtime.shard_size=2", f"output.dir={self.out}", *overrides]
         log = open(self.out.parent / f"run-{len(self.exits)}.log", "w")
         return subprocess.Popen([sys.executable, "-m", "fucina_jobs", "run", "conf=extract_invoices", *args], cwd=REPO,
-                                start_new_session=True, stdout=log, stderr=subprocess.STDOUT)
+                                start_new_session=True, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_default_sigint)
 
     def finish(self, proc: subprocess.Popen, timeout: float = 900) -> int:
         try:
@@ -91,6 +91,12 @@ class Case:
     def kill(self, proc: subprocess.Popen, sig: int = signal.SIGKILL) -> None:
         os.killpg(proc.pid, sig)
         self.finish(proc)
+
+
+def _default_sigint() -> None:
+    # A shell that starts this script in the background ignores SIGINT for it, and children inherit that:
+    # give each run the disposition it has under a terminal.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def descendants(root: int) -> list[int]:

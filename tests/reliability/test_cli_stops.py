@@ -36,7 +36,8 @@ def test_busy_output_dir_then_ctrl_c_then_rerun(tmp_path):
     args = [f"dataset.path={data}", "dataset.limit=null", "decoding.max_tokens=8", "runtime.replicas=1", "runtime.streams=2",
             "runtime.shard_size=2", f"output.dir={out}"]
     proc = subprocess.Popen([sys.executable, "-m", "fucina_jobs", "run", "conf=extract_invoices", *args], cwd=REPO,
-                            start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # as under a terminal, even if pytest runs in the background
     try:
         _wait_for(lambda: (out / "manifest.json").exists(), proc, "manifest")
         with pytest.raises(ConfigError, match=rf"in use by another run \(pid {proc.pid}\)"):
