@@ -55,6 +55,7 @@ class Case:
     def __init__(self, name: str, work: Path, dataset: Path):
         self.name, self.dataset = name, dataset
         self.out = work / name / "out"
+        self.started = 0
         self.exits: list[int] = []
         self.note = ""
         self.counted: Outcome | None = None  # set by a case whose outputs vanish afterwards (a tmpfs)
@@ -62,7 +63,8 @@ class Case:
     def start(self, *overrides: str) -> subprocess.Popen:
         args = [f"dataset.path={self.dataset}", "dataset.limit=null", "decoding.max_tokens=8", "runtime.replicas=1",
                 "runtime.streams=2", "runtime.shard_size=2", f"output.dir={self.out}", *overrides]
-        log = open(self.out.parent / f"run-{len(self.exits)}.log", "w")
+        log = open(self.out.parent / f"run-{self.started}.log", "w")
+        self.started += 1
         return subprocess.Popen([sys.executable, "-m", "fucina_jobs", "run", "conf=extract_invoices", *args], cwd=REPO,
                                 start_new_session=True, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_default_sigint)
 
