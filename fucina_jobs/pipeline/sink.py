@@ -192,13 +192,10 @@ def _atomic(path: Path, write: Callable[[Any], None]) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except OSError as err:
+    except BaseException as err:
         Path(tmp).unlink(missing_ok=True)
-        if err.filename is None:  # pyarrow's errors name no file: name it, for the one-line message
+        if isinstance(err, OSError) and err.filename is None:  # pyarrow names no file: name it, for the one-line message
             raise OSError(err.errno, err.strerror or str(err), str(path)) from err
-        raise
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
         raise
     dir_fd = os.open(path.parent, os.O_RDONLY)
     try:
