@@ -129,7 +129,6 @@ class FucinaEngine:
         self.tokenizer = loaded.tokenizer
         self.runner = HFRunner(loaded.model, loaded.device)
         self.stops = stop_tokens(self.tokenizer)
-        self.stop_token = min(self.stops)
         self.params, self.spec, self.streams = params, spec, streams
         self.context = getattr(loaded.model.config, "max_position_embeddings", None)
 
