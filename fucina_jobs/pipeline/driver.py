@@ -124,7 +124,7 @@ class Job:
         try:
             return Validator(c.kind or "json_schema", self.schema_source, model)
         except re.error as err:
-            raise ConfigError(f"constraint.regex: {getattr(c, 'regex')} is not a valid regex: {err}") from None
+            raise ConfigError(f"constraint.regex: {c.regex} is not a valid regex: {err}") from None
 
     def _record_schema(self) -> pa.Schema:
         if isinstance(self.schema_source, dict):
