@@ -52,13 +52,27 @@ def summary(scores: dict[str, Any]) -> str:
                      f"{num(e['mask_us_p50'], 1)}/{num(e['mask_us_p99'], 1)} µs")
     if "grammar" in scores:
         g, t = scores["grammar"], scores["timing"]
-        lines.append(f"grammar: {g['files']} schemas, {len(g['compile_errors'])} compile errors, {g['instances']} instances, "
-                     f"{g['wrong_verdicts']} wrong verdicts; unexplained: {', '.join(g['unexpected']) or 'none'}")
+        stages = g["stages"]
+        lines.append(f"grammar: {g['files']} schemas, {g['compiled']} compiled ({pct(g['coverage'])}), {g['relaxed']} relaxed; "
+                     f"{g['instances']} instances, wrong verdicts: grammar {stages['grammar']['wrong']}, final {stages['final']['wrong']} "
+                     f"({stages['final']['invalid_accepted']} invalid accepted)")
+        lines.append(f"causes: compile errors {_counts(g['compile_errors'])}; wrong final verdicts {_counts(g['wrong_verdicts']['final'])}; "
+                     f"unexplained: {', '.join(g['unexplained']) or 'none'}")
+        if "regressions" in scores:
+            lines.append(f"regressions against {scores['config']['baseline']}: {scores['regressions']['count']} {_counts(scores['regressions']['by_cause'])}")
         lines.append(f"timing: compile p50/p99 {num(t['compile_ms']['p50'])}/{num(t['compile_ms']['p99'])} ms, "
                      f"mask p50/p99 {num(t['mask_us']['p50'], 1)}/{num(t['mask_us']['p99'], 1)} µs")
     outputs = ["scores.json"] + [p for p in ("report.md", "report.html") if (run / p).exists()]
     lines.append("wrote " + ", ".join(str(run / p) for p in outputs))
     return "\n".join(lines)
+
+
+def _counts(groups: dict[str, dict[str, Any]], top: int = 4) -> str:
+    """``cause N, cause N, +k more`` for the most frequent causes; the full list is in the report."""
+    if not groups:
+        return "none"
+    shown = [f"{k} {v['count']}" for k, v in list(groups.items())[:top]]
+    return ", ".join(shown) + (f", +{len(groups) - top} more" if len(groups) > top else "")
 
 
 def compare_command(argv: list[str]) -> int:
