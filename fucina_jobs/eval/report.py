@@ -22,6 +22,8 @@ log = logging.getLogger(__name__)
 
 #: Schema features a report tables and plots (the most common); scores.json keeps them all.
 TOP_FEATURES = 25
+#: Causes a report lists per table (the most frequent), each with three examples.
+TOP_CAUSES = 15
 
 
 @dataclass
@@ -85,6 +87,11 @@ def _conformance(scores: dict[str, Any]) -> Section:
     )])
     if c["rejects_by_reason"]:
         section.tables.append((["reject reason", "rows"], [[k, v] for k, v in c["rejects_by_reason"].items()]))
+    relaxed = c.get("relaxed") or {}
+    if relaxed.get("rows"):
+        reasons = ", ".join(f"{k} {v}" for k, v in relaxed["rejects_by_reason"].items()) or "none"
+        section.notes.append(f"Rows decoded under a relaxed schema: {relaxed['rows']}; {relaxed['records']} validated against the original "
+                             f"schema; rejects: {reasons}.")
     if "schema_coverage" in scores:
         s = scores["schema_coverage"]
         section.notes.append(f"Schemas compiled: {s['compiled']} of {s['schemas']} ({pct(s['coverage'])}).")
@@ -145,7 +152,8 @@ def _grammar(scores: dict[str, Any]) -> Section:
         f"judged ({g['valid']} valid, {g['invalid']} invalid), {g['skipped']} skipped with their schema.",
         "Grammar verdict: the mask walk alone. Final verdict: the grammar accepts the instance and it validates against the original "
         "schema, as every record of a job must.",
-        "Unexplained causes: " + (", ".join(g["unexplained"]) or "none") + ". Per-instance detail: verdicts/verdicts.parquet.",
+        f"Unexplained causes: {len(g['unexplained'])}" + (f" ({', '.join(g['unexplained'][:TOP_CAUSES])}{', …' if len(g['unexplained']) > TOP_CAUSES else ''})"
+                                                           if g["unexplained"] else "") + ". Per-instance detail: verdicts/verdicts.parquet.",
     ])
     section.tables.append((["stage", "wrong verdicts", "valid rejected", "invalid accepted"],
                            [[name, s["wrong"], s["valid_rejected"], s["invalid_accepted"]] for name, s in g["stages"].items()]))
@@ -155,18 +163,18 @@ def _grammar(scores: dict[str, Any]) -> Section:
     ]))
     if g["compile_errors"]:
         section.tables.append((["compile error cause", "schemas", "known limitation", "examples"],
-                               [[k, v["count"], v["known"] or "no", _examples(v)] for k, v in g["compile_errors"].items()]))
+                               [[k, v["count"], v["known"] or "no", _examples(v)] for k, v in _causes(g["compile_errors"])]))
     if g["relaxations"]:
-        section.tables.append((["relaxation", "schemas", "examples"], [[k, v["count"], _examples(v)] for k, v in g["relaxations"].items()]))
+        section.tables.append((["relaxation", "schemas", "examples"], [[k, v["count"], _examples(v)] for k, v in _causes(g["relaxations"])]))
     wrong = [[stage, k, v["count"], v.get("known") or ("–" if stage == "grammar" else "no"), _examples(v)]
-             for stage, groups in g["wrong_verdicts"].items() for k, v in groups.items()]
+             for stage, groups in g["wrong_verdicts"].items() for k, v in _causes(groups)]
     if wrong:
         section.tables.append((["stage", "wrong verdict cause", "instances", "known limitation", "examples"], wrong))
     if "regressions" in scores:
         r = scores["regressions"]
         section.notes.append(f"Regressions against the baseline: {r['count']}.")
         if r["by_cause"]:
-            section.tables.append((["regression", "count", "examples"], [[k, v["count"], _examples(v)] for k, v in r["by_cause"].items()]))
+            section.tables.append((["regression", "count", "examples"], [[k, v["count"], _examples(v)] for k, v in _causes(r["by_cause"])]))
     features = _top(g["by_feature"], "files")
     section.tables.append(([f"schema feature (top {len(features)} of {len(g['by_feature'])})", "schemas", "compile errors", "relaxed",
                             "instances", "final correct %"],
@@ -182,7 +190,16 @@ def _top(table: dict[str, dict[str, Any]], key: str, n: int = TOP_FEATURES) -> d
     return dict(sorted(table.items(), key=lambda kv: (-kv[1][key], kv[0]))[:n])
 
 
-def _examples(group: dict[str, Any], width: int = 100) -> str:
+def _causes(groups: dict[str, dict[str, Any]], n: int = TOP_CAUSES) -> list[tuple[str, dict[str, Any]]]:
+    """The ``n`` most frequent causes, then one row for the rest; scores.json keeps them all."""
+    rows = list(groups.items())
+    if len(rows) <= n:
+        return rows
+    rest = rows[n:]
+    return rows[:n] + [(f"({len(rest)} other causes: see scores.json)", {"count": sum(v["count"] for _, v in rest), "examples": [], "known": "–"})]
+
+
+def _examples(group: dict[str, Any], width: int = 90) -> str:
     return "; ".join(e if len(e) <= width else e[: width - 1] + "…" for e in group["examples"])
 
 

@@ -142,9 +142,11 @@ def parses_as_json(text: str | None) -> bool:
 
 
 def conformance(records: Sequence[Mapping[str, Any]], rejects: Sequence[Mapping[str, Any]], json_output: bool = True) -> dict[str, Any]:
-    """% of outputs that parse (JSON jobs only), % that validate (became records), rejects by reason."""
+    """% of outputs that parse (JSON jobs only), % that validate (became records), rejects by reason,
+    and how the rows decoded under a relaxed schema fared (``constraint.relax``)."""
     total = len(records) + len(rejects)
     reasons = Counter(r["reason"] for r in rejects)
+    relaxed_rejects = Counter(r["reason"] for r in rejects if r.get("relaxations"))
     parsed = len(records) + sum(parses_as_json(r.get("text")) for r in rejects) if json_output else None
     return {
         "rows": total,
@@ -154,6 +156,8 @@ def conformance(records: Sequence[Mapping[str, Any]], rejects: Sequence[Mapping[
         "validate_rate": _rate(len(records), total),
         "rejects": len(rejects),
         "rejects_by_reason": dict(sorted(reasons.items())),
+        "relaxed": {"rows": sum(bool(r.get("relaxations")) for r in records) + sum(relaxed_rejects.values()),
+                    "records": sum(bool(r.get("relaxations")) for r in records), "rejects_by_reason": dict(sorted(relaxed_rejects.items()))},
     }
 
 
