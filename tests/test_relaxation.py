@@ -86,10 +86,22 @@ def test_a_schema_that_compiles_is_untouched():
     assert compiled.schema is OBJECT_AB and compiled.relaxations == []
 
 
+def test_overlapping_pattern_properties_relax_only_where_other_keys_are_free():
+    free = {"type": "object", "patternProperties": {".*": {"type": "integer"}, "^a$": {"minimum": 3}, "^b$": {"maximum": 9}}}
+    compiled = compile_json_schema(free)
+    assert [str(r) for r in compiled.relaxations] == ["patternProperties=^a$", "patternProperties=^b$"]
+    assert compiled.schema["patternProperties"] == {".*": {"type": "integer"}}
+    assert not jsonschema.Draft202012Validator(free).is_valid({"a": 1}) and jsonschema.Draft202012Validator(compiled.schema).is_valid({"a": 1})
+    closed = {**free, "additionalProperties": False}  # dropping a pattern would forbid its keys: narrower, so no relaxation
+    with pytest.raises(GrammarError, match="not disjoint"):
+        compile_json_schema(closed)
+
+
 def test_causes_no_relaxation_handles_stay_errors_naming_what_was_tried():
-    overlapping = {"type": "object", "patternProperties": {".*": {"type": "integer"}, "^a$": {"type": "integer"}}, "not": {"required": ["x"]}}
+    closed = {"type": "object", "patternProperties": {".*": {"type": "integer"}, "^a$": {"type": "integer"}}, "additionalProperties": False,
+              "not": {"required": ["x"]}}
     with pytest.raises(GrammarError, match=r"job.json: .*not disjoint \(after relaxing not\)"):
-        compile_json_schema(overlapping, name="job.json")
+        compile_json_schema(closed, name="job.json")
     assert relax({"type": "string"}, "something new went wrong") is None
 
 
@@ -97,6 +109,7 @@ def test_cause_is_stable_across_schemas():
     assert cause('x.json: Unimplemented keys: ["then", "if"]') == "if/then/else"
     assert cause('<schema>: Unimplemented keys: ["uniqueItems"]') == "uniqueItems"
     assert cause("Unknown format: topic") == cause("Unknown format: path") == "format"
-    assert cause("patternProperty regexes /.*/ and /^a$/ are not disjoint") == cause("patternProperty regexes /b/ and /c/ are not disjoint (after relaxing not)")
+    assert cause("patternProperty regexes /.*/ and /^a$/ are not disjoint (after relaxing not)") == "patternProperties"
+    assert cause("x.json: Unresolved reference 'http://a/b.json#/x' in 3 places") == cause("Unresolved reference 'c' in 12 places")
     assert cause("regex parse error:\n    (?=a)\n") == "regex"
     assert str(Relaxation("format", "uri")) == "format=uri" and str(Relaxation("not")) == "not"

@@ -2,10 +2,11 @@
 
 llguidance refuses a schema that uses a keyword it does not implement (``not``,
 ``uniqueItems``, ``if``/``then``/``else``...), a format it does not know, a
-regex its engine cannot express, ``oneOf`` it cannot prove disjoint, or
-min/maxProperties over optional keys. Each refusal names its cause; ``relax``
-answers it with a *wider* schema (the keyword dropped, the format a plain
-string, ``oneOf`` as ``anyOf``), so every instance of the original schema is
+regex its engine cannot express, ``oneOf`` it cannot prove disjoint,
+min/maxProperties over optional keys, or overlapping patternProperties. Each
+refusal names its cause; ``relax`` answers it with a *wider* schema (the
+keyword dropped, the format a plain string, ``oneOf`` as ``anyOf``, one of the
+overlapping patterns dropped), so every instance of the original schema is
 still accepted, and ``compile_json_schema`` retries until the schema compiles
 or a cause no relaxation handles remains.
 
@@ -37,6 +38,7 @@ _UNKNOWN_FORMAT = re.compile(r"Unknown format: (\S+)")
 _MIN_MAX_PROPERTIES = "min/maxProperties only supported"
 _ONE_OF = "oneOf constraints are not supported"
 _REGEX = "regex parse error:"
+_OVERLAPPING = re.compile(r"patternProperty regexes /(.*)/ and /(.*)/ are not disjoint")
 _CONDITIONAL = ("if", "then", "else")
 
 # Where JSON Schema keeps subschemas: maps of them, single ones, lists of them.
@@ -76,6 +78,8 @@ def cause(error: str) -> str:
         return "oneOf"
     if _REGEX in error:
         return "regex"
+    if _OVERLAPPING.search(error):
+        return "patternProperties"
     first = error.strip().splitlines()[0] if error.strip() else "unknown"
     first = re.sub(r"^\S*\.json: |^<[a-z]+>: | \(after relaxing .*\)$", "", first)  # the caller's name and notes
     first = re.sub(r"\"[^\"]*\"|'[^']*'|`[^`]*`|\S*[/#]\S*", "…", first)  # names, paths and regexes vary by schema
@@ -99,6 +103,8 @@ def relax(schema: dict[str, Any], error: str) -> tuple[dict[str, Any], list[Rela
         return {**schema, "x-guidance": options}, [Relaxation("oneOf")]
     if _REGEX in error:
         return _relax_regex(schema, error)
+    if m := _OVERLAPPING.search(error):
+        return _relax_overlapping(schema, m.group(1), m.group(2))
     return None
 
 
@@ -160,6 +166,23 @@ def _rewrite(node: Any, edit: Callable[[dict[str, Any]], dict[str, Any]]) -> Any
 def _drop_min_max_properties(node: dict[str, Any]) -> dict[str, Any]:
     optional = set(node.get("properties") or {}) - set(node.get("required") or [])
     return _without(node, "minProperties", "maxProperties") if optional else node
+
+
+def _relax_overlapping(schema: dict[str, Any], first: str, second: str) -> tuple[dict[str, Any], list[Relaxation]] | None:
+    """Drop the second of two overlapping patternProperties where any other key is allowed anyway.
+
+    Keys matching both then need only the first's schema, keys matching only
+    the second fall to additionalProperties: wider, but only when that allows
+    anything (absent or true); otherwise nothing is relaxed."""
+
+    def edit(node: dict[str, Any]) -> dict[str, Any]:
+        props = node.get("patternProperties")
+        if isinstance(props, dict) and first in props and second in props and node.get("additionalProperties", True) is True:
+            node = {**node, "patternProperties": {k: v for k, v in props.items() if k != second}}
+        return node
+
+    relaxed = _rewrite(schema, edit)
+    return (relaxed, [Relaxation("patternProperties", second[:60])]) if relaxed != schema else None
 
 
 def _relax_regex(schema: dict[str, Any], error: str) -> tuple[dict[str, Any], list[Relaxation]] | None:

@@ -50,7 +50,7 @@ KNOWN_LIMITATIONS: dict[str, str] = {
     "oneOf": "llguidance refuses oneOf it cannot prove disjoint (relaxed: anyOf, coerce_one_of)",
     "min/maxProperties": "llguidance bounds property counts only when every listed property is required (relaxed: dropped)",
     "regex": "llguidance's regex engine has no look-around or back-references (relaxed: the pattern dropped)",
-    "patternProperty regexes … and … are not disjoint": "llguidance needs disjoint patternProperties",
+    "patternProperties": "llguidance needs disjoint patternProperties (relaxed: one dropped where other keys are free)",
     PROPERTY_ORDER: "llguidance accepts object keys only in the schema's order",
 }
 
