@@ -43,7 +43,7 @@ def test_conformance_suite(tokenizer):
     assert set(g["wrong_verdicts"]["grammar"]) == {"invalid accepted by the relaxed grammar"}
 
 
-@pytest.mark.slow  # about 30 s
+@pytest.mark.slow  # about 15 s
 @pytest.mark.skipif(not MASKBENCH.is_dir(), reason=f"no MaskBench sample at {MASKBENCH}")
 def test_maskbench_sample(tokenizer):
     files = sorted(MASKBENCH.glob("*.json"))

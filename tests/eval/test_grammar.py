@@ -93,7 +93,7 @@ def test_grammar_mode_needs_a_maskbench_dataset(tmp_path):
         evaluate(_grammar_cfg(tmp_path, tmp_path / "out"), REPO)
 
 
-@pytest.mark.slow  # about 20 s
+@pytest.mark.slow  # about 30 s
 @pytest.mark.skipif(not MASKBENCH.is_dir(), reason=f"no MaskBench sample at {MASKBENCH}")
 def test_shared_maskbench_sample(tmp_path):
     result = evaluate(_grammar_cfg(MASKBENCH, tmp_path), REPO)
