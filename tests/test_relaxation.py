@@ -103,6 +103,8 @@ def test_causes_no_relaxation_handles_stay_errors_naming_what_was_tried():
     with pytest.raises(GrammarError, match=r"job.json: .*not disjoint \(after relaxing not\)"):
         compile_json_schema(closed, name="job.json")
     assert relax({"type": "string"}, "something new went wrong") is None
+    with pytest.raises(GrammarError, match="object schema"):  # llguidance takes no boolean schema with options; nothing to relax
+        compile_json_schema(False)
 
 
 def test_cause_is_stable_across_schemas():

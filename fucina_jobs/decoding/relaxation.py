@@ -61,7 +61,7 @@ class Relaxation:
 
 class Compiled(NamedTuple):
     grammar: str  # llguidance's grammar JSON
-    schema: dict[str, Any]  # the schema that compiled: the original unless relaxations is non-empty
+    schema: dict[str, Any] | bool  # the schema that compiled: the original unless relaxations is non-empty
     relaxations: list[Relaxation]
 
 
@@ -108,7 +108,7 @@ def relax(schema: dict[str, Any], error: str) -> tuple[dict[str, Any], list[Rela
     return None
 
 
-def compile_json_schema(schema: dict[str, Any], *, whitespace_flexible: bool = False, relax_schema: bool = True,
+def compile_json_schema(schema: dict[str, Any] | bool, *, whitespace_flexible: bool = False, relax_schema: bool = True,
                         name: str = "<schema>") -> Compiled:
     """Compile ``schema`` strictly; on a refusal a relaxation handles (``relax_schema``), relax and retry.
 
@@ -116,10 +116,10 @@ def compile_json_schema(schema: dict[str, Any], *, whitespace_flexible: bool = F
     relaxations: list[Relaxation] = []
     current = schema
     while True:
-        problem = _refusal(current, whitespace_flexible)
-        if problem is None:
-            return Compiled(_grammar(current, whitespace_flexible), current, relaxations)
-        step = relax(current, problem) if relax_schema and len(relaxations) < MAX_RELAXATIONS else None
+        grammar, problem = _compile(current, whitespace_flexible)
+        if not problem:
+            return Compiled(grammar, current, relaxations)
+        step = relax(current, problem) if relax_schema and isinstance(current, dict) and len(relaxations) < MAX_RELAXATIONS else None
         if step is None or step[0] == current:
             tried = f" (after relaxing {', '.join(map(str, relaxations))})" if relaxations else ""
             raise GrammarError(f"{name}: {problem}{tried}")
@@ -130,16 +130,13 @@ def compile_json_schema(schema: dict[str, Any], *, whitespace_flexible: bool = F
 # -- internals ---------------------------------------------------------------------
 
 
-def _grammar(schema: dict[str, Any], whitespace_flexible: bool) -> str:
-    return llguidance.LLMatcher.grammar_from_json_schema(schema, defaults={"whitespace_flexible": whitespace_flexible})
-
-
-def _refusal(schema: dict[str, Any], whitespace_flexible: bool) -> str | None:
+def _compile(schema: dict[str, Any] | bool, whitespace_flexible: bool) -> tuple[str, str]:
+    """(llguidance's grammar, its refusal or ""): the check needs no tokenizer."""
     try:
-        grammar = _grammar(schema, whitespace_flexible)
+        grammar = llguidance.LLMatcher.grammar_from_json_schema(schema, defaults={"whitespace_flexible": whitespace_flexible})
     except ValueError as err:
-        return str(err)
-    return llguidance.LLMatcher.validate_grammar(grammar) or None
+        return "", str(err)
+    return grammar, llguidance.LLMatcher.validate_grammar(grammar)
 
 
 def _without(node: dict[str, Any], *keys: str) -> dict[str, Any]:
