@@ -90,8 +90,9 @@ def _conformance(scores: dict[str, Any]) -> Section:
     relaxed = c.get("relaxed") or {}
     if relaxed.get("rows"):
         reasons = ", ".join(f"{k} {v}" for k, v in relaxed["rejects_by_reason"].items()) or "none"
-        section.notes.append(f"Rows decoded under a relaxed schema: {relaxed['rows']}; {relaxed['records']} validated against the original "
-                             f"schema; rejects: {reasons}.")
+        causes = ", ".join(f"{k} {v}" for k, v in relaxed["rows_by_cause"].items())
+        section.notes.append(f"Rows decoded under a relaxed schema: {relaxed['rows']} ({causes}); {relaxed['records']} validated against the "
+                             f"original schema; rejects: {reasons}.")
     if "schema_coverage" in scores:
         s = scores["schema_coverage"]
         section.notes.append(f"Schemas compiled: {s['compiled']} of {s['schemas']} ({pct(s['coverage'])}).")

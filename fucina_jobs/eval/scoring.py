@@ -147,6 +147,7 @@ def conformance(records: Sequence[Mapping[str, Any]], rejects: Sequence[Mapping[
     total = len(records) + len(rejects)
     reasons = Counter(r["reason"] for r in rejects)
     relaxed_rejects = Counter(r["reason"] for r in rejects if r.get("relaxations"))
+    relaxed_causes = Counter(c for r in [*records, *rejects] for c in {x.split("=")[0] for x in r.get("relaxations") or []})
     parsed = len(records) + sum(parses_as_json(r.get("text")) for r in rejects) if json_output else None
     return {
         "rows": total,
@@ -157,7 +158,8 @@ def conformance(records: Sequence[Mapping[str, Any]], rejects: Sequence[Mapping[
         "rejects": len(rejects),
         "rejects_by_reason": dict(sorted(reasons.items())),
         "relaxed": {"rows": sum(bool(r.get("relaxations")) for r in records) + sum(relaxed_rejects.values()),
-                    "records": sum(bool(r.get("relaxations")) for r in records), "rejects_by_reason": dict(sorted(relaxed_rejects.items()))},
+                    "records": sum(bool(r.get("relaxations")) for r in records), "rejects_by_reason": dict(sorted(relaxed_rejects.items())),
+                    "rows_by_cause": dict(relaxed_causes.most_common())},
     }
 
 
