@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 class Evaluation:
     run_dir: Path
     scores: dict[str, Any]
-    ok: bool  # the job completed, and (grammar mode) no failure the known limitations do not explain
+    ok: bool  # the job completed; grammar mode: no cause the known limitations do not explain, or no regression against eval.baseline
 
 
 def evaluate(cfg: JobConfig, base: Path, resolved: dict[str, Any] | None = None) -> Evaluation:
