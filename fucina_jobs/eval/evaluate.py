@@ -2,7 +2,8 @@
 
 ``generate`` mode scores a run's records, rejects and stats; ``grammar`` mode
 needs no model at all, only its tokenizer, and judges MaskBench instances by
-walking the constraint's mask. Either way the run directory ends with
+walking the constraint's mask, then validating them against the original schema
+(two verdicts, ``maskbench``). Either way the run directory ends with
 ``scores.json`` (holding the content hash) and, unless ``eval.report=false``,
 ``report.md`` and ``report.html``.
 """
