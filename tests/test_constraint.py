@@ -298,3 +298,16 @@ def test_one_processor_reused_sequentially_after_a_failure(person, tokenizer, ti
     fresh = decode(tiny_runner, [Request("ok", prompt, person.clone(), max_tokens=30)])["ok"]
     assert gens["ok"].finish_reason == fresh.finish_reason != "error"
     assert gens["ok"].tokens == fresh.tokens
+
+
+def test_allows_reads_the_mask_that_process_applies(tokenizer):
+    """The conformance walk reads single bits (``allows``); they must be the mask ``process`` applies."""
+    c = Constraint.json_schema(PERSON, tokenizer, stop_token=STOP)
+    sample = sorted(set(range(0, VOCAB, 97)) | {STOP})
+    for token in encode(tokenizer, '{"name":"Ada","age":3,"tags":[]}') + [None]:
+        mask = allowed_mask(c)
+        probe = sorted(set(sample) | set(torch.nonzero(mask).flatten().tolist()))
+        assert [c.allows(t) for t in probe] == [bool(mask[t]) for t in probe]
+        if token is not None:
+            c.commit(token)
+    assert c.allows(STOP)

@@ -148,6 +148,15 @@ class Constraint(LogitProcessor):
         bits = np.unpackbits(self._bitmask.view(np.uint8), bitorder="little")[: self.vocab_size]
         return torch.from_numpy(bits.astype(bool))
 
+    def allows(self, token: int) -> bool:
+        """Is ``token`` in the mask now? The same llguidance mask ``process`` applies, read for one token:
+        a conformance walk judges thousands of instances and needs no logits row."""
+        if not self._matcher.is_error():
+            self._matcher.unsafe_compute_mask_ptr(self._bitmask.ctypes.data, self._bitmask.nbytes)
+        if self._matcher.is_error():
+            return token == self.stop_token  # as process: a failed matcher allows only the stop token
+        return bool(self._bitmask[token >> 5] >> (token & 31) & 1)
+
     def _note_error(self) -> None:
         self.errors += 1
         log.warning("constraint %s: matcher error, forcing the stop token: %s", self.name, self._matcher.get_error())

@@ -38,7 +38,9 @@ def summary(scores: dict[str, Any]) -> str:
     if "conformance" in scores:
         c = scores["conformance"]
         reasons = ", ".join(f"{k} {v}" for k, v in c["rejects_by_reason"].items()) or "none"
-        lines.append(f"conformance: {c['rows']} rows, parse {pct(c['parse_rate'])}, validate {pct(c['validate_rate'])}; rejects: {reasons}")
+        relaxed = c.get("relaxed") or {}
+        lines.append(f"conformance: {c['rows']} rows, parse {pct(c['parse_rate'])}, validate {pct(c['validate_rate'])}; rejects: {reasons}"
+                     + (f"; relaxed schema: {relaxed['rows']} rows, {relaxed['records']} valid" if relaxed.get("rows") else ""))
     if "schema_coverage" in scores:
         lines.append(f"schemas compiled: {pct(scores['schema_coverage']['coverage'])}")
     if "accuracy" in scores:
@@ -52,13 +54,33 @@ def summary(scores: dict[str, Any]) -> str:
                      f"{num(e['mask_us_p50'], 1)}/{num(e['mask_us_p99'], 1)} µs")
     if "grammar" in scores:
         g, t = scores["grammar"], scores["timing"]
-        lines.append(f"grammar: {g['files']} schemas, {len(g['compile_errors'])} compile errors, {g['instances']} instances, "
-                     f"{g['wrong_verdicts']} wrong verdicts; unexplained: {', '.join(g['unexpected']) or 'none'}")
+        stages = g["stages"]
+        lines.append(f"grammar: {g['files']} schemas, {g['compiled']} compiled ({pct(g['coverage'])}), {g['relaxed']} relaxed; "
+                     f"{g['instances']} instances, wrong verdicts: grammar {stages['grammar']['wrong']}, final {stages['final']['wrong']} "
+                     f"({stages['final']['invalid_accepted']} invalid accepted)")
+        lines.append(f"compile errors by cause: {_counts(g['compile_errors'])}")
+        lines.append(f"wrong final verdicts by cause: {_counts(g['wrong_verdicts']['final'])}; unexplained: {_first(g['unexplained'])}")
+        if "regressions" in scores:
+            lines.append(f"regressions against {scores['config']['baseline']}: {scores['regressions']['count']} ({_counts(scores['regressions']['by_cause'])})")
         lines.append(f"timing: compile p50/p99 {num(t['compile_ms']['p50'])}/{num(t['compile_ms']['p99'])} ms, "
                      f"mask p50/p99 {num(t['mask_us']['p50'], 1)}/{num(t['mask_us']['p99'], 1)} µs")
     outputs = ["scores.json"] + [p for p in ("report.md", "report.html") if (run / p).exists()]
     lines.append("wrote " + ", ".join(str(run / p) for p in outputs))
     return "\n".join(lines)
+
+
+def _counts(groups: dict[str, dict[str, Any]], top: int = 3) -> str:
+    """``cause N, cause N, +k more`` for the most frequent causes; the full list is in the report."""
+    if not groups:
+        return "none"
+    shown = [f"{k} {v['count']}" for k, v in list(groups.items())[:top]]
+    return ", ".join(shown) + (f", +{len(groups) - top} more" if len(groups) > top else "")
+
+
+def _first(items: list[str], top: int = 3) -> str:
+    if not items:
+        return "none"
+    return ", ".join(items[:top]) + (f", +{len(items) - top} more" if len(items) > top else "")
 
 
 def compare_command(argv: list[str]) -> int:

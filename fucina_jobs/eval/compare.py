@@ -75,7 +75,7 @@ def _short(row: dict | None, width: int = 100) -> str:
     if "text" in row:
         text = row["text"] if len(row["text"] or "") <= width else row["text"][: width - 1] + "…"
         return f"{row['reason'] or 'record'}: {text!r}"
-    return f"expected={row['expected']} accepted={row['accepted']} compile_error={row['compile_error']!r}"
+    return f"expected={row['expected']} accepted={row['accepted']} final={row.get('final')} compile_error={row['compile_error']!r}"
 
 
 def format_comparison(c: Comparison, a: Path, b: Path, limit: int = 20) -> str:

@@ -2,7 +2,8 @@
 
 ``generate`` mode scores a run's records, rejects and stats; ``grammar`` mode
 needs no model at all, only its tokenizer, and judges MaskBench instances by
-walking the constraint's mask. Either way the run directory ends with
+walking the constraint's mask, then validating them against the original schema
+(two verdicts, ``maskbench``). Either way the run directory ends with
 ``scores.json`` (holding the content hash) and, unless ``eval.report=false``,
 ``report.md`` and ``report.html``.
 """
@@ -16,11 +17,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+
 from ..pipeline.config import ConfigError, JobConfig, validate
 from ..pipeline.driver import Job, file_hash, fingerprint, package_version, utc_now
 from ..pipeline.sink import META_FIELDS, write_json, write_table
 from . import scoring
-from .runs import VERDICTS, Run, content_hash, read_run
+from .runs import VERDICT_SCHEMA, VERDICTS, Run, content_hash, read_run
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +32,7 @@ log = logging.getLogger(__name__)
 class Evaluation:
     run_dir: Path
     scores: dict[str, Any]
-    ok: bool  # the job completed, and (grammar mode) no failure the known limitations do not explain
+    ok: bool  # the job completed; grammar mode: no cause the known limitations do not explain, or no regression against eval.baseline
 
 
 def evaluate(cfg: JobConfig, base: Path, resolved: dict[str, Any] | None = None) -> Evaluation:
@@ -137,12 +140,9 @@ def _grammar(cfg: JobConfig, base: Path, resolved: dict[str, Any] | None) -> Eva
     started = utc_now()
     model_path = resolve_source(cfg.model.source)
     tokenizer = load_tokenizer(cfg.model.source)
-    report = run_suite(files, tokenizer, stop_token=min(stop_tokens(tokenizer)))
-    import pyarrow as pa
-
+    report = run_suite(files, tokenizer, stop_token=min(stop_tokens(tokenizer)), relax=cfg.constraint.relax == "auto")
     shutil.rmtree(out / VERDICTS, ignore_errors=True)
-    schema = pa.schema([("file", pa.string()), ("instance", pa.int64()), ("expected", pa.bool_()), ("accepted", pa.bool_()), ("compile_error", pa.string())])
-    write_table(out / VERDICTS / "verdicts.parquet", pa.Table.from_pylist(report["verdicts"], schema=schema))
+    write_table(out / VERDICTS / "verdicts.parquet", pa.Table.from_pylist(report["verdicts"], schema=VERDICT_SCHEMA))
     write_json(out / "manifest.json", {
         "name": cfg.name, "mode": "grammar", "fingerprint": fingerprint(cfg), "config": resolved or cfg.model_dump(),
         "hashes": {"dataset": file_hash(suite), "tokenizer": _tokenizer_hash(Path(model_path)) if Path(model_path).is_dir() else model_path},
@@ -153,7 +153,17 @@ def _grammar(cfg: JobConfig, base: Path, resolved: dict[str, Any] | None) -> Eva
     scores = _header(run, cfg, "grammar")
     scores["grammar"] = scoring.grammar_scores(report, KNOWN_LIMITATIONS)
     scores["timing"] = scoring.grammar_timing(report)
-    return Evaluation(out, scores, not scores["grammar"]["unexpected"])
+    if cfg.eval.baseline:
+        scores["regressions"] = scoring.regressions(_baseline_verdicts(base / cfg.eval.baseline), report["verdicts"])
+        return Evaluation(out, scores, not scores["regressions"]["count"])
+    return Evaluation(out, scores, not scores["grammar"]["unexplained"])
+
+
+def _baseline_verdicts(path: Path) -> list[dict[str, Any]]:
+    run = read_run(path.resolve())
+    if not run.verdicts:
+        raise ConfigError(f"eval.baseline={path}: no verdicts/ there; give the output.dir of an earlier eval.mode=grammar run")
+    return run.verdicts
 
 
 def _tokenizer_hash(model_dir: Path) -> str:
@@ -171,11 +181,13 @@ def _tokenizer_hash(model_dir: Path) -> str:
 def _header(run: Run, cfg: JobConfig, mode: str) -> dict[str, Any]:
     manifest = run.manifest or {}
     d, r = cfg.decoding, cfg.runtime
-    setup = {"model": cfg.model.source, "dtype": cfg.model.dtype, "constraint": getattr(cfg.constraint, cfg.constraint.kind) if cfg.constraint.kind else f"per row ({cfg.dataset.schema_field})",
-             "dataset": cfg.dataset.path, "gold": cfg.eval.gold}
-    if mode == "generate":
-        setup |= {"temperature": d.temperature, "seed": d.seed, "max_tokens": d.max_tokens, "replicas": r.replicas, "streams": r.streams,
-                  "speculative": d.speculative.enabled}
+    constraint = getattr(cfg.constraint, cfg.constraint.kind) if cfg.constraint.kind else f"per row ({cfg.dataset.schema_field})"
+    setup = {"constraint": constraint, "relax": cfg.constraint.relax, "dataset": cfg.dataset.path}
+    if mode == "grammar":  # no model runs: only its tokenizer matters
+        setup |= {"tokenizer": cfg.model.source, "baseline": cfg.eval.baseline}
+    else:
+        setup |= {"model": cfg.model.source, "dtype": cfg.model.dtype, "gold": cfg.eval.gold, "temperature": d.temperature, "seed": d.seed,
+                  "max_tokens": d.max_tokens, "replicas": r.replicas, "streams": r.streams, "speculative": d.speculative.enabled}
     return {
         "name": cfg.name, "mode": mode, "run_dir": str(run.path), "content_hash": content_hash(run),
         "fingerprint": manifest.get("fingerprint"), "status": manifest.get("status"), "config": setup,

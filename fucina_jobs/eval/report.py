@@ -20,6 +20,11 @@ from typing import Any, Sequence
 
 log = logging.getLogger(__name__)
 
+#: Schema features a report tables and plots (the most common); scores.json keeps them all.
+TOP_FEATURES = 25
+#: Causes a report lists per table (the most frequent), each with three examples.
+TOP_CAUSES = 15
+
 
 @dataclass
 class Plot:
@@ -64,7 +69,7 @@ def build(scores: dict[str, Any]) -> list[Section]:
     if "efficiency" in scores:
         sections.append(_efficiency(scores["efficiency"]))
     if "grammar" in scores:
-        sections.append(_grammar(scores["grammar"], scores.get("timing", {})))
+        sections.append(_grammar(scores))
     return sections
 
 
@@ -82,13 +87,20 @@ def _conformance(scores: dict[str, Any]) -> Section:
     )])
     if c["rejects_by_reason"]:
         section.tables.append((["reject reason", "rows"], [[k, v] for k, v in c["rejects_by_reason"].items()]))
+    relaxed = c.get("relaxed") or {}
+    if relaxed.get("rows"):
+        reasons = ", ".join(f"{k} {v}" for k, v in relaxed["rejects_by_reason"].items()) or "none"
+        causes = ", ".join(f"{k} {v}" for k, v in relaxed["rows_by_cause"].items())
+        section.notes.append(f"Rows decoded under a relaxed schema: {relaxed['rows']} ({causes}); {relaxed['records']} validated against the "
+                             f"original schema; rejects: {reasons}.")
     if "schema_coverage" in scores:
         s = scores["schema_coverage"]
         section.notes.append(f"Schemas compiled: {s['compiled']} of {s['schemas']} ({pct(s['coverage'])}).")
     if scores.get("by_feature"):
-        table = scores["by_feature"]
-        section.tables.append((["schema feature", "rows", "valid", "valid %"], [[k, v["rows"], v["valid"], pct(v["valid_rate"])] for k, v in table.items()]))
-        section.plots.append(Plot("conformance_by_feature", "Valid outputs by schema feature", list(table),
+        table = _top(scores["by_feature"], "rows")
+        section.tables.append(([f"schema feature (top {len(table)} of {len(scores['by_feature'])})", "rows", "valid", "valid %"],
+                               [[k, v["rows"], v["valid"], pct(v["valid_rate"])] for k, v in table.items()]))
+        section.plots.append(Plot("conformance_by_feature", f"Valid outputs, top {len(table)} schema features", list(table),
                                   [v["valid_rate"] or 0.0 for v in table.values()], "valid", horizontal=True, limit=1.0))
     return section
 
@@ -134,30 +146,62 @@ def _efficiency(e: dict[str, Any]) -> Section:
     return section
 
 
-def _grammar(g: dict[str, Any], timing: dict[str, Any]) -> Section:
+def _grammar(scores: dict[str, Any]) -> Section:
+    g, timing = scores["grammar"], scores.get("timing", {})
     section = Section("Grammar-only conformance (MaskBench protocol)", notes=[
-        f"{g['files']} schemas, {g['compiled']} compiled; {g['instances']} instances judged ({g['valid']} valid, {g['invalid']} invalid, "
-        f"{g['skipped']} skipped with their schema); {g['wrong_verdicts']} wrong verdicts.",
-        "Unexplained failures: " + (", ".join(g["unexpected"]) if g["unexpected"] else "none") + ".",
+        f"{g['files']} schemas, {g['compiled']} compiled ({pct(g['coverage'])}), {g['relaxed']} of them relaxed; {g['instances']} instances "
+        f"judged ({g['valid']} valid, {g['invalid']} invalid), {g['skipped']} skipped with their schema.",
+        "Grammar verdict: the mask walk alone. Final verdict: the grammar accepts the instance and it validates against the original "
+        "schema, as every record of a job must.",
+        f"Unexplained causes: {len(g['unexplained'])}" + (f" ({', '.join(g['unexplained'][:TOP_CAUSES])}{', …' if len(g['unexplained']) > TOP_CAUSES else ''})"
+                                                           if g["unexplained"] else "") + ". Per-instance detail: verdicts/verdicts.parquet.",
     ])
+    section.tables.append((["stage", "wrong verdicts", "valid rejected", "invalid accepted"],
+                           [[name, s["wrong"], s["valid_rejected"], s["invalid_accepted"]] for name, s in g["stages"].items()]))
     section.tables.append((["", "p50", "p99"], [
         ["compile ms", num((timing.get("compile_ms") or {}).get("p50")), num((timing.get("compile_ms") or {}).get("p99"))],
         ["mask µs", num((timing.get("mask_us") or {}).get("p50"), 1), num((timing.get("mask_us") or {}).get("p99"), 1)],
     ]))
     if g["compile_errors"]:
-        section.tables.append((["schema", "compile error", "known limitation"],
-                               [[k, v["error"], v["known"] or "no"] for k, v in g["compile_errors"].items()]))
-    wrong = [[k, "valid rejected", ", ".join(map(str, v))] for k, v in g["valid_rejected"].items()]
-    wrong += [[k, "invalid accepted", ", ".join(map(str, v))] for k, v in g["invalid_accepted"].items()]
+        section.tables.append((["compile error cause", "schemas", "known limitation", "examples"],
+                               [[k, v["count"], v["known"] or "no", _examples(v)] for k, v in _causes(g["compile_errors"])]))
+    if g["relaxations"]:
+        section.tables.append((["relaxation", "schemas", "examples"], [[k, v["count"], _examples(v)] for k, v in _causes(g["relaxations"])]))
+    wrong = [[stage, k, v["count"], v.get("known") or ("–" if stage == "grammar" else "no"), _examples(v)]
+             for stage, groups in g["wrong_verdicts"].items() for k, v in _causes(groups)]
     if wrong:
-        section.tables.append((["schema", "wrong verdict", "instances"], wrong))
-    features = g["by_feature"]
-    section.tables.append((["schema feature", "schemas", "compile errors", "instances", "wrong", "correct %"],
-                           [[k, v["files"], v["compile_errors"], v["instances"], v["wrong"], pct(v["correct_rate"])] for k, v in features.items()]))
-    section.plots.append(Plot("conformance_by_feature", "Correct verdicts by schema feature", list(features),
-                              [v["correct_rate"] if v["correct_rate"] is not None else 0.0 for v in features.values()], "correct verdicts",
+        section.tables.append((["stage", "wrong verdict cause", "instances", "known limitation", "examples"], wrong))
+    if "regressions" in scores:
+        r = scores["regressions"]
+        section.notes.append(f"Regressions against the baseline: {r['count']}.")
+        if r["by_cause"]:
+            section.tables.append((["regression", "count", "examples"], [[k, v["count"], _examples(v)] for k, v in _causes(r["by_cause"])]))
+    features = _top(g["by_feature"], "files")
+    section.tables.append(([f"schema feature (top {len(features)} of {len(g['by_feature'])})", "schemas", "compile errors", "relaxed",
+                            "instances", "final correct %"],
+                           [[k, v["files"], v["compile_errors"], v["relaxed"], v["instances"], pct(v["correct_rate"])] for k, v in features.items()]))
+    section.plots.append(Plot("conformance_by_feature", f"Correct final verdicts, top {len(features)} schema features", list(features),
+                              [v["correct_rate"] if v["correct_rate"] is not None else 0.0 for v in features.values()], "correct final verdicts",
                               horizontal=True, limit=1.0))
     return section
+
+
+def _top(table: dict[str, dict[str, Any]], key: str, n: int = TOP_FEATURES) -> dict[str, dict[str, Any]]:
+    """The ``n`` most common entries (by ``key``); the full table stays in scores.json."""
+    return dict(sorted(table.items(), key=lambda kv: (-kv[1][key], kv[0]))[:n])
+
+
+def _causes(groups: dict[str, dict[str, Any]], n: int = TOP_CAUSES) -> list[tuple[str, dict[str, Any]]]:
+    """The ``n`` most frequent causes, then one row for the rest; scores.json keeps them all."""
+    rows = list(groups.items())
+    if len(rows) <= n:
+        return rows
+    rest = rows[n:]
+    return rows[:n] + [(f"({len(rest)} other causes: see scores.json)", {"count": sum(v["count"] for _, v in rest), "examples": [], "known": "–"})]
+
+
+def _examples(group: dict[str, Any], width: int = 90) -> str:
+    return "; ".join(e if len(e) <= width else e[: width - 1] + "…" for e in group["examples"])
 
 
 # -- rendering ------------------------------------------------------------------------

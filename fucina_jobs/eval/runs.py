@@ -13,12 +13,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 
-#: Written by ``eval.mode=grammar`` in place of records and rejects.
+#: Written by ``eval.mode=grammar`` in place of records and rejects: one row per instance
+#: (instance -1 for a schema that did not compile), the per-file detail the report leaves out.
 VERDICTS = "verdicts"
+VERDICT_SCHEMA = pa.schema([
+    ("file", pa.string()), ("instance", pa.int64()), ("expected", pa.bool_()),
+    ("accepted", pa.bool_()),  # the grammar verdict
+    ("final", pa.bool_()),  # accepted and valid against the original schema
+    ("cause", pa.string()),  # why a verdict is wrong at either stage
+    ("compile_error", pa.string()), ("relaxations", pa.list_(pa.string())),
+])
 _CONTENT_KEYS = ("row_id", "text", "reason", "finish_reason")
-_VERDICT_KEYS = ("file", "instance", "expected", "accepted", "compile_error")
+_VERDICT_KEYS = tuple(VERDICT_SCHEMA.names)
 
 
 @dataclass
@@ -54,7 +63,7 @@ def _read_json(path: Path) -> dict[str, Any] | None:
 
 def read_run(path: Path) -> Run:
     """Everything ``eval`` and ``compare`` need from a run directory (missing parts are empty)."""
-    meta = ["record_id", "row_id", "text", "finish_reason", "prompt_tokens", "generated_tokens"]
+    meta = ["record_id", "row_id", "text", "finish_reason", "prompt_tokens", "generated_tokens", "relaxations"]
     return Run(
         path=path,
         records=_read_dir(path / "records", meta),

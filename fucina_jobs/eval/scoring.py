@@ -142,9 +142,12 @@ def parses_as_json(text: str | None) -> bool:
 
 
 def conformance(records: Sequence[Mapping[str, Any]], rejects: Sequence[Mapping[str, Any]], json_output: bool = True) -> dict[str, Any]:
-    """% of outputs that parse (JSON jobs only), % that validate (became records), rejects by reason."""
+    """% of outputs that parse (JSON jobs only), % that validate (became records), rejects by reason,
+    and how the rows decoded under a relaxed schema fared (``constraint.relax``)."""
     total = len(records) + len(rejects)
     reasons = Counter(r["reason"] for r in rejects)
+    relaxed_rejects = Counter(r["reason"] for r in rejects if r.get("relaxations"))
+    relaxed_causes = Counter(c for r in [*records, *rejects] for c in {x.split("=")[0] for x in r.get("relaxations") or []})
     parsed = len(records) + sum(parses_as_json(r.get("text")) for r in rejects) if json_output else None
     return {
         "rows": total,
@@ -154,6 +157,9 @@ def conformance(records: Sequence[Mapping[str, Any]], rejects: Sequence[Mapping[
         "validate_rate": _rate(len(records), total),
         "rejects": len(rejects),
         "rejects_by_reason": dict(sorted(reasons.items())),
+        "relaxed": {"rows": sum(bool(r.get("relaxations")) for r in records) + sum(relaxed_rejects.values()),
+                    "records": sum(bool(r.get("relaxations")) for r in records), "rejects_by_reason": dict(sorted(relaxed_rejects.items())),
+                    "rows_by_cause": dict(relaxed_causes.most_common())},
     }
 
 
@@ -231,39 +237,93 @@ def efficiency(stats: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 # -- grammar-only conformance -----------------------------------------------------
 
 
-def grammar_scores(report: Mapping[str, Any], known: Mapping[str, str]) -> dict[str, Any]:
-    """Summarise ``maskbench.run_suite``: compile errors, wrong verdicts, per-feature split.
+def by_cause(items: Iterable[tuple[str, str]], known: Mapping[str, str] | None = None, examples: int = 3) -> dict[str, dict[str, Any]]:
+    """Group (cause, example) pairs: count, the first ``examples`` examples and, given ``known``, why it is known.
 
-    ``unexpected`` lists the files with a compile error or a wrong verdict that
-    ``known`` (file name -> why) does not explain; a clean suite has none."""
-    wrong_files = set(report["valid_rejected"]) | set(report["invalid_accepted"])
-    features: dict[str, dict[str, Any]] = {}
-    per_file_instances = Counter(v["file"] for v in report["verdicts"] if v["instance"] >= 0)
-    for name, names in report["features"].items():
-        wrong = len(report["valid_rejected"].get(name, [])) + len(report["invalid_accepted"].get(name, []))
-        for feature in names or ["(none)"]:
-            entry = features.setdefault(feature, {"files": 0, "compile_errors": 0, "instances": 0, "wrong": 0})
-            entry["files"] += 1
-            entry["compile_errors"] += name in report["compile_errors"]
-            entry["instances"] += per_file_instances[name]
-            entry["wrong"] += wrong
-    for entry in features.values():
-        entry["correct_rate"] = _rate(entry["instances"] - entry["wrong"], entry["instances"])
-    failing = set(report["compile_errors"]) | wrong_files
+    Most frequent cause first; this is what keeps a 10,000-schema report short."""
+    groups: dict[str, dict[str, Any]] = {}
+    for cause, example in items:
+        entry = groups.setdefault(cause, {"count": 0, "examples": []})
+        entry["count"] += 1
+        if len(entry["examples"]) < examples:
+            entry["examples"].append(example)
+    if known is not None:
+        for cause, entry in groups.items():
+            entry["known"] = known.get(cause)
+    return dict(sorted(groups.items(), key=lambda kv: (-kv[1]["count"], kv[0])))
+
+
+def grammar_scores(report: Mapping[str, Any], known: Mapping[str, str]) -> dict[str, Any]:
+    """Summarise ``maskbench.run_suite`` by cause: compile errors, relaxations, wrong verdicts at both stages.
+
+    The grammar stage is the mask walk; the final stage adds post-validation
+    against the original schema, as a job does. ``unexplained`` lists the causes
+    of compile errors and wrong final verdicts that ``known`` (cause -> why)
+    does not explain; a clean suite has none. Per-instance detail stays in the
+    verdicts Parquet."""
+    from ..decoding.relaxation import cause as compile_cause
+
+    judged = [v for v in report["verdicts"] if v["instance"] >= 0]
+    grammar_wrong = [v for v in judged if v["accepted"] != v["expected"]]
+    final_wrong = [v for v in judged if v["final"] != v["expected"]]
+    compile_errors = by_cause(((compile_cause(err), f"{name}: {err}") for name, err in sorted(report["compile_errors"].items())), known)
+    relaxations = by_cause((r.split("=")[0], f"{name}: {r}") for name, rs in sorted(report["relaxations"].items()) for r in rs)
+    label = lambda v: f"{v['file']}#{v['instance']}"  # noqa: E731
     return {
         "files": report["files"],
         "compiled": report["files"] - len(report["compile_errors"]),
+        "coverage": _rate(report["files"] - len(report["compile_errors"]), report["files"]),
+        "relaxed": len(report["relaxations"]),
         "instances": report["instances"],
         "valid": report["valid"],
         "invalid": report["invalid"],
         "skipped": report["skipped"],
-        "compile_errors": {name: {"error": err, "known": known.get(name)} for name, err in sorted(report["compile_errors"].items())},
-        "valid_rejected": dict(sorted(report["valid_rejected"].items())),
-        "invalid_accepted": dict(sorted(report["invalid_accepted"].items())),
-        "wrong_verdicts": sum(map(len, report["valid_rejected"].values())) + sum(map(len, report["invalid_accepted"].values())),
-        "by_feature": dict(sorted(features.items())),
-        "unexpected": sorted(name for name in failing if name not in known),
+        "stages": {name: _stage(judged, key) for name, key in (("grammar", "accepted"), ("final", "final"))},
+        "compile_errors": compile_errors,
+        "relaxations": relaxations,
+        "wrong_verdicts": {"grammar": by_cause((v["cause"], label(v)) for v in grammar_wrong),
+                           "final": by_cause(((v["cause"], label(v)) for v in final_wrong), known)},
+        "by_feature": _grammar_by_feature(report, judged),
+        "unexplained": sorted({c for c, e in compile_errors.items() if not e["known"]} | {v["cause"] for v in final_wrong if v["cause"] not in known}),
     }
+
+
+def regressions(baseline: Sequence[Mapping[str, Any]], verdicts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """What got worse since ``baseline`` (an earlier run's verdicts): schemas that compiled then and
+    not now, instances whose final verdict was right then and is wrong now. Files new to the suite are not regressions."""
+    before = {(v["file"], v["instance"]): v for v in baseline}
+    compiled_before = {v["file"] for v in baseline if v["instance"] >= 0}
+    found: list[tuple[str, str]] = []
+    for v in verdicts:
+        old = before.get((v["file"], v["instance"]))
+        if v["instance"] < 0 and v["file"] in compiled_before:
+            found.append(("no longer compiles", f"{v['file']}: {v['compile_error']}"))
+        elif v["instance"] >= 0 and old is not None and old.get("final", old["accepted"]) == old["expected"] and v["final"] != v["expected"]:
+            found.append((f"now wrong: {v['cause']}", f"{v['file']}#{v['instance']}"))
+    return {"count": len(found), "by_cause": by_cause(found)}
+
+
+def _stage(judged: Sequence[Mapping[str, Any]], key: str) -> dict[str, Any]:
+    valid_rejected = sum(v["expected"] and not v[key] for v in judged)
+    invalid_accepted = sum(not v["expected"] and v[key] for v in judged)
+    return {"wrong": valid_rejected + invalid_accepted, "valid_rejected": valid_rejected, "invalid_accepted": invalid_accepted}
+
+
+def _grammar_by_feature(report: Mapping[str, Any], judged: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per schema feature: instances of schemas that did not compile count as not correct."""
+    right = Counter(v["file"] for v in judged if v["final"] == v["expected"])
+    table: dict[str, dict[str, Any]] = {}
+    for name, names in report["features"].items():
+        for feature in names or ["(none)"]:
+            entry = table.setdefault(feature, {"files": 0, "compile_errors": 0, "relaxed": 0, "instances": 0, "correct": 0})
+            entry["files"] += 1
+            entry["compile_errors"] += name in report["compile_errors"]
+            entry["relaxed"] += name in report["relaxations"]
+            entry["instances"] += report["tests"][name]
+            entry["correct"] += right[name]
+    for entry in table.values():
+        entry["correct_rate"] = _rate(entry["correct"], entry["instances"])
+    return dict(sorted(table.items()))
 
 
 def grammar_timing(report: Mapping[str, Any]) -> dict[str, Any]:

@@ -49,6 +49,8 @@ class ConstraintConfig(_Section):
     regex: str | None = None
     pydantic_model: str | None = Field(None, description="'module:Class' that records must also validate against")
     whitespace_flexible: bool = False
+    relax: Literal["auto", "off"] = Field("auto", description="auto: a JSON schema llguidance refuses is widened until it compiles; "
+                                          "outputs are still validated against the original schema")
 
     @model_validator(mode="after")
     def _at_most_one(self) -> "ConstraintConfig":
@@ -129,6 +131,7 @@ class EvalConfig(_Section):
     gold: str | None = Field(None, description="gold JSONL, {'id': ..., 'label': {...}} per line")
     numeric_tolerance: float = Field(0.01, ge=0.0, description="absolute difference under which numbers match")
     report: bool = Field(True, description="write report.md and report.html beside scores.json")
+    baseline: str | None = Field(None, description="grammar mode: a previous run's directory; exit 1 only for regressions against it")
 
 
 class JobConfig(_Section):

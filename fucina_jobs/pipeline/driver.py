@@ -315,7 +315,8 @@ class Job:
             row_schema = self._row_schema(row)
             record, reason, message = self.validator(c["text"], c["finish_reason"], c.get("error"), row_schema)
             flags = record_flags(record, str(row.fields.get(self.cfg.dataset.text_field, ""))) if record is not None else []
-            outcomes.append(Outcome(row.id, c["text"], c["finish_reason"], c.get("prompt_tokens", 0), c.get("generated_tokens", 0), record, reason, message, flags))
+            outcomes.append(Outcome(row.id, c["text"], c["finish_reason"], c.get("prompt_tokens", 0), c.get("generated_tokens", 0), record, reason, message,
+                                    flags=flags, relaxations=c.get("relaxations") or []))
         return outcomes
 
     def _row_schema(self, row: Row) -> dict | None:

@@ -18,7 +18,8 @@ from typing import Any
 import numpy as np
 
 from ..decoding.batch import SpecConfig
-from ..decoding.constraint import GrammarError
+from ..decoding.constraint import GrammarError, read_schema
+from ..decoding.relaxation import compile_json_schema
 from ..decoding.sampler import SamplingParams
 from ..engine import Completion, Engine, FucinaEngine, Prompt
 from ..models.loading import load_model
@@ -56,11 +57,29 @@ def build_engine(cfg: JobConfig, model_path: str) -> Engine:
     return FucinaEngine(load_model(model_path, cfg.model.device, cfg.model.dtype), params=params, spec=spec, streams=cfg.runtime.streams)
 
 
-def job_constraint(engine: Engine, cfg: JobConfig, base: Path) -> Any:
+def job_constraint(engine: Engine, cfg: JobConfig, base: Path) -> tuple[Any, list[str]]:
+    """The job's own constraint for ``engine`` and the relaxations its schema needed (none for Lark or regex)."""
     c = cfg.constraint
     if c.kind is None:
-        return None
-    return engine.constraint(**{c.kind: base / getattr(c, c.kind)}, whitespace_flexible=c.whitespace_flexible)
+        return None, []
+    if c.kind == "json_schema":
+        schema, name = read_schema(base / c.json_schema)
+        return schema_constraint(engine, cfg, schema, name)
+    return engine.constraint(**{c.kind: base / getattr(c, c.kind)}, whitespace_flexible=c.whitespace_flexible), []
+
+
+def schema_constraint(engine: Engine, cfg: JobConfig, schema: dict[str, Any], name: str) -> tuple[Any, list[str]]:
+    """Compile a JSON schema for ``engine``, relaxed where llguidance refuses it (``constraint.relax=auto``).
+
+    The engine gets the relaxed schema, so both engines decode under the same
+    grammar; the relaxations go with every row so the record says what its
+    grammar left to post-validation."""
+    c = cfg.constraint
+    compiled = compile_json_schema(schema, whitespace_flexible=c.whitespace_flexible, relax_schema=c.relax == "auto", name=name)
+    relaxations = [str(r) for r in compiled.relaxations]
+    if relaxations:
+        log.info("schema %s relaxed to compile: %s", name, ", ".join(relaxations))
+    return engine.constraint(json_schema=compiled.schema, whitespace_flexible=c.whitespace_flexible), relaxations
 
 
 class ShardWorker:
@@ -71,10 +90,10 @@ class ShardWorker:
         if log_dir:
             _log_to_file(Path(log_dir) / f"replica-{replica}.log")
         self.engine = build_engine(self.cfg, model_path)
-        self.constraint = job_constraint(self.engine, self.cfg, self.base)
+        self.constraint, self.relaxations = job_constraint(self.engine, self.cfg, self.base)
         self.system = read_text_option(self.cfg.prompt.system, self.base) or None
         self.template = read_text_option(self.cfg.prompt.template, self.base)
-        self._row_constraints: dict[str, Any] = {}
+        self._row_constraints: dict[str, tuple[Any, list[str]]] = {}
         log.info("replica %d ready: %s with the %s engine", replica, model_path, self.cfg.engine.name)
 
     def ping(self) -> int:
@@ -83,40 +102,40 @@ class ShardWorker:
     def run(self, shard: int, rows: list[Row]) -> ShardResult:
         start = time.perf_counter()
         result = ShardResult(shard, self.replica)
-        prompts = []
+        prompts, relaxed = [], {}
         for row in rows:
-            prompt, problem = self._prompt(row)
+            prompt, problem, relaxed[row.id] = self._prompt(row)
             if problem:
                 result.completions.append({"row_id": row.id, "text": "", "finish_reason": "error", "error": problem})
             else:
                 prompts.append(prompt)
         completions = list(self.engine.generate(prompts))
-        result.completions += [_as_dict(c) for c in completions]
+        result.completions += [_as_dict(c) | {"relaxations": relaxed[c.id]} for c in completions]
         result.stats = shard_stats(completions, time.perf_counter() - start)
+        result.stats["relaxed_rows"] = sum(bool(relaxed[c.id]) for c in completions)
         log.info("replica %d finished shard %d: %d rows in %.1fs", self.replica, shard, len(rows), result.stats["wall_s"])
         return result
 
-    def _prompt(self, row: Row) -> tuple[Prompt | None, str | None]:
+    def _prompt(self, row: Row) -> tuple[Prompt | None, str | None, list[str]]:
+        """The row's prompt, or the problem that keeps it from being decoded; and its schema's relaxations."""
         try:
             text = self.template.format_map(row.fields)
         except KeyError as err:
-            return None, f"row {row.id!r}: prompt.template uses field {err} that the row does not have"
+            return None, f"row {row.id!r}: prompt.template uses field {err} that the row does not have", []
         try:
-            constraint = self._row_constraint(row) if self.cfg.dataset.schema_field else self.constraint
+            constraint, relaxations = self._row_constraint(row) if self.cfg.dataset.schema_field else (self.constraint, self.relaxations)
         except GrammarError as err:
-            return None, f"row {row.id!r}: its schema does not compile: {err}"
+            return None, f"row {row.id!r}: its schema does not compile: {err}", []
         d = self.cfg.decoding
-        return Prompt(row.id, text, self.system, constraint, record_seed(d.seed, row.id), d.max_tokens), None
+        return Prompt(row.id, text, self.system, constraint, record_seed(d.seed, row.id), d.max_tokens), None, relaxations
 
-    def _row_constraint(self, row: Row) -> Any:
+    def _row_constraint(self, row: Row) -> tuple[Any, list[str]]:
         # Compile each distinct schema once; every stream still gets its own clone.
         schema = row.fields[self.cfg.dataset.schema_field]
         key = schema if isinstance(schema, str) else json.dumps(schema, sort_keys=True)
         if key not in self._row_constraints:
-            self._row_constraints[key] = self.engine.constraint(
-                json_schema=json.loads(key) if isinstance(schema, str) else schema,
-                whitespace_flexible=self.cfg.constraint.whitespace_flexible,
-            )
+            parsed = json.loads(key) if isinstance(schema, str) else schema
+            self._row_constraints[key] = schema_constraint(self.engine, self.cfg, parsed, "<schema>")
         return self._row_constraints[key]
 
 

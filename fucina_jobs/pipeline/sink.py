@@ -29,6 +29,7 @@ META_FIELDS = [
     pa.field("prompt_tokens", pa.int64()),
     pa.field("generated_tokens", pa.int64()),
     pa.field("flags", pa.list_(pa.string())),  # warnings for a reviewer: see pipeline/flags.py
+    pa.field("relaxations", pa.list_(pa.string())),  # what constraint.relax widened in the row's schema: see decoding/relaxation.py
 ]
 REJECT_SCHEMA = pa.schema(
     [
@@ -37,6 +38,7 @@ REJECT_SCHEMA = pa.schema(
         pa.field("reason", pa.string()),  # invalid_json | schema_violation | length | error
         pa.field("text", pa.string()),
         pa.field("error", pa.string()),
+        pa.field("relaxations", pa.list_(pa.string())),
     ]
 )
 
@@ -54,6 +56,7 @@ class Outcome:
     reason: str | None = None
     error: str | None = None
     flags: list[str] = field(default_factory=list)
+    relaxations: list[str] = field(default_factory=list)  # a relaxed grammar left these to post-validation
 
 
 def arrow_type(schema: dict[str, Any]) -> pa.DataType | None:
@@ -107,7 +110,7 @@ class Validator:
         self.kind = kind
         self.pydantic_model = pydantic_model
         if kind == "json_schema" and source is not None:
-            self._json = jsonschema.Draft202012Validator(source, format_checker=jsonschema.FormatChecker())
+            self._json = json_validator(source)
         elif kind == "regex":
             self._regex = re.compile(source)
 
@@ -131,20 +134,36 @@ class Validator:
             value = json.loads(text)
         except json.JSONDecodeError as err:
             return None, "invalid_json", f"{err.msg} at character {err.pos}"
-        validator = jsonschema.Draft202012Validator(row_schema, format_checker=jsonschema.FormatChecker()) if row_schema else self._json
-        try:
-            problem = jsonschema.exceptions.best_match(validator.iter_errors(value))
-        except Exception as err:  # a schema jsonschema cannot apply (unresolvable $ref, bad keyword value)
-            return None, "error", f"the schema cannot be checked: {type(err).__name__}: {str(err).splitlines()[0][:200]}"
-        if problem is not None:
-            path = "/".join(str(p) for p in problem.absolute_path) or "<root>"
-            return None, "schema_violation", f"{path}: {problem.message}"
+        failure = schema_failure(json_validator(row_schema) if row_schema else self._json, value)
+        if failure is not None:
+            return None, *failure
         if self.pydantic_model is not None:
             try:
                 self.pydantic_model.model_validate(value)
             except Exception as err:  # pydantic's ValidationError
                 return None, "schema_violation", f"{self.pydantic_model.__name__}: {err}"
         return value if isinstance(value, dict) else {"value": value}, None, None
+
+
+def json_validator(schema: dict[str, Any]) -> Any:
+    """A format-asserting validator of the draft ``schema`` names in ``$schema`` (2020-12 when none).
+
+    The schema's own draft matters: 2020-12 ignores draft-7 keywords such as
+    ``dependencies``, and a relaxed grammar leaves them to this check alone."""
+    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    return cls(schema, format_checker=cls.FORMAT_CHECKER)
+
+
+def schema_failure(validator: Any, value: Any) -> tuple[str, str] | None:
+    """(reject reason, message) when ``value`` fails the original schema, None when it validates."""
+    try:
+        problem = jsonschema.exceptions.best_match(validator.iter_errors(value))
+    except Exception as err:  # a schema jsonschema cannot apply (unresolvable $ref, bad keyword value)
+        return "error", f"the schema cannot be checked: {type(err).__name__}: {str(err).splitlines()[0][:200]}"
+    if problem is None:
+        return None
+    path = "/".join(str(p) for p in problem.absolute_path) or "<root>"
+    return "schema_violation", f"{path}: {problem.message}"
 
 
 def _typed(record: dict[str, Any], fields: list[pa.Field]) -> dict[str, Any]:
@@ -165,10 +184,10 @@ def write_outcomes(root: Path, shard: str, outcomes: Iterable[Outcome], schema: 
         rid = record_id(o.row_id)
         if o.record is not None:
             meta = {"record_id": rid, "row_id": o.row_id, "text": o.text, "finish_reason": o.finish_reason,
-                    "prompt_tokens": o.prompt_tokens, "generated_tokens": o.generated_tokens, "flags": o.flags}
+                    "prompt_tokens": o.prompt_tokens, "generated_tokens": o.generated_tokens, "flags": o.flags, "relaxations": o.relaxations}
             records.append(meta | _typed(o.record, typed_fields))
         else:
-            rejects.append({"record_id": rid, "row_id": o.row_id, "reason": o.reason, "text": o.text, "error": o.error})
+            rejects.append({"record_id": rid, "row_id": o.row_id, "reason": o.reason, "text": o.text, "error": o.error, "relaxations": o.relaxations})
     write_table(root / "records" / f"shard-{shard}.parquet", pa.Table.from_pylist(records, schema=schema))
     write_table(root / "rejects" / f"shard-{shard}.parquet", pa.Table.from_pylist(rejects, schema=REJECT_SCHEMA))
     return len(records), len(rejects)

@@ -10,6 +10,7 @@ import json
 import subprocess
 import sys
 
+import pyarrow.parquet as pq
 import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
@@ -100,4 +101,28 @@ def test_maskbench_generate_mode_reports_coverage_validity_and_features(tmp_path
     assert scores["schema_coverage"]["schemas"] == 4 and scores["schema_coverage"]["coverage"] == 1.0
     valid = scores["conformance"]["validated"]
     assert sum(f["valid"] for f in scores["by_feature"].values()) >= valid and "additionalProperties" in scores["by_feature"]
-    assert "Valid outputs by schema feature" in (out / "report.md").read_text()
+    assert "Valid outputs, top" in (out / "report.md").read_text()
+
+
+def test_relaxed_schemas_decode_and_post_validation_rejects_what_the_original_forbids(tmp_path):
+    """Per-row schemas llguidance refuses ('not'): relaxed, the grammar forces the one value the enum allows,
+    so the original schema decides: row a's only value is forbidden (a schema_violation), row b's is fine."""
+    rows = [{"id": "a", "text": "Say x.", "schema": {"enum": ["x"], "not": {"const": "x"}}},
+            {"id": "b", "text": "Say y.", "schema": {"enum": ["y"], "not": {"const": "x"}}},
+            {"id": "c", "text": "Say z.", "schema": {"enum": ["z"]}}]
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "relaxed"
+    cfg = validate({"name": "relaxed", "dataset": {"path": str(tmp_path / "rows.jsonl"), "schema_field": "schema"},
+                    "decoding": {"max_tokens": 8}, "runtime": {"replicas": 1, "streams": 2, "shard_size": 4},
+                    "output": {"dir": str(out)}, "eval": {"report": False}})
+    c = evaluate(cfg, REPO).scores["conformance"]
+    assert c["rejects_by_reason"] == {"schema_violation": 1}
+    assert c["relaxed"] == {"rows": 2, "records": 1, "rejects_by_reason": {"schema_violation": 1}, "rows_by_cause": {"not": 2}}
+    records = {r["row_id"]: r for r in pq.read_table(out / "records").to_pylist()}
+    (reject,) = pq.read_table(out / "rejects").to_pylist()
+    assert reject["row_id"] == "a" and reject["text"] == '"x"' and reject["relaxations"] == ["not"] and "should not be valid" in reject["error"]
+    assert records["b"]["text"] == '"y"' and records["b"]["relaxations"] == ["not"] and records["c"]["relaxations"] == []
+    assert pq.read_table(out / "stats").column("relaxed_rows").to_pylist() == [2]
+    # With constraint.relax=off the same rows are refused before decoding, as llguidance refuses them.
+    strict = validate({**cfg.model_dump(), "constraint": {"relax": "off"}, "output": {"dir": str(tmp_path / "strict")}})
+    assert evaluate(strict, REPO).scores["conformance"]["rejects_by_reason"] == {"error": 2}

@@ -89,9 +89,9 @@ def test_accuracy_without_overlap_has_no_rates():
 
 
 def test_conformance_counts_parse_validate_and_rejects_by_reason():
-    records = [{"row_id": "1", "text": '{"a": 1}'}, {"row_id": "2", "text": '{"a": 2}'}]
+    records = [{"row_id": "1", "text": '{"a": 1}'}, {"row_id": "2", "text": '{"a": 2}', "relaxations": ["not"]}]
     rejects = [
-        {"row_id": "3", "reason": "schema_violation", "text": '{"a": "x"}'},  # parses, does not validate
+        {"row_id": "3", "reason": "schema_violation", "text": '{"a": "x"}', "relaxations": ["not"]},  # parses, does not validate
         {"row_id": "4", "reason": "length", "text": '{"a": '},
         {"row_id": "5", "reason": "invalid_json", "text": "{a}"},
         {"row_id": "6", "reason": "length", "text": '{"a'},
@@ -101,6 +101,7 @@ def test_conformance_counts_parse_validate_and_rejects_by_reason():
     assert c["rows"] == 7 and c["parsed"] == 3 and c["validated"] == 2
     assert c["parse_rate"] == pytest.approx(3 / 7) and c["validate_rate"] == pytest.approx(2 / 7)
     assert c["rejects_by_reason"] == {"error": 1, "invalid_json": 1, "length": 2, "schema_violation": 1}
+    assert c["relaxed"] == {"rows": 2, "records": 1, "rejects_by_reason": {"schema_violation": 1}, "rows_by_cause": {"not": 2}}
     regex = s.conformance(records, rejects[:1], json_output=False)
     assert regex["parsed"] is None and regex["parse_rate"] is None
     assert s.conformance([], [])["validate_rate"] is None
@@ -143,19 +144,51 @@ def test_percentiles():
     assert s.percentiles([]) == {"p50": None, "p99": None}
 
 
-def test_grammar_scores_split_by_feature_and_explain_known_failures():
+def _verdict(file, i, expected, accepted, final, cause=None, relaxations=()):
+    return {"file": file, "instance": i, "expected": expected, "accepted": accepted, "final": final, "cause": cause,
+            "compile_error": None, "relaxations": list(relaxations)}
+
+
+def test_grammar_scores_group_by_cause_and_count_both_stages():
     report = {
-        "files": 3, "instances": 5, "valid": 3, "invalid": 2, "skipped": 2,
-        "compile_errors": {"c.json": "boom"}, "valid_rejected": {"a.json": [1]}, "invalid_accepted": {},
-        "features": {"a.json": ["enum", "type"], "b.json": ["type"], "c.json": ["not"]},
+        "files": 4, "instances": 6, "valid": 3, "invalid": 3, "skipped": 2,
+        "compile_errors": {"c.json": "<schema>: Unimplemented keys: [\"not\"]"}, "relaxations": {"r.json": ["uniqueItems"]},
+        "features": {"a.json": ["enum", "type"], "b.json": ["type"], "c.json": ["not"], "r.json": ["uniqueItems"]},
+        "tests": {"a.json": 3, "b.json": 1, "c.json": 2, "r.json": 2},
         "compile_s": {"a.json": 0.001, "b.json": 0.003}, "mask_s": [1e-5, 2e-5, 3e-5],
-        "verdicts": [{"file": "a.json", "instance": i} for i in range(3)] + [{"file": "b.json", "instance": i} for i in range(2)]
-        + [{"file": "c.json", "instance": -1}],
+        "verdicts": [
+            _verdict("a.json", 0, True, True, True), _verdict("a.json", 1, True, False, False, "property order"),
+            _verdict("a.json", 2, False, True, True, "invalid passes post-validation"), _verdict("b.json", 0, False, False, False),
+            _verdict("r.json", 0, True, True, True, relaxations=["uniqueItems"]),
+            _verdict("r.json", 1, False, True, False, "invalid accepted by the relaxed grammar", ["uniqueItems"]),
+            {**_verdict("c.json", -1, None, None, None), "compile_error": "<schema>: Unimplemented keys: [\"not\"]"},
+        ],
     }
-    g = s.grammar_scores(report, {"c.json": "no 'not'"})
-    assert g["compiled"] == 2 and g["wrong_verdicts"] == 1 and g["unexpected"] == ["a.json"]
-    assert g["compile_errors"] == {"c.json": {"error": "boom", "known": "no 'not'"}}
-    assert g["by_feature"]["type"] == {"files": 2, "compile_errors": 0, "instances": 5, "wrong": 1, "correct_rate": 0.8}
-    assert g["by_feature"]["not"]["compile_errors"] == 1 and g["by_feature"]["not"]["correct_rate"] is None
+    g = s.grammar_scores(report, {"not": "no 'not'", "property order": "schema order"})
+    assert g["compiled"] == 3 and g["coverage"] == 0.75 and g["relaxed"] == 1
+    assert g["stages"]["grammar"] == {"wrong": 3, "valid_rejected": 1, "invalid_accepted": 2}
+    assert g["stages"]["final"] == {"wrong": 2, "valid_rejected": 1, "invalid_accepted": 1}  # the relaxed grammar's miss was caught
+    assert g["compile_errors"] == {"not": {"count": 1, "examples": ['c.json: <schema>: Unimplemented keys: ["not"]'], "known": "no 'not'"}}
+    assert g["relaxations"] == {"uniqueItems": {"count": 1, "examples": ["r.json: uniqueItems"]}}
+    assert list(g["wrong_verdicts"]["final"]) == ["invalid passes post-validation", "property order"]
+    assert g["wrong_verdicts"]["grammar"]["invalid accepted by the relaxed grammar"]["examples"] == ["r.json#1"]
+    assert g["unexplained"] == ["invalid passes post-validation"]
+    # Instances of a schema that did not compile count against its features.
+    assert g["by_feature"]["type"] == {"files": 2, "compile_errors": 0, "relaxed": 0, "instances": 4, "correct": 2, "correct_rate": 0.5}
+    assert g["by_feature"]["not"]["instances"] == 2 and g["by_feature"]["not"]["correct_rate"] == 0.0
     t = s.grammar_timing(report)
     assert t["masks"] == 3 and t["mask_us"]["p50"] == pytest.approx(20.0) and t["compile_ms"]["p50"] == pytest.approx(2.0)
+
+
+def test_by_cause_keeps_counts_and_three_examples_most_frequent_first():
+    groups = s.by_cause([("b", "1"), ("a", "2"), ("b", "3"), ("b", "4"), ("b", "5")], {"a": "known"})
+    assert list(groups) == ["b", "a"] and groups["b"] == {"count": 4, "examples": ["1", "3", "4"], "known": None}
+
+
+def test_regressions_against_a_baseline():
+    baseline = [_verdict("a.json", 0, True, True, True), _verdict("a.json", 1, False, True, True, "invalid passes post-validation"),
+                _verdict("b.json", 0, True, True, True)]
+    now = [_verdict("a.json", 0, True, False, False, "property order"), _verdict("a.json", 1, False, True, True, "invalid passes post-validation"),
+           {**_verdict("b.json", -1, None, None, None), "compile_error": "boom"}, _verdict("new.json", 0, True, False, False, "x")]
+    r = s.regressions(baseline, now)
+    assert r["count"] == 2 and set(r["by_cause"]) == {"now wrong: property order", "no longer compiles"}  # a.json#1 was wrong already

@@ -68,3 +68,18 @@ def test_bad_grammar_and_whitespace_mismatch_fail_before_decoding(engine):
         engine.constraint(lark="start: (")
     with pytest.raises(ValueError, match="whole engine"):
         engine.constraint(json_schema=INVOICE, whitespace_flexible=True)
+
+
+def test_relaxed_schemas_decode_through_vllm(engine):
+    """A relaxed schema reaches vLLM as a schema: oneOf through llguidance's x-guidance option, 'not' dropped."""
+    from fucina_jobs.decoding.relaxation import compile_json_schema
+
+    overlapping = compile_json_schema({"type": "object", "properties": {"n": {"oneOf": [{"type": "integer", "maximum": 10},
+                                                                                       {"type": "integer", "minimum": 5}]}},
+                                       "required": ["n"], "additionalProperties": False})
+    negated = compile_json_schema({"enum": ["y"], "not": {"const": "x"}})
+    assert [str(r) for r in overlapping.relaxations] == ["oneOf"] and [str(r) for r in negated.relaxations] == ["not"]
+    prompts = [Prompt("oneOf", "Reply in JSON with a small number n.", None, engine.constraint(json_schema=overlapping.schema), max_tokens=20),
+               Prompt("not", "Say y.", None, engine.constraint(json_schema=negated.schema), max_tokens=8)]
+    texts = {c.id: c.text for c in engine.generate(prompts) if c.finish_reason == "stop"}
+    assert isinstance(json.loads(texts["oneOf"])["n"], int) and texts["not"] == '"y"'
