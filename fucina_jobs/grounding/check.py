@@ -35,7 +35,7 @@ class _Source:
 
     def __init__(self, text: str):
         self.text = text
-        self._numbers: set[Decimal] | None = None
+        self._numbers: dict[bool, set[Decimal]] = {}  # amounts only? -> numbers
         self._dates: set[str] | None = None
 
     def holds(self, g: Grounded, value: Any) -> bool:
@@ -47,10 +47,10 @@ class _Source:
             if self._dates is None:
                 self._dates = set(dates_in(self.text))
             return value in self._dates
-        if self._numbers is None:
-            self._numbers = numbers_in(self.text)
+        if g.amount not in self._numbers:
+            self._numbers[g.amount] = numbers_in(self.text, g.amount)
         try:
-            return Decimal(str(value)) in self._numbers
+            return Decimal(str(value)) in self._numbers[g.amount]
         except InvalidOperation:
             return False
 

@@ -35,6 +35,7 @@ class Grounded:
     whitespace: str = "normalize"  # normalize: runs of whitespace, line breaks included, match one space
     case: str = "exact"  # insensitive: the value may be recased
     allow: tuple[Any, ...] = ()  # values accepted although the text does not write them, e.g. 0 for tax
+    amount: bool = False  # numbers: only those written as money (currency sign or code, or two decimals; no percentages)
 
     @property
     def nullable(self) -> bool:
@@ -87,10 +88,13 @@ def _declared(node: dict[str, Any], path: tuple[str, ...]) -> Grounded:
         options = {}
     if not isinstance(options, dict):
         raise GroundingError(f"{where}: {KEYWORD} must be true or an object of options, not {options!r}")
-    unknown = set(options) - {"whitespace", "case", "allow"}
+    unknown = set(options) - {"whitespace", "case", "allow", "amount"}
     if unknown:
-        raise GroundingError(f"{where}: {KEYWORD} has unknown option(s) {sorted(unknown)}; known: whitespace, case, allow")
+        raise GroundingError(f"{where}: {KEYWORD} has unknown option(s) {sorted(unknown)}; known: whitespace, case, allow, amount")
     kind = _kind(node, where)
+    amount = options.get("amount", False)
+    if not isinstance(amount, bool) or (amount and kind not in ("number", "integer")):
+        raise GroundingError(f"{where}: {KEYWORD}.amount must be true or false, and only number or integer properties are amounts")
     whitespace = options.get("whitespace", "normalize")
     case = options.get("case", "exact")
     if whitespace not in _WHITESPACE:
@@ -100,7 +104,7 @@ def _declared(node: dict[str, Any], path: tuple[str, ...]) -> Grounded:
     allow = options.get("allow", [])
     if not isinstance(allow, list) or not all(_fits(v, kind) for v in allow):
         raise GroundingError(f"{where}: {KEYWORD}.allow must be a list of {kind} values, not {allow!r}")
-    return Grounded(path, kind, node, whitespace, case, tuple(allow))
+    return Grounded(path, kind, node, whitespace, case, tuple(allow), amount)
 
 
 def _kind(node: dict[str, Any], where: str) -> str:

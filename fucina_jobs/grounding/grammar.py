@@ -107,7 +107,7 @@ class _Builder:
         """The JSON spellings of the numbers or dates the text writes that the field's schema admits."""
         if g.kind == "date":
             return [json.dumps(d) for d in sorted(set(dates_in(self.text)) | set(g.allow))]
-        values = numbers_in(self.text) | {Decimal(str(v)) for v in g.allow}
+        values = numbers_in(self.text, g.amount) | {Decimal(str(v)) for v in g.allow}
         return sorted({json_number(v) for v in values if _admits(g, v)}, key=lambda s: (len(s), s))
 
     def rule(self, body: str) -> str:

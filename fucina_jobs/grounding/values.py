@@ -83,18 +83,25 @@ def _readings(m: re.Match) -> list[str]:
     return list(dict.fromkeys(isos))
 
 
-_NUMBER_HEAD = r"(?P<open>\()?(?P<sign>[-−–])?\s?(?:[$€£¥₹]|[A-Z]{1,3}\$)?\s?"
+_CURRENCY = r"[$€£¥₹]|[A-Z]{1,3}\$"
+_NUMBER_HEAD = rf"(?P<open>\()?(?P<sign>[-−–])?\s?(?P<currency>{_CURRENCY})?\s?"
+_CODES = "USD EUR GBP CHF JPY CAD AUD NZD CNY RMB INR SEK NOK DKK ISK PLN CZK HUF RON BGN TRY RUB UAH BRL MXN ARS CLP COP ZAR SGD HKD TWD KRW THB MYR IDR PHP VND AED SAR ILS EGP NGN KES".split()
+_CODE = "(?:" + "|".join(_CODES) + ")"
+_CODE_BEFORE = re.compile(rf"(?:\b{_CODE}|[$€£¥₹])[ \t]*\Z")  # CHF 6'750.00, €   320,00
+_CODE_AFTER = re.compile(rf" ?(?:{_CODE}\b|[$€£¥₹])")  # 2.350,00 €, 1,450.00 CAD
 #: Read twice: with a plain space as a thousands separator (``2 480,00``) and without (``12 30``).
 _NUMBERS = [re.compile(_NUMBER_HEAD + rf"(?P<core>\d+(?:[{seps}]\d{{3}})*(?:[.,]\d+)?)") for seps in (",.'’\u00a0\u202f ", ",.'’\u00a0\u202f")]
 
 
-def numbers_in(text: str) -> set[Decimal]:
+def numbers_in(text: str, amounts: bool = False) -> set[Decimal]:
     """Every number the text writes, normalised; numbers inside dates and identifiers are skipped.
 
     Thousands separators (``,`` ``.`` ``'`` and thin spaces) and decimal commas
     are read; a lone separator before three digits (``1,340``) gives both
     readings. A minus sign or parentheses make a number negative, and its
     magnitude counts too (a credit of ``-45.00`` also writes ``45``).
+    ``amounts`` keeps only numbers written as money: next to a currency sign
+    or code, or with two decimals, and never a percentage.
     """
     text = unicodedata.normalize("NFC", text)
     masked = list(text)
@@ -105,7 +112,7 @@ def numbers_in(text: str) -> set[Decimal]:
     found: set[Decimal] = set()
     for m in (m for pattern in _NUMBERS for m in pattern.finditer(text)):
         start, end = m.start() + len(m.group()) - len(m.group().lstrip()), m.end("core")
-        if _inside_identifier(text, start, end):
+        if _inside_identifier(text, start, end) or (amounts and not _is_money(m, text)):
             continue
         negative = bool(m.group("sign")) or (bool(m.group("open")) and text[end : end + 1] == ")")
         for value in _core_readings(m.group("core")):
@@ -113,6 +120,14 @@ def numbers_in(text: str) -> set[Decimal]:
             if negative and value:
                 found.add(-value)
     return found
+
+
+def _is_money(m: re.Match, text: str) -> bool:
+    after = text[m.end("core") :]
+    if re.match(r"\s?%", after):
+        return False
+    marked = m.group("currency") or _CODE_BEFORE.search(text, 0, m.start("core")) or _CODE_AFTER.match(after)
+    return bool(marked or re.search(r"[.,]\d{2}$", m.group("core")))
 
 
 def _inside_identifier(text: str, start: int, end: int) -> bool:
