@@ -13,7 +13,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from .declaration import Grounded, leaves
-from .values import dates_in, normalize_whitespace, numbers_in
+from .values import dates_in, normalize_whitespace, numbers_in, written
 
 
 def ungrounded_values(record: Any, fields: list[Grounded], text: str) -> tuple[int, list[str]]:
@@ -41,6 +41,8 @@ class _Source:
     def holds(self, g: Grounded, value: Any) -> bool:
         if value in g.allow and type(value) is not bool:
             return True
+        if g.kind == "enum":
+            return written(self.text, g.evidence(value), g.case)
         if g.kind == "string":
             return isinstance(value, str) and value != "" and _normalized(value, g) in _normalized(self.text, g)
         if g.kind == "date":

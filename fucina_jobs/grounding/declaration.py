@@ -3,7 +3,8 @@
 A property says ``"x-grounded": true`` (or an options object) to mean: its
 value must be found in the row's source text. Strings are verbatim spans,
 numbers are numbers the text writes, ``format: date`` strings are dates it
-writes. JSON Schema validators and llguidance ignore unknown ``x-`` keywords,
+writes, and enum members are those the text writes (or one of their declared
+``spellings``, such as ``€`` for ``EUR``). JSON Schema validators and llguidance ignore unknown ``x-`` keywords,
 so a grounded schema stays an ordinary schema everywhere else.
 """
 
@@ -30,12 +31,17 @@ class Grounded:
     """
 
     path: tuple[str, ...]
-    kind: str  # string | number | integer | date
+    kind: str  # string | number | integer | date | enum
     schema: dict[str, Any] = field(compare=False)
     whitespace: str = "normalize"  # normalize: runs of whitespace, line breaks included, match one space
     case: str = "exact"  # insensitive: the value may be recased
     allow: tuple[Any, ...] = ()  # values accepted although the text does not write them, e.g. 0 for tax
     amount: bool = False  # numbers: only those written as money (currency sign or code, or two decimals; no percentages)
+    spellings: dict[str, tuple[str, ...]] = field(default_factory=dict, compare=False)  # enum member -> how texts write it
+
+    def evidence(self, member: str) -> tuple[str, ...]:
+        """What in a text shows an enum member: the member itself and its declared spellings."""
+        return (member, *self.spellings.get(member, ()))
 
     @property
     def nullable(self) -> bool:
@@ -88,9 +94,9 @@ def _declared(node: dict[str, Any], path: tuple[str, ...]) -> Grounded:
         options = {}
     if not isinstance(options, dict):
         raise GroundingError(f"{where}: {KEYWORD} must be true or an object of options, not {options!r}")
-    unknown = set(options) - {"whitespace", "case", "allow", "amount"}
+    unknown = set(options) - {"whitespace", "case", "allow", "amount", "spellings"}
     if unknown:
-        raise GroundingError(f"{where}: {KEYWORD} has unknown option(s) {sorted(unknown)}; known: whitespace, case, allow, amount")
+        raise GroundingError(f"{where}: {KEYWORD} has unknown option(s) {sorted(unknown)}; known: whitespace, case, allow, amount, spellings")
     kind = _kind(node, where)
     amount = options.get("amount", False)
     if not isinstance(amount, bool) or (amount and kind not in ("number", "integer")):
@@ -104,12 +110,23 @@ def _declared(node: dict[str, Any], path: tuple[str, ...]) -> Grounded:
     allow = options.get("allow", [])
     if not isinstance(allow, list) or not all(_fits(v, kind) for v in allow):
         raise GroundingError(f"{where}: {KEYWORD}.allow must be a list of {kind} values, not {allow!r}")
-    return Grounded(path, kind, node, whitespace, case, tuple(allow), amount)
+    spellings = options.get("spellings", {})
+    members = node.get("enum", [])
+    if kind == "enum" and not set(allow) <= set(members):
+        raise GroundingError(f"{where}: {KEYWORD}.allow must list members of the enum, not {allow!r}")
+    if spellings and (kind != "enum" or not isinstance(spellings, dict) or not set(spellings) <= set(members)
+                      or not all(isinstance(v, list) and all(isinstance(w, str) and w for w in v) for v in spellings.values())):
+        raise GroundingError(f"{where}: {KEYWORD}.spellings must map enum members to lists of non-empty strings")
+    return Grounded(path, kind, node, whitespace, case, tuple(allow), amount, {k: tuple(v) for k, v in spellings.items()})
 
 
 def _kind(node: dict[str, Any], where: str) -> str:
-    if "enum" in node or "const" in node:
-        raise GroundingError(f"{where}: {KEYWORD} on an enum or const says nothing more; remove it")
+    if "const" in node:
+        raise GroundingError(f"{where}: {KEYWORD} on a const says nothing more; remove it")
+    if "enum" in node:
+        if not all(isinstance(v, str) for v in node["enum"]):
+            raise GroundingError(f"{where}: {KEYWORD} on an enum needs string members")
+        return "enum"
     kinds = node.get("type")
     kinds = [k for k in kinds if k != "null"] if isinstance(kinds, list) else [kinds]
     if len(kinds) == 1 and kinds[0] == "string":

@@ -3,7 +3,7 @@
 The object is written out in the schema's key order as compact JSON. Fields
 without grounding stay ``%json {subschema}``; a grounded string is a run of
 whole words of the (JSON-escaped) source, ``%regex {"substring_chunks": ...}``;
-a grounded number or date is one of those the source writes (``values``).
+a grounded number, date or enum member is one of those the source writes (``values``).
 Objects and arrays are written out only where a grounded field sits below
 them. The builder is pure: it knows nothing of models, jobs or speculation.
 """
@@ -16,7 +16,7 @@ from decimal import Decimal
 from typing import Any
 
 from .declaration import Grounded, grounded_fields
-from .values import dates_in, json_number, normalize_whitespace, numbers_in
+from .values import dates_in, json_number, normalize_whitespace, numbers_in, written
 
 #: Escapes stay whole, so a span never ends inside ``\\"`` and breaks the JSON string.
 _CHUNK = re.compile(r"\\u[0-9a-fA-F]{4}|\\.|\w+|\s|.", re.DOTALL)
@@ -78,7 +78,9 @@ class _Builder:
         return self.rule(f'"[" {body} "]"' if low > 0 or not body else f'"[" ({body})? "]"')
 
     def grounded(self, g: Grounded) -> str:
-        if g.kind == "string":
+        if g.kind == "enum":
+            choices = [_literal(json.dumps(m, ensure_ascii=False)) for m in g.schema["enum"] if m in g.allow or written(self.text, g.evidence(m), g.case)]
+        elif g.kind == "string":
             choices = [f'"\\"" {self.span(g)} "\\""'] if self.text.strip() else []
             choices += [_literal(json.dumps(v, ensure_ascii=False)) for v in g.allow]
         else:

@@ -167,3 +167,9 @@ def json_number(value: Decimal) -> str:
 def normalize_whitespace(text: str) -> str:
     """Runs of whitespace (line breaks included) become one space: a name broken over two lines is still one name."""
     return " ".join(text.split())
+
+
+def written(text: str, spellings: tuple[str, ...], case: str = "exact") -> bool:
+    """Does the text write any of ``spellings`` with no letter glued to it (``C$`` is not ``$``; ``case="insensitive"``: in any case)?"""
+    flags = re.IGNORECASE if case == "insensitive" else 0
+    return any(re.search(rf"(?<![^\W\d_]){re.escape(s)}(?![^\W\d_])", text, flags) for s in spellings)

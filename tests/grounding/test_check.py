@@ -12,7 +12,7 @@ SCHEMA = {
         "total": {"type": "number", "x-grounded": {"allow": [0]}},
         "due": {"type": ["string", "null"], "format": "date", "x-grounded": True},
         "lines": {"type": "array", "items": {"type": "number", "x-grounded": True}},
-        "currency": {"enum": ["EUR", "USD"]},
+        "currency": {"enum": ["EUR", "USD"], "x-grounded": {"spellings": {"EUR": ["€"]}}},
     },
 }
 TEXT = "Nordlicht\nBakery GmbH bills ACME TOOLS: 2 x 10,00 € = 20,00 €, due 03.04.2025"
@@ -24,13 +24,13 @@ def check(record):
 
 
 def test_grounded_values_pass():
-    record = {"vendor": "Nordlicht Bakery GmbH", "buyer": "Acme Tools", "total": 20, "due": "2025-03-04", "lines": [10.0, 20], "currency": "USD"}
-    assert check(record) == (6, [])
+    record = {"vendor": "Nordlicht Bakery GmbH", "buyer": "Acme Tools", "total": 20, "due": "2025-03-04", "lines": [10.0, 20], "currency": "EUR"}
+    assert check(record) == (7, [])
 
 
 def test_misses_are_named_field_by_field():
-    record = {"vendor": "Pinewood Labels Ltd", "buyer": "ACME", "total": 1608, "due": "2024-10-02", "lines": [10, 11]}
-    assert check(record) == (6, ["vendor='Pinewood Labels Ltd'", "total=1608", "due='2024-10-02'", "lines[]=11"])
+    record = {"vendor": "Pinewood Labels Ltd", "buyer": "ACME", "total": 1608, "due": "2024-10-02", "lines": [10, 11], "currency": "USD"}
+    assert check(record) == (7, ["vendor='Pinewood Labels Ltd'", "total=1608", "due='2024-10-02'", "lines[]=11", "currency='USD'"])
 
 
 def test_allowances_nulls_and_empty_strings():
@@ -53,7 +53,7 @@ def test_alarm_fires_on_copies_duplicates_and_ungrounded_values():
     prompt = prompt_text("Example: Pinewood Labels Ltd, due 2 October 2024, total £1,608.00", "Invoice: {text}")
     alarm = measure(outputs, prompt)
     shares = alarm.shares()
-    assert shares["ungrounded_values"] == 1.0  # three values in each of the four rows, the rejected one included
+    assert shares["ungrounded_values"] == 15 / 16  # four rows (the rejected one included); only the first writes €
     assert shares["duplicate_records"] == 1.0
     assert shares["prompt_copies"] == 1.0  # vendor, total and due in each record; the enum is exempt
     assert len(alarm.warnings()) == 3 and all("alarm above" in w for w in alarm.warnings())

@@ -21,8 +21,9 @@ def test_the_invoice_schema_grounds_its_document_fields():
     assert fields == {
         "invoice_number": ("string", ()), "invoice_date": ("date", ()), "due_date": ("date", ()),
         "vendor": ("string", ()), "customer": ("string", ()),
-        "subtotal": ("number", ()), "tax": ("number", (0,)), "total": ("number", ()),
+        "currency": ("enum", ()), "subtotal": ("number", ()), "tax": ("number", (0,)), "total": ("number", ()),
     }
+    assert all(g.amount for g in grounded_fields(INVOICE) if g.kind == "number")
 
 
 def test_nested_objects_and_array_items_are_found():
@@ -40,7 +41,11 @@ def test_nested_objects_and_array_items_are_found():
     "prop, message",
     [
         ({"type": "boolean", "x-grounded": True}, "properties/x: x-grounded applies to string, number, integer or date properties"),
-        ({"enum": ["a"], "x-grounded": True}, "properties/x: x-grounded on an enum"),
+        ({"const": "a", "x-grounded": True}, "properties/x: x-grounded on a const"),
+        ({"enum": ["a", 1], "x-grounded": True}, "properties/x: x-grounded on an enum needs string members"),
+        ({"enum": ["a"], "x-grounded": {"spellings": {"b": ["B"]}}}, "x-grounded.spellings must map enum members"),
+        ({"enum": ["a"], "x-grounded": {"allow": ["b"]}}, "x-grounded.allow must list members of the enum"),
+        ({"type": "string", "x-grounded": {"amount": True}}, "only number or integer properties are amounts"),
         ({"type": "string", "x-grounded": "yes"}, "properties/x: x-grounded must be true or an object"),
         ({"type": "string", "x-grounded": {"cases": "insensitive"}}, "unknown option(s) ['cases']"),
         ({"type": "string", "x-grounded": {"whitespace": "squash"}}, "x-grounded.whitespace='squash'; use one of normalize, exact"),

@@ -108,3 +108,20 @@ def test_a_50_kb_document(tokenizer):
     assert len(text.encode()) >= 50_000
     assert accepts(tokenizer, PARTY, text, rec("Final Vendor Name", 12.5))
     assert not accepts(tokenizer, PARTY, text, rec("Final Vendor Names"))
+
+
+def test_grounded_enum_members_need_their_spelling_in_the_text(tokenizer):
+    schema = {"type": "object", "properties": {"currency": {"enum": ["USD", "EUR", "CAD"], "x-grounded": {"spellings": {"USD": ["$"], "EUR": ["€"], "CAD": ["C$"]}}}},
+              "required": ["currency"]}
+    canadian = "Total C$1,260.00"
+    assert accepts(tokenizer, schema, canadian, {"currency": "CAD"})
+    assert not accepts(tokenizer, schema, canadian, {"currency": "USD"})  # the $ of C$ is not a dollar sign of its own
+    assert accepts(tokenizer, schema, "Summe 5 € (EUR) or $6", {"currency": "USD"})
+    assert not accepts(tokenizer, schema, "Summe 5 €", {"currency": "USD"})
+
+
+def test_amount_numbers_leave_out_rates_and_quantities(tokenizer):
+    schema = {"type": "object", "properties": {"tax": {"type": "number", "x-grounded": {"amount": True}}}, "required": ["tax"]}
+    text = "12 units; VAT 20%: EUR 14.80"
+    assert accepts(tokenizer, schema, text, {"tax": 14.8})
+    assert not accepts(tokenizer, schema, text, {"tax": 20}) and not accepts(tokenizer, schema, text, {"tax": 12})

@@ -4,7 +4,7 @@ from decimal import Decimal
 
 import pytest
 
-from fucina_jobs.grounding.values import dates_in, json_number, numbers_in
+from fucina_jobs.grounding.values import dates_in, json_number, numbers_in, written
 
 
 @pytest.mark.parametrize(
@@ -60,3 +60,13 @@ def test_json_number_is_one_spelling():
 )
 def test_dates_are_normalised_to_iso(text, expected):
     assert set(dates_in(text)) == expected
+
+
+def test_amounts_are_numbers_written_as_money():
+    text = "Qty 12 @ $18.50 = $222.00; tax 8.5% = 18.87; CHF 6'750; 2.350,00 €; 1,450 CAD; ZIP 98421; ABN 00 111 222"
+    assert {json_number(n) for n in numbers_in(text, amounts=True)} == {"18.5", "222", "18.87", "6750", "2350", "1450", "1.45"}
+
+
+def test_written_needs_the_spelling_unglued_from_letters():
+    assert written("Total $5", ("$",)) and written("100€", ("€",)) and written("eur 5", ("EUR",), "insensitive")
+    assert not written("C$1,260.00", ("$",)) and not written("EUROPE", ("EUR",)) and not written("eur 5", ("EUR",))
