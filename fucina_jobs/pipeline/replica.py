@@ -109,7 +109,7 @@ class ShardWorker:
             return None, f"row {row.id!r}: prompt.template uses field {err} that the row does not have"
         try:
             constraint = self._constraint(row)
-        except (GrammarError, GroundingError) as err:
+        except (GrammarError, GroundingError, json.JSONDecodeError) as err:
             return None, f"row {row.id!r}: its schema does not compile: {err}"
         d = self.cfg.decoding
         return Prompt(row.id, text, self.system, constraint, record_seed(d.seed, row.id), d.max_tokens), None
