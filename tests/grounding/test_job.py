@@ -20,15 +20,19 @@ SCHEMA = {
 }
 
 
-def test_a_value_the_document_does_not_write_is_rejected_as_ungrounded(tmp_path):
+@pytest.mark.parametrize("where", ["job_schema", "row_schema"])
+def test_a_value_the_document_does_not_write_is_rejected_as_ungrounded(tmp_path, where):
     inputs = tmp_path / "inputs.jsonl"
     rows = [{"id": "written", "text": "Invoice from Brightwater Supply Co. Total due: $572.34"},
             {"id": "unwritten", "text": "Invoice from Brightwater Supply Co. The total is on the second page."}]
+    if where == "row_schema":  # dataset.schema_field: each row carries its schema, grounded the same way
+        rows = [{**r, "schema": SCHEMA} for r in rows]
     inputs.write_text("".join(json.dumps(r) + "\n" for r in rows))
     (tmp_path / "schema.json").write_text(json.dumps(SCHEMA))
-    raw = job_dict(tmp_path / "out", constraint={"json_schema": str(tmp_path / "schema.json")}, dataset={"path": str(inputs)},
+    raw = job_dict(tmp_path / "out", dataset={"path": str(inputs), "schema_field": "schema" if where == "row_schema" else None},
                    prompt={"system": "Extract the seller and the total due.", "template": "{text}"},
                    decoding={"max_tokens": 48}, runtime=ONE_REPLICA)
+    raw["constraint"] = {"json_schema": str(tmp_path / "schema.json")} if where == "job_schema" else {}
     summary = Job(validate(raw), REPO).run()
     assert_exactly_once(tmp_path / "out", {"written", "unwritten"})
     records, rejects = read_dir(tmp_path / "out/records"), read_dir(tmp_path / "out/rejects")
