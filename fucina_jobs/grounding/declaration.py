@@ -133,7 +133,7 @@ def _kind(node: dict[str, Any], where: str) -> str:
         return "date" if node.get("format") == "date" else "string"
     if len(kinds) == 1 and kinds[0] in ("number", "integer"):
         return kinds[0]
-    raise GroundingError(f"{where}: {KEYWORD} applies to string, number, integer or date properties, not type {node.get('type')!r}")
+    raise GroundingError(f"{where}: {KEYWORD} applies to string, number, integer, date or enum properties, not type {node.get('type')!r}")
 
 
 def _fits(value: Any, kind: str) -> bool:

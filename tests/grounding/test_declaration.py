@@ -40,7 +40,7 @@ def test_nested_objects_and_array_items_are_found():
 @pytest.mark.parametrize(
     "prop, message",
     [
-        ({"type": "boolean", "x-grounded": True}, "properties/x: x-grounded applies to string, number, integer or date properties"),
+        ({"type": "boolean", "x-grounded": True}, "properties/x: x-grounded applies to string, number, integer, date or enum properties"),
         ({"const": "a", "x-grounded": True}, "properties/x: x-grounded on a const"),
         ({"enum": ["a", 1], "x-grounded": True}, "properties/x: x-grounded on an enum needs string members"),
         ({"enum": ["a"], "x-grounded": {"spellings": {"b": ["B"]}}}, "x-grounded.spellings must map enum members"),
