@@ -9,6 +9,7 @@ from jsonschema import Draft202012Validator, FormatChecker
 
 from .conftest import REPO, STOP
 from fucina_jobs.engine import FucinaEngine, Prompt, encode_chat
+from fucina_jobs.grounding.grammar import grounded_lark
 
 pytestmark = pytest.mark.slow
 
@@ -40,8 +41,10 @@ def validator():
 
 
 @pytest.fixture(scope="module")
-def invoice_constraint(real_engine):
-    return real_engine.constraint(json_schema=str(REPO / "schemas" / "invoice.json"))
+def invoice_constraint(real_engine, invoices):
+    """The job's constraint for one document: the schema's grounded grammar over that document's text."""
+    schema = json.loads((REPO / "schemas" / "invoice.json").read_text(encoding="utf-8"))
+    return lambda rid: real_engine.constraint(lark=grounded_lark(schema, invoices[rid]))
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +53,7 @@ def completions(real_engine, invoice_constraint, system, user):
     out = {}
     for name, spec in (("plain", None), ("spec", real_engine.spec)):
         engine = FucinaEngine(real_engine.loaded, real_engine.params, spec, streams=1)
-        prompts = [Prompt(rid, user(rid), system, invoice_constraint, max_tokens=MAX_TOKENS) for rid in ("inv-001", "inv-002")]
+        prompts = [Prompt(rid, user(rid), system, invoice_constraint(rid), max_tokens=MAX_TOKENS) for rid in ("inv-001", "inv-002")]
         out[name] = {c.id: c for c in engine.generate(prompts)}
     return out
 
@@ -90,6 +93,6 @@ def test_control_text_in_a_document_cannot_end_the_turn(real_engine, invoice_con
     plain_ids = encode_chat(tokenizer, "a plain text", system)
     assert ids.count(STOP) == plain_ids.count(STOP) == 2  # the template's own markers only
     assert ids.count(1) == plain_ids.count(1)
-    completion = real_engine.complete(user("inv-013"), invoice_constraint, system=system, max_tokens=MAX_TOKENS)
+    completion = real_engine.complete(user("inv-013"), invoice_constraint("inv-013"), system=system, max_tokens=MAX_TOKENS)
     record = assert_valid(completion, validator)
     assert record["invoice_number"] in text

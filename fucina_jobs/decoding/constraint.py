@@ -45,9 +45,9 @@ def tokenizer_bridge(hf_tokenizer: Any, vocab_size: int, stop_token: int) -> llg
 
 def read_source(source: str | Path) -> tuple[str, str]:
     """Return (text, name) for an inline grammar or a path to one."""
-    if isinstance(source, Path) or (len(str(source)) < 4096 and Path(str(source)).is_file()):
+    if isinstance(source, Path) or (len(str(source)) < 4096 and "\n" not in str(source) and Path(str(source)).is_file()):
         return Path(source).read_text(encoding="utf-8"), str(source)
-    return str(source), "<inline>"
+    return str(source), "<inline>"  # grammar text: it has line breaks (a path has none)
 
 
 def read_schema(schema: dict | str | Path | type, name: str | None = None) -> tuple[dict, str]:

@@ -28,6 +28,9 @@ import jsonschema
 import pyarrow as pa
 
 from ..engine import GrammarCheck, GrammarError
+from ..grounding import alarm
+from ..grounding.check import ungrounded_values
+from ..grounding.declaration import GroundingError, grounded_fields
 from ..models.loading import ModelNotFound, load_tokenizer, resolve_device, resolve_source
 from .config import ConfigError, JobConfig, read_text_option
 from .dataset import Row, read_rows
@@ -54,6 +57,7 @@ class JobSummary:
     shards_failed: int = 0
     retries: int = 0
     reasons: dict[str, int] = field(default_factory=dict)
+    alarm: dict[str, Any] = field(default_factory=dict)  # grounding.alarm.RunAlarm.as_dict()
 
     @property
     def ok(self) -> bool:
@@ -90,6 +94,7 @@ class Job:
         self.resolved = resolved or cfg.model_dump()
         self.rows = read_rows(cfg.dataset, base)
         self.schema_source = self._schema_source()
+        self._check_grounding()
         self.validator = self._validator()
         self.record_schema = self._record_schema()
         self._check_template()
@@ -117,6 +122,14 @@ class Job:
             where = "/".join(str(p) for p in err.absolute_path) or "<root>"
             raise ConfigError(f"constraint.json_schema: {path} is not a valid JSON Schema at {where}: {err.message}") from None
         return schema
+
+    def _check_grounding(self) -> None:
+        """Reject a malformed ``x-grounded`` declaration before any model loads."""
+        if self.cfg.constraint.kind == "json_schema":
+            try:
+                grounded_fields(self.schema_source)
+            except GroundingError as err:
+                raise ConfigError(f"constraint.json_schema: {self.cfg.constraint.json_schema}: {err}") from None
 
     def _validator(self) -> Validator:
         c = self.cfg.constraint
@@ -249,6 +262,9 @@ class Job:
             try:
                 self._plan(summary)
                 self._decode(model_path, summary, on_dispatch)
+                summary.alarm = self._alarm().as_dict()
+                for warning in summary.alarm["warnings"]:
+                    log.warning("run alarm: %s", warning)
                 status, error = ("complete" if summary.ok else "failed"), None
             except Exception as err:
                 status, error = "failed", f"{type(err).__name__}: {err}"
@@ -314,10 +330,47 @@ class Job:
                 continue
             row_schema = self._row_schema(row)
             record, reason, message = self.validator(c["text"], c["finish_reason"], c.get("error"), row_schema)
-            flags = record_flags(record, str(row.fields.get(self.cfg.dataset.text_field, ""))) if record is not None else []
+            if record is not None:
+                record, reason, message = self._grounded(row, record, row_schema)
+            flags = record_flags(record, self._source(row)) if record is not None else []
             outcomes.append(Outcome(row.id, c["text"], c["finish_reason"], c.get("prompt_tokens", 0), c.get("generated_tokens", 0), record, reason, message,
                                     flags=flags, relaxations=c.get("relaxations") or []))
         return outcomes
+
+    def _grounded(self, row: Row, record: dict, row_schema: dict | None) -> tuple[dict | None, str | None, str | None]:
+        """A record whose grounded values are all in the row's text stays; otherwise the row is rejected."""
+        try:
+            fields = grounded_fields(row_schema or self.schema_source)
+        except GroundingError as err:
+            return None, "error", f"row {row.id!r}: its schema: {err}"
+        _, misses = ungrounded_values(record, fields, self._source(row))
+        if misses:
+            return None, "ungrounded", f"not found in {self.cfg.dataset.text_field}: {'; '.join(misses)}"
+        return record, None, None
+
+    def _source(self, row: Row) -> str:
+        return str(row.fields.get(self.cfg.dataset.text_field, ""))
+
+    def _alarm(self) -> alarm.RunAlarm:
+        """The run's alarm shares, read back from every shard's records and ``ungrounded`` rejects (resumed ones too)."""
+        import pyarrow.parquet as pq
+
+        rows = {row.id: row for row in self.rows}
+        outputs = []
+        for kind in ("records", "rejects"):
+            for path in sorted((self.out / kind).glob("shard-*.parquet")):
+                for r in pq.read_table(path).to_pylist():
+                    row = rows.get(r["row_id"])
+                    if row is None or (kind == "rejects" and r["reason"] != "ungrounded"):
+                        continue
+                    try:
+                        value = json.loads(r["text"])
+                    except json.JSONDecodeError:
+                        continue  # a regex or Lark job: its records are not JSON
+                    schema = self._row_schema(row) or (self.schema_source if isinstance(self.schema_source, dict) else None)
+                    outputs.append(alarm.Output(value, self._source(row), schema, kind == "records"))
+        p = self.cfg.prompt
+        return alarm.measure(outputs, alarm.prompt_text(read_text_option(p.system, self.base), read_text_option(p.template, self.base)))
 
     def _row_schema(self, row: Row) -> dict | None:
         field_name = self.cfg.dataset.schema_field

@@ -38,4 +38,8 @@ def summary_table(summary: Any, out: str) -> str:
         f"{'shards':<16}{summary.shards} ({summary.shards_resumed} resumed, {summary.shards_redone} redone, {summary.shards_failed} failed, {summary.retries} retries)",
         f"{'output':<16}{out}",
     ]
+    shares = summary.alarm.get("shares", {}) if summary.alarm else {}
+    if shares:
+        lines.append(f"{'alarm shares':<16}" + ", ".join(f"{k.replace('_', ' ')} {'n/a' if v is None else f'{v:.0%}'}" for k, v in shares.items()))
+        lines += [f"{'ALARM':<16}{w}" for w in summary.alarm["warnings"]]
     return "\n".join(lines)

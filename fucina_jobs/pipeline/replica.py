@@ -22,6 +22,8 @@ from ..decoding.constraint import GrammarError, read_schema
 from ..decoding.relaxation import compile_json_schema
 from ..decoding.sampler import SamplingParams
 from ..engine import Completion, Engine, FucinaEngine, Prompt
+from ..grounding.declaration import GroundingError, grounded_fields
+from ..grounding.grammar import grounded_lark
 from ..models.loading import load_model
 from .config import JobConfig, VLLMEngineConfig, read_text_option
 from .dataset import Row
@@ -91,6 +93,8 @@ class ShardWorker:
             _log_to_file(Path(log_dir) / f"replica-{replica}.log")
         self.engine = build_engine(self.cfg, model_path)
         self.constraint, self.relaxations = job_constraint(self.engine, self.cfg, self.base)
+        c = self.cfg.constraint
+        self.schema = json.loads((self.base / c.json_schema).read_text(encoding="utf-8")) if c.kind == "json_schema" else None
         self.system = read_text_option(self.cfg.prompt.system, self.base) or None
         self.template = read_text_option(self.cfg.prompt.template, self.base)
         self._row_constraints: dict[str, tuple[Any, list[str]]] = {}
@@ -103,6 +107,7 @@ class ShardWorker:
         start = time.perf_counter()
         result = ShardResult(shard, self.replica)
         prompts, relaxed = [], {}
+        self._grammar_s = 0.0
         for row in rows:
             prompt, problem, relaxed[row.id] = self._prompt(row)
             if problem:
@@ -113,6 +118,7 @@ class ShardWorker:
         result.completions += [_as_dict(c) | {"relaxations": relaxed[c.id]} for c in completions]
         result.stats = shard_stats(completions, time.perf_counter() - start)
         result.stats["relaxed_rows"] = sum(bool(relaxed[c.id]) for c in completions)
+        result.stats["grounded_grammar_s"] = self._grammar_s  # building and compiling per-row grounded grammars
         log.info("replica %d finished shard %d: %d rows in %.1fs", self.replica, shard, len(rows), result.stats["wall_s"])
         return result
 
@@ -123,11 +129,24 @@ class ShardWorker:
         except KeyError as err:
             return None, f"row {row.id!r}: prompt.template uses field {err} that the row does not have", []
         try:
-            constraint, relaxations = self._row_constraint(row) if self.cfg.dataset.schema_field else (self.constraint, self.relaxations)
-        except GrammarError as err:
+            constraint, relaxations = self._constraint(row)
+        except (GrammarError, GroundingError, json.JSONDecodeError) as err:
             return None, f"row {row.id!r}: its schema does not compile: {err}", []
         d = self.cfg.decoding
         return Prompt(row.id, text, self.system, constraint, record_seed(d.seed, row.id), d.max_tokens), None, relaxations
+
+    def _constraint(self, row: Row) -> tuple[Any, list[str]]:
+        """The row's own grounded grammar where its schema grounds fields, else the shared constraint; with its relaxations."""
+        field_name = self.cfg.dataset.schema_field
+        schema = row.fields[field_name] if field_name else self.schema
+        schema = json.loads(schema) if isinstance(schema, str) else schema
+        if grounded_fields(schema):
+            start = time.perf_counter()
+            source = str(row.fields.get(self.cfg.dataset.text_field, ""))
+            constraint = self.engine.constraint(lark=grounded_lark(schema, source))
+            self._grammar_s += time.perf_counter() - start
+            return constraint, []
+        return self._row_constraint(row) if field_name else (self.constraint, self.relaxations)
 
     def _row_constraint(self, row: Row) -> tuple[Any, list[str]]:
         # Compile each distinct schema once; every stream still gets its own clone.

@@ -8,6 +8,7 @@ import pytest
 from fucina_jobs.decoding.batch import SpecConfig
 from fucina_jobs.decoding.constraint import GrammarError
 from fucina_jobs.engine import Prompt
+from fucina_jobs.grounding.grammar import grounded_lark
 
 from ..pipeline.conftest import REPO
 
@@ -22,15 +23,16 @@ def engine():
     return VLLMEngine(streams=4, spec=SpecConfig(max_draft=4))
 
 
-def invoice_prompts(constraint, n):
+def invoice_prompts(engine, n):
+    """The shipped job's first ``n`` prompts, each with its document's grounded grammar."""
     system = (REPO / "jobs/invoices/system.txt").read_text()
     template = (REPO / "jobs/invoices/template.txt").read_text()
     rows = [json.loads(line) for line in (REPO / "jobs/invoices/inputs.jsonl").read_text().splitlines()[:n]]
-    return [Prompt(r["id"], template.format_map(r), system, constraint, max_tokens=200) for r in rows]
+    return [Prompt(r["id"], template.format_map(r), system, engine.constraint(lark=grounded_lark(INVOICE, r["text"])), max_tokens=200) for r in rows]
 
 
 def test_invoices_are_valid_and_ngram_acceptance_is_reported(engine):
-    completions = list(engine.generate(invoice_prompts(engine.constraint(json_schema=REPO / "schemas/invoice.json"), 4)))
+    completions = list(engine.generate(invoice_prompts(engine, 4)))
     assert [c.id for c in completions] == ["inv-001", "inv-002", "inv-003", "inv-004"]
     for c in completions:
         assert c.finish_reason == "stop" and c.error is None

@@ -1,0 +1,148 @@
+"""The run alarm: three shares that betray made-up output, and the thresholds above which a run says so.
+
+Schema-valid is not correct. A small model that copies its prompt's worked
+example, or writes the same record for every row, still produces valid
+records; these shares catch it without gold labels:
+
+- ``ungrounded_values``: grounded values not found in their source, over all grounded values
+  (rows rejected as ``ungrounded`` included);
+- ``duplicate_records``: records identical to another record of the run;
+- ``prompt_copies``: record values written in the system prompt or template but not in the
+  row's own source (values the schema itself lists, enums, consts and allowances, are exempt).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any, Iterable, Iterator
+
+from .check import ungrounded_values
+from .declaration import GroundingError, grounded_fields
+from .values import dates_in, normalize_whitespace, numbers_in
+
+#: Above these shares the run warns. Any ungrounded or copied value is suspect, but a few can be
+#: coincidence (a date in the template, one bad document); a fifth of identical records cannot.
+THRESHOLDS = {"ungrounded_values": 0.05, "duplicate_records": 0.20, "prompt_copies": 0.05}
+_MEANING = {
+    "ungrounded_values": "of grounded values are not in their source text",
+    "duplicate_records": "of records are identical to another record",
+    "prompt_copies": "of record values are copied from the prompt, not from the row",
+}
+
+
+@dataclass
+class Output:
+    """One decoded row to judge: its JSON value, source text and schema."""
+
+    value: Any
+    text: str
+    schema: dict[str, Any] | None
+    is_record: bool = True
+
+
+@dataclass
+class RunAlarm:
+    counts: dict[str, list[int]] = field(default_factory=lambda: {k: [0, 0] for k in THRESHOLDS})  # name -> [hits, out of]
+
+    def shares(self) -> dict[str, float | None]:
+        return {k: (hits / total if total else None) for k, (hits, total) in self.counts.items()}
+
+    def warnings(self) -> list[str]:
+        return [
+            f"{share:.0%} {_MEANING[k]} ({self.counts[k][0]} of {self.counts[k][1]}; alarm above {THRESHOLDS[k]:.0%})"
+            for k, share in self.shares().items()
+            if share is not None and share > THRESHOLDS[k]
+        ]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"shares": self.shares(), "counts": self.counts, "thresholds": THRESHOLDS, "warnings": self.warnings()}
+
+
+def measure(outputs: Iterable[Output], prompt: str) -> RunAlarm:
+    """The three shares over a run's records (and its ``ungrounded`` rejects, for the first share)."""
+    alarm = RunAlarm()
+    copies = _PromptCopies(prompt)
+    seen: Counter[str] = Counter()
+    for out in outputs:
+        try:
+            fields = grounded_fields(out.schema)
+        except GroundingError:
+            fields = []  # the row was rejected for it already
+        checked, misses = ungrounded_values(out.value, fields, out.text)
+        alarm.counts["ungrounded_values"][0] += len(misses)
+        alarm.counts["ungrounded_values"][1] += checked
+        if out.is_record:
+            seen[json.dumps(out.value, sort_keys=True)] += 1
+            copied, considered = copies.count(out)
+            alarm.counts["prompt_copies"][0] += copied
+            alarm.counts["prompt_copies"][1] += considered
+    alarm.counts["duplicate_records"] = [sum(n for n in seen.values() if n > 1), sum(seen.values())]
+    return alarm
+
+
+class _PromptCopies:
+    def __init__(self, prompt: str):
+        self.prompt = _norm(prompt)
+        self.numbers = numbers_in(prompt)
+        self.dates = set(dates_in(prompt))
+
+    def count(self, out: Output) -> tuple[int, int]:
+        exempt = _schema_values(out.schema)
+        source, numbers, dates = _norm(out.text), None, None
+        copied = considered = 0
+        for value in _leaf_values(out.value):
+            if value in exempt:
+                continue
+            if isinstance(value, str) and len(_norm(value)) >= 3:
+                considered += 1
+                if dates is None:
+                    dates = set(dates_in(out.text))
+                in_prompt = _norm(value) in self.prompt or value in self.dates
+                copied += in_prompt and _norm(value) not in source and value not in dates
+            elif isinstance(value, (int, float)) and not isinstance(value, bool):
+                considered += 1
+                if numbers is None:
+                    numbers = numbers_in(out.text)
+                number = Decimal(str(value))
+                copied += number in self.numbers and number not in numbers
+        return copied, considered
+
+
+def _norm(text: str) -> str:
+    return normalize_whitespace(text).casefold()
+
+
+def _leaf_values(value: Any) -> Iterator[Any]:
+    if isinstance(value, dict):
+        for v in value.values():
+            yield from _leaf_values(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _leaf_values(v)
+    else:
+        yield value
+
+
+def _schema_values(schema: Any) -> list[Any]:
+    """Every value the schema itself names: enum members, consts, grounding allowances."""
+    found: list[Any] = []
+    if isinstance(schema, dict):
+        found += schema.get("enum", []) if isinstance(schema.get("enum"), list) else []
+        found += [schema["const"]] if "const" in schema else []
+        options = schema.get("x-grounded")
+        found += options.get("allow", []) if isinstance(options, dict) else []
+        for sub in schema.values():
+            found += _schema_values(sub)
+    elif isinstance(schema, list):
+        for sub in schema:
+            found += _schema_values(sub)
+    return found
+
+
+def prompt_text(system: str, template: str) -> str:
+    """What the prompt itself writes: the system message and the template without its ``{field}`` slots."""
+    return system + "\n" + re.sub(r"\{[^{}]*\}", " ", template)

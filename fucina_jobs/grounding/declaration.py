@@ -1,0 +1,165 @@
+"""Which fields of a JSON schema are grounded, read from the ``x-grounded`` keyword.
+
+A property says ``"x-grounded": true`` (or an options object) to mean: its
+value must be found in the row's source text. Strings are verbatim spans,
+numbers are numbers the text writes, ``format: date`` strings are dates it
+writes, and enum members are those the text writes (or one of their declared
+``spellings``, such as ``€`` for ``EUR``). JSON Schema validators and llguidance ignore unknown ``x-`` keywords,
+so a grounded schema stays an ordinary schema everywhere else.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+KEYWORD = "x-grounded"
+_WHITESPACE = ("normalize", "exact")
+_CASE = ("exact", "insensitive")
+
+
+class GroundingError(ValueError):
+    """An ``x-grounded`` declaration is malformed or sits where it cannot apply."""
+
+
+@dataclass(frozen=True)
+class Grounded:
+    """One grounded field: where it is, what kind of value it holds, and its options.
+
+    ``path`` names properties by key and array items by ``"[]"``.
+    """
+
+    path: tuple[str, ...]
+    kind: str  # string | number | integer | date | enum
+    schema: dict[str, Any] = field(compare=False)
+    whitespace: str = "normalize"  # normalize: runs of whitespace, line breaks included, match one space
+    case: str = "exact"  # insensitive: the value may be recased
+    allow: tuple[Any, ...] = ()  # values accepted although the text does not write them, e.g. 0 for tax
+    amount: bool = False  # numbers: only those written as money (currency sign or code, or two decimals; no percentages)
+    spellings: dict[str, tuple[str, ...]] = field(default_factory=dict, compare=False)  # enum member -> how texts write it
+
+    def evidence(self, member: str) -> tuple[str, ...]:
+        """What in a text shows an enum member: the member itself and its declared spellings."""
+        return (member, *self.spellings.get(member, ()))
+
+    @property
+    def nullable(self) -> bool:
+        kind = self.schema.get("type")
+        return isinstance(kind, list) and "null" in kind
+
+    @property
+    def name(self) -> str:
+        return ".".join(self.path).replace(".[]", "[]")
+
+
+def grounded_fields(schema: Any) -> list[Grounded]:
+    """Every grounded field of ``schema``, in key order; raise ``GroundingError`` naming a bad one."""
+    if not isinstance(schema, dict):
+        return []
+    found = list(_walk(schema, ()))
+    reachable = {id(g.schema) for g in found}
+    stray = next((p for p, node in _all_declarations(schema, ()) if id(node) not in reachable), None)
+    if stray is not None:
+        raise GroundingError(f"{'/'.join(stray)}: {KEYWORD} only applies under properties or array items, not inside anyOf, oneOf, allOf or $defs")
+    return found
+
+
+def _walk(node: dict[str, Any], path: tuple[str, ...]) -> Iterator[Grounded]:
+    if node.get(KEYWORD) not in (None, False):
+        yield _declared(node, path)
+        return
+    for key, sub in (node.get("properties") or {}).items():
+        if isinstance(sub, dict):
+            yield from _walk(sub, (*path, key))
+    if isinstance(node.get("items"), dict):
+        yield from _walk(node["items"], (*path, "[]"))
+
+
+def _all_declarations(node: Any, path: tuple[str, ...]) -> Iterator[tuple[tuple[str, ...], dict]]:
+    if isinstance(node, dict):
+        if node.get(KEYWORD) not in (None, False):
+            yield path, node
+        for key, sub in node.items():
+            yield from _all_declarations(sub, (*path, key))
+    elif isinstance(node, list):
+        for i, sub in enumerate(node):
+            yield from _all_declarations(sub, (*path, str(i)))
+
+
+def _declared(node: dict[str, Any], path: tuple[str, ...]) -> Grounded:
+    where = _where(path)
+    options = node[KEYWORD]
+    if options is True:
+        options = {}
+    if not isinstance(options, dict):
+        raise GroundingError(f"{where}: {KEYWORD} must be true or an object of options, not {options!r}")
+    unknown = set(options) - {"whitespace", "case", "allow", "amount", "spellings"}
+    if unknown:
+        raise GroundingError(f"{where}: {KEYWORD} has unknown option(s) {sorted(unknown)}; known: whitespace, case, allow, amount, spellings")
+    kind = _kind(node, where)
+    amount = options.get("amount", False)
+    if not isinstance(amount, bool) or (amount and kind not in ("number", "integer")):
+        raise GroundingError(f"{where}: {KEYWORD}.amount must be true or false, and only number or integer properties are amounts")
+    whitespace = options.get("whitespace", "normalize")
+    case = options.get("case", "exact")
+    if whitespace not in _WHITESPACE:
+        raise GroundingError(f"{where}: {KEYWORD}.whitespace={whitespace!r}; use one of {', '.join(_WHITESPACE)}")
+    if case not in _CASE:
+        raise GroundingError(f"{where}: {KEYWORD}.case={case!r}; use one of {', '.join(_CASE)}")
+    allow = options.get("allow", [])
+    if not isinstance(allow, list) or not all(_fits(v, kind) for v in allow):
+        raise GroundingError(f"{where}: {KEYWORD}.allow must be a list of {kind} values, not {allow!r}")
+    spellings = options.get("spellings", {})
+    members = node.get("enum", [])
+    if kind == "enum" and not set(allow) <= set(members):
+        raise GroundingError(f"{where}: {KEYWORD}.allow must list members of the enum, not {allow!r}")
+    if spellings and (kind != "enum" or not isinstance(spellings, dict) or not set(spellings) <= set(members)
+                      or not all(isinstance(v, list) and all(isinstance(w, str) and w for w in v) for v in spellings.values())):
+        raise GroundingError(f"{where}: {KEYWORD}.spellings must map enum members to lists of non-empty strings")
+    return Grounded(path, kind, node, whitespace, case, tuple(allow), amount, {k: tuple(v) for k, v in spellings.items()})
+
+
+def _kind(node: dict[str, Any], where: str) -> str:
+    if "const" in node:
+        raise GroundingError(f"{where}: {KEYWORD} on a const says nothing more; remove it")
+    if "enum" in node:
+        if not all(isinstance(v, str) for v in node["enum"]):
+            raise GroundingError(f"{where}: {KEYWORD} on an enum needs string members")
+        return "enum"
+    kinds = node.get("type")
+    kinds = [k for k in kinds if k != "null"] if isinstance(kinds, list) else [kinds]
+    if len(kinds) == 1 and kinds[0] == "string":
+        return "date" if node.get("format") == "date" else "string"
+    if len(kinds) == 1 and kinds[0] in ("number", "integer"):
+        return kinds[0]
+    raise GroundingError(f"{where}: {KEYWORD} applies to string, number, integer, date or enum properties, not type {node.get('type')!r}")
+
+
+def _fits(value: Any, kind: str) -> bool:
+    if kind in ("number", "integer"):
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and (kind == "number" or float(value).is_integer())
+    if kind == "date":
+        try:
+            return isinstance(value, str) and dt.date.fromisoformat(value).isoformat() == value
+        except ValueError:
+            return False
+    return isinstance(value, str) and value != ""
+
+
+def _where(path: tuple[str, ...]) -> str:
+    """A walk path as the JSON pointer into the schema, e.g. ``properties/lines/items/properties/sku``."""
+    return "/".join(part for p in path for part in (("items",) if p == "[]" else ("properties", p))) or "<root>"
+
+
+def leaves(value: Any, path: tuple[str, ...]) -> Iterator[Any]:
+    """The values a record holds at a grounded ``path`` (arrays fan out)."""
+    if not path:
+        yield value
+        return
+    head, rest = path[0], path[1:]
+    if head == "[]":
+        for item in value if isinstance(value, list) else []:
+            yield from leaves(item, rest)
+    elif isinstance(value, dict) and head in value:
+        yield from leaves(value[head], rest)

@@ -1,0 +1,175 @@
+"""The numbers and dates a text writes, normalised: what grounded numbers and dates may be.
+
+Invoices write one amount many ways (``$1,340.00``, ``1.340,00 €``,
+``CHF 1'340.00``, ``(45.00)``) and one date many ways (``03.04.2025``,
+``April 3, 2025``, ``3rd April 2025``). Grounding compares normalised values,
+so these functions read every plausible value out of a text; where a form is
+ambiguous (``1,340`` or ``03/04/2025``) every reading is kept, since the text
+alone cannot say which one the writer meant.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+import unicodedata
+from decimal import Decimal
+
+_MONTHS = {
+    name: number
+    for number, names in enumerate(
+        [
+            "january jan januar janvier enero gennaio januari jänner",
+            "february feb februar février fevrier febrero febbraio februari",
+            "march mar märz maerz mars marzo maart",
+            "april apr avril abril aprile",
+            "may mai mayo maggio mei",
+            "june jun juni juin junio giugno",
+            "july jul juli juillet julio luglio",
+            "august aug août aout agosto augustus",
+            "september sep sept septembre septiembre settembre",
+            "october oct oktober octobre octubre ottobre",
+            "november nov novembre noviembre",
+            "december dec dezember décembre decembre diciembre dicembre",
+        ],
+        start=1,
+    )
+    for name in names.split()
+}
+_MONTH = "(?P<month>" + "|".join(sorted(map(re.escape, _MONTHS), key=len, reverse=True)) + r")\.?"
+_DAY = r"(?P<day>\d{1,2})(?:st|nd|rd|th|er|\.)?"
+_YEAR = r"(?P<year>\d{4})"
+_DATES = [
+    # 2025-02-11, 2025/05/20, 2025.09.12
+    re.compile(r"(?<!\d)(?P<year>\d{4})(?P<sep>[-/.])(?P<a>\d{1,2})(?P=sep)(?P<b>\d{1,2})(?!\d)"),
+    # 03.04.2025, 14/01/2025, 04/15/2025, 14-11-2025, 03.04.25: day-first and month-first readings
+    re.compile(r"(?<![\d.])(?P<a>\d{1,2})(?P<sep>[-/.])(?P<b>\d{1,2})(?P=sep)(?P<year>\d{4}|\d{2})(?![\d])"),
+    # 2 October 2024, 5th September 2025, 30-Jun-2025, 1. März 2025, 2 de octubre de 2025
+    re.compile(rf"(?<!\d){_DAY}[\s-]*(?:of\s+|de\s+)?{_MONTH}[\s,-]*(?:de\s+)?{_YEAR}(?!\d)", re.IGNORECASE),
+    # October 2, 2024, Jan 7 2025
+    re.compile(rf"(?<![^\W\d_]){_MONTH}\s*{_DAY},?\s*{_YEAR}(?!\d)", re.IGNORECASE),
+    # 2025年1月14日
+    re.compile(r"(?P<year>\d{4})年(?P<a>\d{1,2})月(?P<b>\d{1,2})日"),
+]
+
+
+def dates_in(text: str) -> dict[str, list[tuple[int, int]]]:
+    """Every date the text writes, as ISO ``YYYY-MM-DD`` -> the spans that write it."""
+    found: dict[str, list[tuple[int, int]]] = {}
+    for pattern in _DATES:
+        for m in pattern.finditer(text):
+            for iso in _readings(m):
+                found.setdefault(iso, []).append(m.span())
+    return found
+
+
+def _readings(m: re.Match) -> list[str]:
+    groups = m.groupdict()
+    year = int(groups["year"])
+    year += 2000 if year < 100 else 0
+    if groups.get("month"):
+        candidates = [(_MONTHS[groups["month"].lower()], int(groups["day"]))]
+    elif m.re is _DATES[1]:
+        a, b = int(groups["a"]), int(groups["b"])
+        candidates = [(b, a), (a, b)]  # day-first, month-first
+    else:
+        candidates = [(int(groups["a"]), int(groups["b"]))]
+    isos = []
+    for month, day in candidates:
+        try:
+            isos.append(dt.date(year, month, day).isoformat())
+        except ValueError:
+            continue
+    return list(dict.fromkeys(isos))
+
+
+_CURRENCY = r"[$€£¥₹]|[A-Z]{1,3}\$"
+_NUMBER_HEAD = rf"(?P<open>\()?(?P<sign>[-−–])?\s?(?P<currency>{_CURRENCY})?\s?"
+_CODES = "USD EUR GBP CHF JPY CAD AUD NZD CNY RMB INR SEK NOK DKK ISK PLN CZK HUF RON BGN TRY RUB UAH BRL MXN ARS CLP COP ZAR SGD HKD TWD KRW THB MYR IDR PHP VND AED SAR ILS EGP NGN KES".split()
+_CODE = "(?:" + "|".join(_CODES) + ")"
+_CODE_BEFORE = re.compile(rf"(?:\b{_CODE}|[$€£¥₹])[ \t]*\Z")  # CHF 6'750.00, €   320,00
+_CODE_AFTER = re.compile(rf" ?(?:{_CODE}\b|[$€£¥₹])")  # 2.350,00 €, 1,450.00 CAD
+#: Read twice: with a plain space as a thousands separator (``2 480,00``) and without (``12 30``).
+_NUMBERS = [re.compile(_NUMBER_HEAD + rf"(?P<core>\d+(?:[{seps}]\d{{3}})*(?:[.,]\d+)?)") for seps in (",.'’\u00a0\u202f ", ",.'’\u00a0\u202f")]
+
+
+def numbers_in(text: str, amounts: bool = False) -> set[Decimal]:
+    """Every number the text writes, normalised; numbers inside dates and identifiers are skipped.
+
+    Thousands separators (``,`` ``.`` ``'`` and thin spaces) and decimal commas
+    are read; a lone separator before three digits (``1,340``) gives both
+    readings. A minus sign or parentheses make a number negative, and its
+    magnitude counts too (a credit of ``-45.00`` also writes ``45``).
+    ``amounts`` keeps only numbers written as money: next to a currency sign
+    or code, or with two decimals, and never a percentage.
+    """
+    text = unicodedata.normalize("NFC", text)
+    masked = list(text)
+    for spans in dates_in(text).values():
+        for start, end in spans:
+            masked[start:end] = " " * (end - start)
+    text = "".join(masked)
+    found: set[Decimal] = set()
+    for m in (m for pattern in _NUMBERS for m in pattern.finditer(text)):
+        start, end = m.start() + len(m.group()) - len(m.group().lstrip()), m.end("core")
+        if _inside_identifier(text, start, end) or (amounts and not _is_money(m, text)):
+            continue
+        negative = bool(m.group("sign")) or (bool(m.group("open")) and text[end : end + 1] == ")")
+        for value in _core_readings(m.group("core")):
+            found.add(value)
+            if negative and value:
+                found.add(-value)
+    return found
+
+
+def _is_money(m: re.Match, text: str) -> bool:
+    after = text[m.end("core") :]
+    if re.match(r"\s?%", after):
+        return False
+    marked = m.group("currency") or _CODE_BEFORE.search(text, 0, m.start("core")) or _CODE_AFTER.match(after)
+    return bool(marked or re.search(r"[.,]\d{2}$", m.group("core")))
+
+
+def _inside_identifier(text: str, start: int, end: int) -> bool:
+    """Is ``text[start:end]`` part of a word or a code such as ``BWS-2025-0147`` or ``M8``?"""
+    before = text[start - 1] if start > 0 else " "
+    after = text[end] if end < len(text) else " "
+    if before.isalnum() or before in "_#" or after.isalpha() or after == "_":
+        return True
+    if before in "-/" and start > 1 and text[start - 2].isalnum():
+        return True
+    return after in "-/" and end + 1 < len(text) and text[end + 1].isalnum()
+
+
+def _core_readings(core: str) -> list[Decimal]:
+    core = re.sub(r"['’\s]", "", core)
+    separators = [c for c in core if c in ",."]
+    if not separators:
+        return [Decimal(core)]
+    last = separators[-1]
+    if len(set(separators)) == 2:  # 1,340.00 or 2.350,00: the last one is the decimal point
+        whole, _, fraction = core.rpartition(last)
+        return [Decimal(re.sub(r"[,.]", "", whole) + "." + fraction)]
+    if len(separators) > 1:  # 1,234,567: thousands only
+        return [Decimal(core.replace(last, ""))]
+    whole, _, fraction = core.partition(last)
+    decimal = Decimal(whole + "." + fraction)
+    return [decimal, Decimal(whole + fraction)] if len(fraction) == 3 else [decimal]
+
+
+def json_number(value: Decimal) -> str:
+    """The one JSON spelling of a number: integers without a point, no trailing zeros, no exponent."""
+    if value == value.to_integral_value():
+        return str(int(value))
+    return format(value.normalize(), "f")
+
+
+def normalize_whitespace(text: str) -> str:
+    """Runs of whitespace (line breaks included) become one space: a name broken over two lines is still one name."""
+    return " ".join(text.split())
+
+
+def written(text: str, spellings: tuple[str, ...], case: str = "exact") -> bool:
+    """Does the text write any of ``spellings`` with no letter glued to it (``C$`` is not ``$``; ``case="insensitive"``: in any case)?"""
+    flags = re.IGNORECASE if case == "insensitive" else 0
+    return any(re.search(rf"(?<![^\W\d_]){re.escape(s)}(?![^\W\d_])", text, flags) for s in spellings)

@@ -1,0 +1,37 @@
+"""Per-row grounded grammars keep plain and speculative decoding equal, token for token (float64 tiny model)."""
+
+import pytest
+
+from fucina_jobs.decoding.batch import Request, SpecConfig
+from fucina_jobs.decoding.constraint import Constraint
+from fucina_jobs.decoding.sampler import SamplingParams
+from fucina_jobs.grounding.grammar import grounded_lark
+
+from ..conftest import STOP, Recorder, decode
+from .test_grammar import PARTY
+
+DOCS = [
+    "Invoice from Nordlicht Bakery GmbH to ACME Tools, total € 1.234,50, due 03/04/2025. Nordlicht Bakery GmbH thanks you.",
+    'Seller: "Quote" & Sons\\Ltd; amount 99.90 USD; date 2025-02-11; seller "Quote" & Sons\\Ltd again.',
+    "Ünïcødé Händler — Summe 12,00 €\nfällig am 1. März 2025\nÜnïcødé Händler",
+]
+
+
+def requests(tokenizer, grammars):
+    return [
+        Request(f"r{k}", tokenizer.encode(doc + " JSON:", add_special_tokens=False), Recorder(grammar.clone()), seed=7 + k, max_tokens=48)
+        for k, (doc, grammar) in enumerate(zip(DOCS, grammars))
+    ]
+
+
+@pytest.mark.parametrize("params", [SamplingParams(), SamplingParams(temperature=0.8)], ids=["greedy", "sampled"])
+def test_grounded_plain_equals_speculative(tokenizer, tiny_runner, params):
+    grammars = [Constraint.lark(grounded_lark(PARTY, doc), tokenizer, stop_token=STOP) for doc in DOCS]  # compiled once per row
+    plain_requests, spec_requests = requests(tokenizer, grammars), requests(tokenizer, grammars)
+    plain = decode(tiny_runner, plain_requests, params=params)
+    spec = decode(tiny_runner, spec_requests, params=params, spec=SpecConfig(), streams=3)
+    for p, s in zip(plain_requests, spec_requests):
+        assert plain[p.id].tokens == spec[s.id].tokens, p.id
+        assert plain[p.id].finish_reason == spec[s.id].finish_reason, p.id
+        assert p.processor.commits == s.processor.commits, p.id
+    assert sum(g.stats.accepted.get("forced", 0) for g in spec.values()) > 0, "grounded spans must be drafted from the grammar"

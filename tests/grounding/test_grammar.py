@@ -1,0 +1,127 @@
+"""Per-row grounded grammars on hard documents: only values the document writes get through."""
+
+import json
+import random
+
+import pytest
+
+from fucina_jobs.decoding.constraint import Constraint
+from fucina_jobs.grounding.grammar import grounded_lark
+
+from ..conftest import STOP, instance_accepted
+
+PARTY = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "maxLength": 40, "x-grounded": True},
+        "amount": {"type": "number", "minimum": 0, "x-grounded": {"allow": [0]}},
+        "date": {"type": ["string", "null"], "format": "date", "x-grounded": True},
+        "kind": {"enum": ["a", "b"]},
+    },
+    "required": ["name", "amount", "date", "kind"],
+    "additionalProperties": False,
+}
+
+
+def accepts(tokenizer, schema, text, record) -> bool:
+    constraint = Constraint.lark(grounded_lark(schema, text), tokenizer, stop_token=STOP)
+    return instance_accepted(constraint, tokenizer, record, separators=(",", ":"))
+
+
+def rec(name, amount=0, date=None, kind="a"):
+    return {"name": name, "amount": amount, "date": date, "kind": kind}
+
+
+HARD = 'Seller: ACME "Tools" GmbH\\Zürich — Ünïcødé Ltd ✓\nTotal € 1.234,50 on 03/04/2025\tBill to: Nordlicht\n  Bakery & Co.'
+
+
+@pytest.mark.parametrize(
+    "record, ok",
+    [
+        (rec('ACME "Tools" GmbH'), True),  # quotes in the document
+        (rec('GmbH\\Zürich'), True),  # a backslash
+        (rec("Ünïcødé Ltd ✓"), True),  # unicode
+        (rec("Nordlicht Bakery & Co."), True),  # split across a line break: whitespace normalised
+        (rec("Nordlicht\n  Bakery"), False),  # ... so the raw break is not a span any more
+        (rec("Pinewood Labels Ltd"), False),  # not in the document
+        (rec("Nordl"), False),  # a cut word
+        (rec(""), False),  # empty is in every text: not grounded
+        (rec("ACME", 1234.5), True),
+        (rec("ACME", 1234.50), True),
+        (rec("ACME", 1608), False),
+        (rec("ACME", 0), True),  # the allowance
+        (rec("ACME", 0, "2025-04-03"), True),  # both readings of 03/04/2025
+        (rec("ACME", 0, "2025-03-04"), True),
+        (rec("ACME", 0, "2024-10-02"), False),
+        (rec("ACME", kind="c"), False),  # ungrounded fields keep their schema
+    ],
+)
+def test_hard_document(tokenizer, record, ok):
+    assert accepts(tokenizer, PARTY, HARD, record) is ok
+
+
+def test_exact_whitespace_keeps_line_breaks_and_case_insensitive_recases(tokenizer):
+    exact = json.loads(json.dumps(PARTY))
+    exact["properties"]["name"]["x-grounded"] = {"whitespace": "exact", "case": "insensitive"}
+    assert accepts(tokenizer, exact, HARD, rec("Nordlicht\n  Bakery"))
+    assert accepts(tokenizer, exact, HARD, rec("NORDLICHT"))
+    assert not accepts(tokenizer, exact, HARD, rec("Nordlicht Bakery"))
+
+
+def test_max_length_holds_inside_the_span(tokenizer):
+    text = "Name: " + " ".join(["Verylongcompanyname"] * 4)
+    assert accepts(tokenizer, PARTY, text, rec("Verylongcompanyname Verylongcompanyname"))
+    assert not accepts(tokenizer, PARTY, text, rec(" ".join(["Verylongcompanyname"] * 3)))
+
+
+def test_nested_optional_and_array_fields(tokenizer):
+    schema = {
+        "type": "object",
+        "properties": {
+            "id": {"type": "string"},
+            "buyer": {"type": "object", "properties": {"name": {"type": "string", "x-grounded": True}}, "required": ["name"]},
+            "lines": {"type": "array", "maxItems": 3, "items": {"type": "integer", "x-grounded": True}},
+            "note": {"type": "string"},
+        },
+        "required": ["lines"],
+    }
+    text = "Order for Ada Lovelace: 3 gears, 12 cogs"
+    good = {"id": "x", "buyer": {"name": "Ada Lovelace"}, "lines": [3, 12], "note": "anything"}
+    assert instance_accepted(Constraint.lark(grounded_lark(schema, text), tokenizer, stop_token=STOP), tokenizer, good, (",", ":"))
+    for record in ({"lines": []}, {"buyer": {"name": "Ada"}, "lines": [12]}, {"id": "y", "lines": [3]}):
+        assert accepts(tokenizer, schema, text, record), record
+    for record in ({"lines": [4]}, {"lines": [3, 3, 3, 3]}, {"buyer": {"name": "Babbage"}, "lines": []}, {"note": "n"}):
+        assert not accepts(tokenizer, schema, text, record), record
+
+
+def test_a_field_the_document_cannot_fill_falls_back_to_its_schema(tokenizer):
+    # No number in the text and no allowance: the grammar lets the model write one, and the post-check rejects the row.
+    schema = json.loads(json.dumps(PARTY))
+    schema["properties"]["amount"]["x-grounded"] = True
+    assert accepts(tokenizer, schema, "no figures here", rec("figures", 7))
+
+
+def test_a_50_kb_document(tokenizer):
+    random.seed(0)
+    words = ["invoice", "Ltd", "Müller", 'say "hi"', "back\\slash", "line\nbreak", "€", "12.50", "Corp."]
+    text = " ".join(random.choice(words) for _ in range(8000))[:50_000] + " Final Vendor Name"
+    assert len(text.encode()) >= 50_000
+    assert accepts(tokenizer, PARTY, text, rec("Final Vendor Name", 12.5))
+    assert not accepts(tokenizer, PARTY, text, rec("Final Vendor Names"))
+
+
+def test_grounded_enum_members_need_their_spelling_in_the_text(tokenizer):
+    schema = {"type": "object", "properties": {"currency": {"enum": ["USD", "EUR", "CAD"], "x-grounded": {"spellings": {"USD": ["$"], "EUR": ["€"], "CAD": ["C$"]}}}},
+              "required": ["currency"]}
+    canadian = "Total C$1,260.00"
+    assert accepts(tokenizer, schema, canadian, {"currency": "CAD"})
+    assert not accepts(tokenizer, schema, canadian, {"currency": "USD"})  # the $ of C$ is not a dollar sign of its own
+    assert accepts(tokenizer, schema, "Summe 5 € (EUR) or $6", {"currency": "USD"})
+    assert not accepts(tokenizer, schema, "Summe 5 €", {"currency": "USD"})
+
+
+def test_amount_numbers_leave_out_rates_and_quantities(tokenizer):
+    schema = {"type": "object", "properties": {"tax": {"type": "number", "x-grounded": {"amount": True}}}, "required": ["tax"]}
+    text = "12 units; VAT 20%: EUR 14.80"
+    assert accepts(tokenizer, schema, text, {"tax": 14.8})
+    assert not accepts(tokenizer, schema, text, {"tax": 20}) and not accepts(tokenizer, schema, text, {"tax": 12})

@@ -1,0 +1,72 @@
+"""Reading the numbers and dates a text writes: separators, decimal commas, signs, ambiguous dates, month names."""
+
+from decimal import Decimal
+
+import pytest
+
+from fucina_jobs.grounding.values import dates_in, json_number, numbers_in, written
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("Total: $1,340.00", {"1340"}),
+        ("Summe 2.350,00 €", {"2350"}),
+        ("CHF 6'750.00", {"6750"}),
+        ("Bibliothèque 2 480,00 EUR", {"2480", "2", "480"}),
+        ("Rabatt 45,00", {"45"}),
+        ("Credit note: -$103.30", {"-103.3", "103.3"}),
+        ("Refund (45.00)", {"-45", "45"}),
+        ("Balance −7.5", {"-7.5", "7.5"}),
+        ("5.000 brochures", {"5", "5000"}),  # a lone separator before three digits: both readings
+        ("¥186,000", {"186", "186000"}),
+        ("1,234,567.89", {"1234567.89"}),
+        ("Tax 0.00", {"0"}),
+    ],
+)
+def test_numbers_are_normalised(text, expected):
+    assert {json_number(n) for n in numbers_in(text)} == expected
+
+
+def test_numbers_inside_identifiers_and_dates_are_not_amounts():
+    found = numbers_in("Invoice BWS-2025-0147, part M8, 300mm, dated 03.04.2025 or 2025-02-11: $12.50")
+    assert found == {Decimal("12.50")}
+
+
+def test_json_number_is_one_spelling():
+    assert [json_number(Decimal(s)) for s in ("527.50", "2100.00", "0.0", "-45.10", "1E+3")] == ["527.5", "2100", "0", "-45.1", "1000"]
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("Invoice Date: 2025-02-11", {"2025-02-11"}),
+        ("Invoice date: 2025/05/20", {"2025-05-20"}),
+        ("Datum 17.04.2025", {"2025-04-17"}),  # 17 cannot be a month: one reading
+        ("Date: 03/04/2025", {"2025-04-03", "2025-03-04"}),  # ambiguous: day-first and month-first
+        ("Date: 04/15/2025", {"2025-04-15"}),
+        ("Factuurdatum: 14-11-2025", {"2025-11-14"}),
+        ("Date 03.04.25", {"2025-04-03", "2025-03-04"}),
+        ("Issued: 4 March 2025", {"2025-03-04"}),
+        ("Date: 5th September 2025", {"2025-09-05"}),
+        ("DATE: March 28, 2025", {"2025-03-28"}),
+        ("Date: Jan 7, 2025", {"2025-01-07"}),
+        ("Invoice date: 30-Jun-2025", {"2025-06-30"}),
+        ("Datum: 1. März 2025", {"2025-03-01"}),
+        ("Fecha: 2 de octubre de 2025", {"2025-10-02"}),
+        ("発行日 2025年1月14日", {"2025-01-14"}),
+        ("Date: 31/02/2025", set()),  # no such day either way
+    ],
+)
+def test_dates_are_normalised_to_iso(text, expected):
+    assert set(dates_in(text)) == expected
+
+
+def test_amounts_are_numbers_written_as_money():
+    text = "Qty 12 @ $18.50 = $222.00; tax 8.5% = 18.87; CHF 6'750; 2.350,00 €; 1,450 CAD; ZIP 98421; ABN 00 111 222"
+    assert {json_number(n) for n in numbers_in(text, amounts=True)} == {"18.5", "222", "18.87", "6750", "2350", "1450", "1.45"}
+
+
+def test_written_needs_the_spelling_unglued_from_letters():
+    assert written("Total $5", ("$",)) and written("100€", ("€",)) and written("eur 5", ("EUR",), "insensitive")
+    assert not written("C$1,260.00", ("$",)) and not written("EUROPE", ("EUR",)) and not written("eur 5", ("EUR",))
