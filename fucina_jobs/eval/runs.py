@@ -15,6 +15,8 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
+from ..pipeline.sink import META_FIELDS
+
 #: Written by ``eval.mode=grammar`` in place of records and rejects.
 VERDICTS = "verdicts"
 _CONTENT_KEYS = ("row_id", "text", "reason", "finish_reason")
@@ -54,7 +56,7 @@ def _read_json(path: Path) -> dict[str, Any] | None:
 
 def read_run(path: Path) -> Run:
     """Everything ``eval`` and ``compare`` need from a run directory (missing parts are empty)."""
-    meta = ["record_id", "row_id", "text", "finish_reason", "prompt_tokens", "generated_tokens"]
+    meta = [f.name for f in META_FIELDS]
     return Run(
         path=path,
         records=_read_dir(path / "records", meta),

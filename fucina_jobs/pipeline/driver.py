@@ -195,7 +195,8 @@ class Job:
                 continue
             row_schema = self._row_schema(row)
             record, reason, message = self.validator(c["text"], c["finish_reason"], c.get("error"), row_schema)
-            outcomes.append(Outcome(row.id, c["text"], c["finish_reason"], c.get("prompt_tokens", 0), c.get("generated_tokens", 0), record, reason, message))
+            outcomes.append(Outcome(row.id, c["text"], c["finish_reason"], c.get("prompt_tokens", 0), c.get("generated_tokens", 0), record, reason, message,
+                                    c.get("confidence")))
         return outcomes
 
     def _row_schema(self, row: Row) -> dict | None:

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from ..confidence import confidence
 from ..decoding.batch import SpecConfig
 from ..decoding.constraint import GrammarError
 from ..decoding.sampler import SamplingParams
@@ -91,7 +92,8 @@ class ShardWorker:
             else:
                 prompts.append(prompt)
         completions = list(self.engine.generate(prompts))
-        result.completions += [_as_dict(c) for c in completions]
+        json_output = self.cfg.constraint.kind in (None, "json_schema")
+        result.completions += [_as_dict(c, json_output) for c in completions]
         result.stats = shard_stats(completions, time.perf_counter() - start)
         log.info("replica %d finished shard %d: %d rows in %.1fs", self.replica, shard, len(rows), result.stats["wall_s"])
         return result
@@ -120,9 +122,10 @@ class ShardWorker:
         return self._row_constraints[key]
 
 
-def _as_dict(c: Completion) -> dict[str, Any]:
+def _as_dict(c: Completion, json_output: bool) -> dict[str, Any]:
     return {"row_id": c.id, "text": c.text, "finish_reason": c.finish_reason, "error": c.error,
-            "prompt_tokens": c.stats.prompt_tokens, "generated_tokens": len(c.tokens)}
+            "prompt_tokens": c.stats.prompt_tokens, "generated_tokens": len(c.tokens),
+            "confidence": confidence(c.text, c.token_spans, c.token_probs, json_output)}
 
 
 def shard_stats(completions: list[Completion], wall_s: float) -> dict[str, Any]:

@@ -21,6 +21,8 @@ import jsonschema
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ..confidence import Confidence
+
 META_FIELDS = [
     pa.field("record_id", pa.string()),
     pa.field("row_id", pa.string()),
@@ -28,6 +30,11 @@ META_FIELDS = [
     pa.field("finish_reason", pa.string()),
     pa.field("prompt_tokens", pa.int64()),
     pa.field("generated_tokens", pa.int64()),
+    # Token probabilities in [0, 1] (``fucina_jobs.confidence``): the record's least certain
+    # value, and per leaf value (keyed by path such as ``items[0].name``) the min and the mean.
+    pa.field("record_confidence", pa.float64()),
+    pa.field("field_confidence_min", pa.map_(pa.string(), pa.float64())),
+    pa.field("field_confidence_mean", pa.map_(pa.string(), pa.float64())),
 ]
 REJECT_SCHEMA = pa.schema(
     [
@@ -52,6 +59,7 @@ class Outcome:
     record: dict[str, Any] | None = None
     reason: str | None = None
     error: str | None = None
+    confidence: Confidence | None = None
 
 
 def arrow_type(schema: dict[str, Any]) -> pa.DataType | None:
@@ -162,8 +170,10 @@ def write_outcomes(root: Path, shard: int, outcomes: Iterable[Outcome], schema: 
     for o in outcomes:
         rid = record_id(o.row_id)
         if o.record is not None:
+            conf = o.confidence or Confidence()
             meta = {"record_id": rid, "row_id": o.row_id, "text": o.text, "finish_reason": o.finish_reason,
-                    "prompt_tokens": o.prompt_tokens, "generated_tokens": o.generated_tokens}
+                    "prompt_tokens": o.prompt_tokens, "generated_tokens": o.generated_tokens,
+                    "record_confidence": conf.record, "field_confidence_min": conf.field_min, "field_confidence_mean": conf.field_mean}
             records.append(meta | _typed(o.record, typed_fields))
         else:
             rejects.append({"record_id": rid, "row_id": o.row_id, "reason": o.reason, "text": o.text, "error": o.error})

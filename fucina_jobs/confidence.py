@@ -1,0 +1,140 @@
+"""Per-value confidence: how sure the model was of each value it wrote.
+
+The decoder records the probability of every token it selects
+(``Sampler.next``); the engine maps each token to its characters in the
+output text (``token_spans``). Here each JSON leaf value collects the tokens
+that overlap its characters, and its confidence is their minimum probability
+(one unlikely token is enough to make a value doubtful) and their mean. A
+record's confidence is its least certain value. Pure functions: no model, no files.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+#: A string literal, or a number, true, false or null: the JSON leaves.
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_SCALAR = re.compile(r"-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?|true|false|null")
+_WHITESPACE = re.compile(r"[ \t\n\r]*")
+#: The path of a JSON document that is not an object; the sink stores such a record as ``{"value": ...}``.
+ROOT = "value"
+
+
+@dataclass(frozen=True)
+class Leaf:
+    """One leaf value: its path (``vendor``, ``items[0].name``) and its JSON literal's character span."""
+
+    path: str
+    start: int
+    end: int
+
+
+@dataclass
+class Confidence:
+    """One output's confidence: the record's (its least certain value) and each value's min and mean."""
+
+    record: float | None = None
+    field_min: dict[str, float] = field(default_factory=dict)
+    field_mean: dict[str, float] = field(default_factory=dict)
+
+
+def leaves(text: str) -> list[Leaf]:
+    """Every leaf value of the JSON ``text``, in text order; ``ValueError`` when it is not JSON."""
+    found: list[Leaf] = []
+    start = _skip(text, 0)
+    end = _skip(text, _value(text, start, "" if text[start : start + 1] == "{" else ROOT, found))
+    if end != len(text):
+        raise ValueError(f"extra text after the JSON value at character {end}")
+    return found
+
+
+def _skip(text: str, pos: int) -> int:
+    return _WHITESPACE.match(text, pos).end()
+
+
+def _expect(text: str, pos: int, char: str) -> int:
+    if text[pos : pos + 1] != char:
+        raise ValueError(f"expected {char!r} at character {pos}")
+    return pos + 1
+
+
+def _value(text: str, pos: int, path: str, found: list[Leaf]) -> int:
+    """Scan the value at ``pos``, appending its leaves; return the position after it."""
+    opener = text[pos : pos + 1]
+    if opener in ("{", "["):
+        closer = "}" if opener == "{" else "]"
+        pos = _skip(text, pos + 1)
+        index = 0
+        while text[pos : pos + 1] != closer:
+            if index:
+                pos = _skip(text, _expect(text, pos, ","))
+            if opener == "{":
+                key = _STRING.match(text, pos)
+                if key is None:
+                    raise ValueError(f"expected a key at character {pos}")
+                name = json.loads(key.group())
+                pos = _skip(text, _expect(text, _skip(text, key.end()), ":"))
+                child = f"{path}.{name}" if path else name
+            else:
+                child = f"{path}[{index}]"
+            pos = _skip(text, _value(text, pos, child, found))
+            index += 1
+        return pos + 1
+    literal = _STRING.match(text, pos) or _SCALAR.match(text, pos)
+    if literal is None:
+        raise ValueError(f"expected a JSON value at character {pos}")
+    found.append(Leaf(path, pos, literal.end()))
+    return literal.end()
+
+
+def token_spans(tokens: Sequence[int], decode: Callable[[list[int]], str]) -> list[tuple[int, int]]:
+    """Each token's character span in ``decode(tokens)``.
+
+    Decodes a short window per token rather than every prefix, so the cost
+    stays linear. A character whose bytes are split over several tokens
+    belongs to all of them: until its last byte arrives the window decodes to
+    a replacement character, and those tokens share the span of that character.
+    """
+    spans: list[tuple[int, int]] = []
+    offset = 0  # characters of the text decoded so far
+    window = 0  # where the decode window starts; a few tokens of context keep leading spaces right
+    pending = 0  # tokens waiting for the rest of a split character
+    for i in range(len(tokens)):
+        before = decode(list(tokens[window : i - pending]))
+        after = decode(list(tokens[window : i + 1]))
+        if after.endswith("\ufffd") and i + 1 < len(tokens):
+            pending += 1
+            continue
+        end = offset + len(after) - len(before)
+        spans += [(offset, end)] * (pending + 1)
+        offset, pending = end, 0
+        window = max(0, i - 3)
+    return spans
+
+
+def confidence(text: str, spans: Sequence[tuple[int, int]], probs: Sequence[float], json_output: bool = True) -> Confidence:
+    """Min and mean token probability per leaf value of ``text``; the record's is the minimum over its values.
+
+    Outputs that are not JSON (regex and Lark jobs) have no leaves: their
+    record confidence is the minimum over all their tokens. An output that
+    does not parse gets no confidence (it becomes a reject)."""
+    if not json_output:
+        return Confidence(min(probs, default=None))
+    try:
+        values = leaves(text)
+    except ValueError:
+        return Confidence()
+    result = Confidence()
+    for leaf in values:
+        start, end = leaf.start, leaf.end
+        if text[start] == '"' and end - start > 2:  # a string's characters, not its quotes (often merged with the key's)
+            start, end = start + 1, end - 1
+        chosen = [p for (s, e), p in zip(spans, probs) if s < end and e > start]
+        if chosen:
+            result.field_min[leaf.path] = min(chosen)
+            result.field_mean[leaf.path] = sum(chosen) / len(chosen)
+    result.record = min(result.field_min.values(), default=None)
+    return result
