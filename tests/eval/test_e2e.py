@@ -10,6 +10,7 @@ import json
 import subprocess
 import sys
 
+import pyarrow.parquet as pq
 import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
@@ -44,10 +45,18 @@ def test_shipped_invoice_eval_on_4_rows(tmp_path):
     assert acc["fields"]["invoice_number"]["correct"] >= 1  # the small model copies most invoice numbers
     e = scores["efficiency"]
     assert e["shards"] == 2 and e["tokens_per_forward"] > 1 and e["acceptance"]["forced"]["rate"] > 0 and e["tok_s"] > 0
+    fields = set(acc["fields"])
+    for record in pq.read_table(out / "records").to_pylist():  # per-field confidence, in [0, 1]
+        low, mean = dict(record["field_confidence_min"]), dict(record["field_confidence_mean"])
+        assert set(low) == set(mean) and fields <= set(low)
+        assert all(0.0 <= low[k] <= mean[k] <= 1.0 for k in low) and record["record_confidence"] == min(low.values())
+    c = scores["confidence"]
+    assert c["fields_scored"] == 36 and (c["auroc"] is None or 0.0 <= c["auroc"] <= 1.0)
+    assert sum(b["fields"] for b in c["bins"]) == 36 and set(c["per_field"]) == fields
     md, page = (out / "report.md").read_text(), (out / "report.html").read_text()
-    for title in ("Accuracy against gold", "Efficiency", "Conformance"):
+    for title in ("Accuracy against gold", "Confidence calibration", "Efficiency", "Conformance"):
         assert title in md and title in page
-    assert page.count("data:image/png;base64,") == 3  # accuracy per field, acceptance and tok/s per shard
+    assert page.count("data:image/png;base64,") == 4  # accuracy per field, calibration, acceptance and tok/s per shard
     # Scoring the finished run again (eval.run_dir) reads it back: same hash, same accuracy, no model.
     again = evaluate(validate({**resolved, "eval": {**resolved["eval"], "run_dir": str(out), "report": False}}), REPO)
     assert again.scores["content_hash"] == scores["content_hash"] and again.scores["accuracy"] == acc

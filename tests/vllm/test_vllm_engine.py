@@ -38,6 +38,10 @@ def test_invoices_are_valid_and_ngram_acceptance_is_reported(engine):
         assert c.tokens and c.stats.committed == len(c.tokens) + 1  # the stop token is sampled, not returned
         assert c.stats.drafted["ngram"] > 0 and 0 < c.stats.accepted["ngram"] <= c.stats.drafted["ngram"]
         assert c.stats.forwards == c.stats.committed - c.stats.accepted["ngram"]
+        # Sampled-token probabilities arrive with structured outputs and speculation; they are
+        # taken after the grammar's mask, as ours are: grammar-forced tokens score exactly 1.
+        assert len(c.token_probs) == len(c.tokens) == len(c.token_spans) and all(0.0 < p <= 1.0 for p in c.token_probs)
+        assert sum(p == 1.0 for p in c.token_probs) >= 10 and c.token_spans[-1][1] == len(c.text)
     assert sum(c.stats.committed for c in completions) / sum(c.stats.forwards for c in completions) > 1.5
 
 
