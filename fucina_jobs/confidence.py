@@ -3,7 +3,7 @@
 The decoder records the probability of every token it selects
 (``Sampler.next``); the engine maps each token to its characters in the
 output text (``token_spans``). Here each JSON leaf value collects the tokens
-that overlap its characters, and its confidence is their minimum probability
+that overlap its characters (a regex job's values are its named groups), and its confidence is their minimum probability
 (one unlikely token is enough to make a value doubtful) and their mean. A
 record's confidence is its least certain value. Pure functions: no model, no files.
 """
@@ -115,22 +115,32 @@ def token_spans(tokens: Sequence[int], decode: Callable[[list[int]], str]) -> li
     return spans
 
 
-def confidence(text: str, spans: Sequence[tuple[int, int]], probs: Sequence[float], json_output: bool = True) -> Confidence:
-    """Min and mean token probability per leaf value of ``text``; the record's is the minimum over its values.
+def output_values(text: str, kind: str | None, regex: re.Pattern | None = None) -> list[Leaf] | None:
+    """The values of an output, by constraint kind: a JSON output's leaves, a regex's named groups,
+    or None for a Lark output (one value: the whole text). An output that does not parse has none."""
+    if kind in (None, "json_schema"):
+        try:
+            return leaves(text)
+        except ValueError:
+            return []
+    if kind == "regex":
+        match = regex.fullmatch(text) if regex is not None else None
+        return [Leaf(name, *match.span(name)) for name in regex.groupindex if match.start(name) >= 0] if match else []
+    return None
 
-    Outputs that are not JSON (regex and Lark jobs) have no leaves: their
-    record confidence is the minimum over all their tokens. An output that
-    does not parse gets no confidence (it becomes a reject)."""
-    if not json_output:
+
+def confidence(text: str, spans: Sequence[tuple[int, int]], probs: Sequence[float], values: Sequence[Leaf] | None) -> Confidence:
+    """Min and mean token probability per value of ``text``; the record's is the minimum over its values.
+
+    ``values`` None means the whole output is one value (a Lark job): the
+    record's confidence is then the minimum over all its tokens. An output
+    without values (it will be a reject) gets no confidence."""
+    if values is None:
         return Confidence(min(probs, default=None))
-    try:
-        values = leaves(text)
-    except ValueError:
-        return Confidence()
     result = Confidence()
     for leaf in values:
         start, end = leaf.start, leaf.end
-        if text[start] == '"' and end - start > 2:  # a string's characters, not its quotes (often merged with the key's)
+        if text[start : start + 1] == '"' and end - start > 2:  # a string's characters, not its quotes (often merged with the key's)
             start, end = start + 1, end - 1
         chosen = [p for (s, e), p in zip(spans, probs) if s < end and e > start]
         if chosen:

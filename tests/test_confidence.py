@@ -6,7 +6,9 @@ import json
 
 import pytest
 
-from fucina_jobs.confidence import ROOT, confidence, leaves, token_spans
+import re
+
+from fucina_jobs.confidence import ROOT, Leaf, confidence, leaves, output_values, token_spans
 
 
 def spans_of(text: str) -> dict[str, str]:
@@ -77,15 +79,22 @@ def test_value_confidence_is_min_and_mean_over_the_tokens_overlapping_it():
         spans.append((offset, offset + len(piece)))
         offset += len(piece)
     probs = [1.0, 0.5, 1.0, 1.0, 1.0, 0.9, 0.25, 1.0, 1.0, 0.8, 0.6]
-    result = confidence(text, spans, probs)
+    result = confidence(text, spans, probs, output_values(text, "json_schema"))
     assert result.field_min == {"a": 0.5, "b[0]": 0.25, "c": 0.6}
     assert result.field_mean == {"a": 0.5, "b[0]": 0.25, "c": pytest.approx(0.7)}  # "" is the tokens of its two quotes
     assert result.record == 0.25
 
 
-def test_confidence_of_outputs_that_are_not_json_objects():
-    spans, probs = [(0, 2), (2, 4)], [0.9, 0.4]
-    assert confidence("ab12", spans, probs, json_output=False).record == 0.4  # a regex or Lark job: its tokens' minimum
-    broken = confidence('{"a', [(0, 3)], [0.7])
+def test_values_of_regex_and_lark_outputs():
+    pattern = re.compile(r"(?P<name>[a-z]+) (?P<code>\d+)(?: (?P<note>x))?")
+    assert output_values("ab 12", "regex", pattern) == [Leaf("name", 0, 2), Leaf("code", 3, 5)]  # an unmatched group has no value
+    assert output_values("AB", "regex", pattern) == []
+    assert output_values("anything", "lark") is None
+    assert output_values('{"a', "json_schema") == [] and output_values("[1]", None) == [Leaf(f"{ROOT}[0]", 1, 2)]
+    spans, probs = [(0, 2), (2, 3), (3, 5)], [0.9, 1.0, 0.4]
+    regex_job = confidence("ab 12", spans, probs, output_values("ab 12", "regex", pattern))
+    assert regex_job.field_min == {"name": 0.9, "code": 0.4} and regex_job.record == 0.4
+    assert confidence("ab 12", spans, probs, None).record == 0.4  # Lark: the whole output is the value
+    broken = confidence('{"a', [(0, 3)], [0.7], [])
     assert broken.record is None and broken.field_min == {}  # it will be a reject: no confidence
-    assert confidence("", [], [], json_output=False).record is None
+    assert confidence("", [], [], None).record is None

@@ -19,20 +19,28 @@ _WIDTH = 60  # characters of a value shown
 
 
 def least_certain(records: Sequence[Mapping[str, Any]], limit: int) -> list[dict[str, Any]]:
-    """One row per value (record, field, value as JSON, confidence), the least certain first.
+    """One row per value (record, field, value, confidence), the least certain first.
 
-    A record without per-field confidence (a regex or Lark job) is one row for its whole text."""
+    A JSON value is shown as its JSON text, a regex group as its column; a
+    record without per-field confidence (a Lark job) is one row for its whole text."""
     rows = []
     for record in records:
         per_field = dict(record.get("field_confidence_min") or [])
         if per_field:
-            text = record["text"]
-            literals = {leaf.path: text[leaf.start : leaf.end] for leaf in leaves(text)}
-            rows += [_row(record, path, literals.get(path, ""), conf) for path, conf in per_field.items()]
+            values = _values(record)
+            rows += [_row(record, path, values.get(path, ""), conf) for path, conf in per_field.items()]
         elif record.get("record_confidence") is not None:
             rows.append(_row(record, "", record["text"], record["record_confidence"]))
     rows.sort(key=lambda r: (r["confidence"], r["row_id"], r["field"]))
     return rows[:limit]
+
+
+def _values(record: Mapping[str, Any]) -> dict[str, str]:
+    text = record["text"]
+    try:
+        return {leaf.path: text[leaf.start : leaf.end] for leaf in leaves(text)}
+    except ValueError:  # a regex job: its named groups are the record's columns
+        return {k: str(v) for k, v in record.items() if isinstance(v, str)}
 
 
 def _row(record: Mapping[str, Any], field: str, value: str, conf: float) -> dict[str, Any]:

@@ -12,7 +12,7 @@ RECORDS = [
      "field_confidence_min": {"vendor": 0.9, "items[0].qty": 0.4}, "field_confidence_mean": {"vendor": 0.95, "items[0].qty": 0.4}},
     {"row_id": "inv-2", "text": '{"vendor":"Bolt","items":[]}', "record_confidence": 0.2,
      "field_confidence_min": {"vendor": 0.2}, "field_confidence_mean": {"vendor": 0.5}},
-    {"row_id": "inv-3", "text": "ab-12", "record_confidence": 0.7, "field_confidence_min": {}, "field_confidence_mean": {}},  # a regex job
+    {"row_id": "inv-3", "text": "ab-12", "record_confidence": 0.7, "field_confidence_min": {}, "field_confidence_mean": {}},  # a Lark job
 ]
 
 
