@@ -2,10 +2,11 @@
 
 The decoder records the probability of every token it selects
 (``Sampler.next``); the engine maps each token to its characters in the
-output text (``token_spans``). Here each JSON leaf value collects the tokens
-that overlap its characters (a regex job's values are its named groups), and its confidence is their minimum probability
-(one unlikely token is enough to make a value doubtful) and their mean. A
-record's confidence is its least certain value. Pure functions: no model, no files.
+output text (``token_spans``). Here each value (a JSON leaf, or a regex's
+named group) collects the tokens that overlap its characters, and its
+confidence is their minimum probability (one unlikely token is enough to make
+a value doubtful) and their mean. A record's confidence is its least certain
+value. Pure functions: no model, no files.
 """
 
 from __future__ import annotations
@@ -25,7 +26,9 @@ ROOT = "value"
 
 @dataclass(frozen=True)
 class Leaf:
-    """One leaf value: its path (``vendor``, ``items[0].name``) and its JSON literal's character span."""
+    """One value: its path (``vendor``, ``items[0].name``, a regex group's name) and its text's character span.
+
+    A JSON value's span is its literal, quotes included."""
 
     path: str
     start: int
@@ -121,7 +124,7 @@ def output_values(text: str, kind: str | None, regex: re.Pattern | None = None) 
     if kind in (None, "json_schema"):
         try:
             return leaves(text)
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested deeper than Python's stack: it will be a reject
             return []
     if kind == "regex":
         match = regex.fullmatch(text) if regex is not None else None
