@@ -30,6 +30,8 @@ class Plot:
     xlabel: str
     horizontal: bool = False
     limit: float | None = None  # the axis maximum, e.g. 1.0 for rates
+    reference: list[float] | None = None  # a value per bar drawn as a line (where a calibrated bar would reach)
+    reference_label: str = ""
 
 
 @dataclass
@@ -123,7 +125,8 @@ def _confidence(c: dict[str, Any]) -> Section:
                            [[label, b["fields"], num(b["mean_confidence"]), pct(b["accuracy"])] for label, b in zip(labels, bins)]))
     section.tables.append((["field", "fields", "mean confidence", "accuracy"],
                            [[k, v["fields"], num(v["mean_confidence"]), pct(v["accuracy"])] for k, v in c["per_field"].items()]))
-    section.plots.append(Plot("calibration", "Accuracy by confidence bin", labels, [b["accuracy"] for b in bins], "field confidence", limit=1.0))
+    section.plots.append(Plot("calibration", "Accuracy by confidence bin", labels, [b["accuracy"] for b in bins], "field confidence", limit=1.0,
+                              reference=[b["mean_confidence"] for b in bins], reference_label="mean confidence (calibrated: bar reaches it)"))
     return section
 
 
@@ -202,6 +205,9 @@ def render_png(plot: Plot) -> bytes:
         ax.set_xlabel(plot.xlabel)
         if plot.limit:
             ax.set_ylim(0, plot.limit)
+        if plot.reference is not None:
+            ax.plot(range(len(plot.reference)), plot.reference, "o--", color="#c44e52", label=plot.reference_label)
+            ax.legend(fontsize=8, loc="upper left")
     ax.set_title(plot.title, fontsize=10)
     fig.tight_layout()
     buf = io.BytesIO()
