@@ -3,6 +3,10 @@
 import pytest
 
 from fucina_jobs.eval.calibration import auroc, confidence_scores, expected_calibration_error, field_confidence, reliability
+from fucina_jobs.eval.evaluate import evaluate
+from fucina_jobs.pipeline.config import validate
+
+from .conftest import REPO, make_run
 
 
 def test_auroc_on_known_rankings():
@@ -44,3 +48,22 @@ def test_confidence_scores_against_gold():
     assert c["auroc"] == 1.0  # the one wrong field (b.vendor) is the least certain
     assert c["per_field"]["vendor"] == {"fields": 2, "mean_confidence": pytest.approx(0.6), "accuracy": 0.5}
     assert sum(b["fields"] for b in c["bins"]) == 4 and c["expected_calibration_error"] is not None
+
+
+def test_eval_of_an_existing_run_reports_calibration(tmp_path):
+    gold = tmp_path / "gold.jsonl"
+    gold.write_text('{"id": "a", "label": {"vendor": "Acme", "total": 10}}\n{"id": "b", "label": {"vendor": "Bolt", "total": 20}}\n')
+    records = [
+        {"row_id": "a", "text": '{"vendor":"Acme","total":10}', "record_confidence": 0.8,
+         "field_confidence_min": {"vendor": 0.9, "total": 0.8}, "field_confidence_mean": {"vendor": 0.95, "total": 0.8}},
+        {"row_id": "b", "text": '{"vendor":"Pinewood","total":20}', "record_confidence": 0.2,
+         "field_confidence_min": {"vendor": 0.2, "total": 0.7}, "field_confidence_mean": {"vendor": 0.5, "total": 0.7}},
+    ]
+    run = make_run(tmp_path / "run", records, [])
+    raw = {"name": "hand", "constraint": {"json_schema": "schemas/invoice.json"}, "dataset": {"path": "jobs/invoices/inputs.jsonl"},
+           "output": {"dir": str(tmp_path / "unused")}, "eval": {"gold": str(gold), "run_dir": str(run)}}
+    scores = evaluate(validate(raw), REPO).scores
+    assert scores["confidence"]["fields_scored"] == 4 and scores["confidence"]["auroc"] == 1.0
+    md = (run / "report.md").read_text()
+    assert "## Confidence calibration" in md and "| 0.9-1.0 | 1 | 0.90 | 100.0% |" in md and "| vendor | 2 | 0.55 | 50.0% |" in md
+    assert (run / "plots" / "calibration.png").read_bytes()[:4] == b"\x89PNG"
