@@ -3,9 +3,10 @@
 The decoder records the probability of every token it selects
 (``Sampler.next``); the engine maps each token to its characters in the
 output text (``token_spans``). Here each value (a JSON leaf, or a regex's
-named group) collects the tokens that overlap its characters, and its
-confidence is their minimum probability (one unlikely token is enough to make
-a value doubtful) and their mean. A record's confidence is its least certain
+named group) collects the tokens that overlap its characters; its confidence
+is their mean probability, and their minimum is kept beside it. The mean ranks
+right and wrong values better (``docs/CONFIDENCE.md``: the minimum marks long
+values down for their length). A record's confidence is its least certain
 value. Pure functions: no model, no files.
 """
 
@@ -37,7 +38,7 @@ class Leaf:
 
 @dataclass
 class Confidence:
-    """One output's confidence: the record's (its least certain value) and each value's min and mean."""
+    """One output's confidence: the record's (its least certain value's mean) and each value's min and mean."""
 
     record: float | None = None
     field_min: dict[str, float] = field(default_factory=dict)
@@ -133,13 +134,13 @@ def output_values(text: str, kind: str | None, regex: re.Pattern | None = None) 
 
 
 def confidence(text: str, spans: Sequence[tuple[int, int]], probs: Sequence[float], values: Sequence[Leaf] | None) -> Confidence:
-    """Min and mean token probability per value of ``text``; the record's is the minimum over its values.
+    """Min and mean token probability per value of ``text``; the record's is its lowest value mean.
 
     ``values`` None means the whole output is one value (a Lark job): the
-    record's confidence is then the minimum over all its tokens. An output
+    record's confidence is then the mean over all its tokens. An output
     without values (it will be a reject) gets no confidence."""
     if values is None:
-        return Confidence(min(probs, default=None))
+        return Confidence(sum(probs) / len(probs) if probs else None)
     result = Confidence()
     for leaf in values:
         start, end = leaf.start, leaf.end
@@ -149,5 +150,5 @@ def confidence(text: str, spans: Sequence[tuple[int, int]], probs: Sequence[floa
         if chosen:
             result.field_min[leaf.path] = min(chosen)
             result.field_mean[leaf.path] = sum(chosen) / len(chosen)
-    result.record = min(result.field_min.values(), default=None)
+    result.record = min(result.field_mean.values(), default=None)
     return result

@@ -82,7 +82,7 @@ def test_value_confidence_is_min_and_mean_over_the_tokens_overlapping_it():
     result = confidence(text, spans, probs, output_values(text, "json_schema"))
     assert result.field_min == {"a": 0.5, "b[0]": 0.25, "c": 0.6}
     assert result.field_mean == {"a": 0.5, "b[0]": 0.25, "c": pytest.approx(0.7)}  # "" is the tokens of its two quotes
-    assert result.record == 0.25
+    assert result.record == 0.25  # the least certain value, by its mean
 
 
 def test_values_of_regex_and_lark_outputs():
@@ -94,7 +94,7 @@ def test_values_of_regex_and_lark_outputs():
     spans, probs = [(0, 2), (2, 3), (3, 5)], [0.9, 1.0, 0.4]
     regex_job = confidence("ab 12", spans, probs, output_values("ab 12", "regex", pattern))
     assert regex_job.field_min == {"name": 0.9, "code": 0.4} and regex_job.record == 0.4
-    assert confidence("ab 12", spans, probs, None).record == 0.4  # Lark: the whole output is the value
+    assert confidence("ab 12", spans, probs, None).record == pytest.approx(2.3 / 3)  # Lark: the whole output is the value
     broken = confidence('{"a', [(0, 3)], [0.7], [])
     assert broken.record is None and broken.field_min == {}  # it will be a reject: no confidence
     assert confidence("", [], [], None).record is None

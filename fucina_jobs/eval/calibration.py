@@ -1,6 +1,6 @@
 """Is the records' confidence worth reading? Calibration and AUROC against gold.
 
-A field's confidence (``fucina_jobs.confidence``: the minimum token probability
+A field's confidence (``fucina_jobs.confidence``: the mean token probability
 over its value) is useful when wrong fields score lower than right ones. The
 AUROC says how well it ranks them (0.5 is chance, 1 is perfect); accuracy by
 confidence bin says whether a value of 0.9 means right nine times in ten. Pure
@@ -67,27 +67,28 @@ def confidence_scores(
     """AUROC, reliability table and per-field means of field confidence against field correctness.
 
     Every gold field of a record with a confidence is one item; rejects have
-    no confidence and are left out (``accuracy`` already counts them wrong)."""
+    no confidence and are left out (``accuracy`` already counts them wrong).
+    ``auroc_of_min`` ranks by the minimum token probability instead of the mean."""
     scores: list[float] = []
     correct: list[bool] = []
-    means: list[float] = []
+    lows: list[float] = []
     per_field: dict[str, dict[str, Any]] = {}
     for record in records:
         row_id, label = record["row_id"], gold.get(record["row_id"])
-        conf_min, conf_mean = dict(record.get("field_confidence_min") or []), dict(record.get("field_confidence_mean") or [])
-        if label is None or not conf_min:
+        conf_mean, conf_min = dict(record.get("field_confidence_mean") or []), dict(record.get("field_confidence_min") or [])
+        if label is None or not conf_mean:
             continue
         for name, value in label.items():
-            low, mean = field_confidence(conf_min, name), field_confidence(conf_mean, name)
-            if low is None:
+            mean, low = field_confidence(conf_mean, name), field_confidence(conf_min, name)
+            if mean is None:
                 continue
             ok = values_match(value, (predictions.get(row_id) or {}).get(name), tolerance)
-            scores.append(low)
-            means.append(mean)
+            scores.append(mean)
+            lows.append(low)
             correct.append(ok)
             entry = per_field.setdefault(name, {"fields": 0, "confidence": 0.0, "correct": 0})
             entry["fields"] += 1
-            entry["confidence"] += low
+            entry["confidence"] += mean
             entry["correct"] += ok
     for entry in per_field.values():
         entry["mean_confidence"] = entry.pop("confidence") / entry["fields"]
@@ -96,7 +97,7 @@ def confidence_scores(
     return {
         "fields_scored": len(scores),
         "auroc": auroc(scores, correct),
-        "auroc_of_mean": auroc(means, correct),
+        "auroc_of_min": auroc(lows, correct),
         "expected_calibration_error": expected_calibration_error(table),
         "bins": table,
         "per_field": dict(sorted(per_field.items())),

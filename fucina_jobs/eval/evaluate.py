@@ -90,7 +90,7 @@ def generate_scores(run: Run, cfg: JobConfig, base: Path) -> dict[str, Any]:
         predictions = {r["row_id"]: _prediction(r, json_output) for r in run.records} | {r["row_id"]: None for r in run.rejects}
         gold = load_gold(base / cfg.eval.gold)
         scores["accuracy"] = scoring.accuracy(gold, predictions, cfg.eval.numeric_tolerance)
-        if any(r.get("field_confidence_min") for r in run.records):
+        if any(r.get("field_confidence_mean") for r in run.records):
             scores["confidence"] = calibration.confidence_scores(gold, run.records, predictions, cfg.eval.numeric_tolerance)
     scores["efficiency"] = scoring.efficiency(run.stats)
     return scores

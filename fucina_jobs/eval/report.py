@@ -115,8 +115,8 @@ def _accuracy(a: dict[str, Any]) -> Section:
 
 def _confidence(c: dict[str, Any]) -> Section:
     section = Section("Confidence calibration", notes=[
-        f"A field's confidence is the lowest probability of its value's tokens. Over {c['fields_scored']} gold fields of records: "
-        f"AUROC for field correctness {num(c['auroc'])} (0.5 is chance; the mean token probability gives {num(c['auroc_of_mean'])}), "
+        f"A field's confidence is the mean probability of its value's tokens. Over {c['fields_scored']} gold fields of records: "
+        f"AUROC for field correctness {num(c['auroc'])} (0.5 is chance; the lowest token probability gives {num(c['auroc_of_min'])}), "
         f"expected calibration error {num(c['expected_calibration_error'])}. Rejects have no confidence and are left out.",
     ])
     bins = [b for b in c["bins"] if b["fields"]]

@@ -25,7 +25,7 @@ def least_certain(records: Sequence[Mapping[str, Any]], limit: int) -> list[dict
     record without per-field confidence (a Lark job) is one row for its whole text."""
     rows = []
     for record in records:
-        per_field = dict(record.get("field_confidence_min") or [])
+        per_field = dict(record.get("field_confidence_mean") or [])
         if per_field:
             values = _values(record)
             rows += [_row(record, path, values.get(path, ""), conf) for path, conf in per_field.items()]

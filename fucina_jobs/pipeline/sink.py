@@ -30,8 +30,8 @@ META_FIELDS = [
     pa.field("finish_reason", pa.string()),
     pa.field("prompt_tokens", pa.int64()),
     pa.field("generated_tokens", pa.int64()),
-    # Token probabilities in [0, 1] (``fucina_jobs.confidence``): the record's least certain
-    # value, and per leaf value (keyed by path such as ``items[0].name``) the min and the mean.
+    # Token probabilities in [0, 1] (``fucina_jobs.confidence``): the record's least certain value
+    # (lowest mean), and per value (keyed by path such as ``items[0].name``) the min and the mean.
     pa.field("record_confidence", pa.float64()),
     pa.field("field_confidence_min", pa.map_(pa.string(), pa.float64())),
     pa.field("field_confidence_mean", pa.map_(pa.string(), pa.float64())),

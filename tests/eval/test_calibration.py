@@ -38,15 +38,16 @@ def test_field_confidence_of_nested_values_is_their_least_certain_leaf():
 def test_confidence_scores_against_gold():
     gold = {"a": {"vendor": "Acme", "total": 10}, "b": {"vendor": "Bolt", "total": 20}, "c": {"vendor": "Cog", "total": 5}}
     records = [
-        {"row_id": "a", "field_confidence_min": [("vendor", 0.9), ("total", 0.8)], "field_confidence_mean": [("vendor", 0.95), ("total", 0.9)]},
-        {"row_id": "b", "field_confidence_min": {"vendor": 0.3, "total": 0.95}, "field_confidence_mean": {"vendor": 0.6, "total": 0.97}},
+        {"row_id": "a", "field_confidence_min": [("vendor", 0.9), ("total", 0.2)], "field_confidence_mean": [("vendor", 0.95), ("total", 0.9)]},
+        {"row_id": "b", "field_confidence_min": {"vendor": 0.3, "total": 0.95}, "field_confidence_mean": {"vendor": 0.45, "total": 0.97}},
         {"row_id": "z", "field_confidence_min": {"vendor": 0.1}, "field_confidence_mean": {"vendor": 0.1}},  # no gold: not scored
     ]
     predictions = {"a": {"vendor": "ACME", "total": 10.0}, "b": {"vendor": "Pinewood", "total": 20}, "c": None, "z": {"vendor": "?"}}
     c = confidence_scores(gold, records, predictions)
     assert c["fields_scored"] == 4  # the reject "c" has no confidence and is left out
-    assert c["auroc"] == 1.0  # the one wrong field (b.vendor) is the least certain
-    assert c["per_field"]["vendor"] == {"fields": 2, "mean_confidence": pytest.approx(0.6), "accuracy": 0.5}
+    assert c["auroc"] == 1.0  # the one wrong field (b.vendor) is the least certain, by its mean
+    assert c["auroc_of_min"] == pytest.approx(2 / 3)  # by the minimum, a.total (right) scores below it
+    assert c["per_field"]["vendor"] == {"fields": 2, "mean_confidence": pytest.approx(0.7), "accuracy": 0.5}
     assert sum(b["fields"] for b in c["bins"]) == 4 and c["expected_calibration_error"] is not None
 
 
@@ -56,8 +57,8 @@ def test_eval_of_an_existing_run_reports_calibration(tmp_path):
     records = [
         {"row_id": "a", "text": '{"vendor":"Acme","total":10}', "record_confidence": 0.8,
          "field_confidence_min": {"vendor": 0.9, "total": 0.8}, "field_confidence_mean": {"vendor": 0.95, "total": 0.8}},
-        {"row_id": "b", "text": '{"vendor":"Pinewood","total":20}', "record_confidence": 0.2,
-         "field_confidence_min": {"vendor": 0.2, "total": 0.7}, "field_confidence_mean": {"vendor": 0.5, "total": 0.7}},
+        {"row_id": "b", "text": '{"vendor":"Pinewood","total":20}', "record_confidence": 0.45,
+         "field_confidence_min": {"vendor": 0.2, "total": 0.7}, "field_confidence_mean": {"vendor": 0.45, "total": 0.7}},
     ]
     run = make_run(tmp_path / "run", records, [])
     raw = {"name": "hand", "constraint": {"json_schema": "schemas/invoice.json"}, "dataset": {"path": "jobs/invoices/inputs.jsonl"},
@@ -65,5 +66,5 @@ def test_eval_of_an_existing_run_reports_calibration(tmp_path):
     scores = evaluate(validate(raw), REPO).scores
     assert scores["confidence"]["fields_scored"] == 4 and scores["confidence"]["auroc"] == 1.0
     md = (run / "report.md").read_text()
-    assert "## Confidence calibration" in md and "| 0.9-1.0 | 1 | 0.90 | 100.0% |" in md and "| vendor | 2 | 0.55 | 50.0% |" in md
+    assert "## Confidence calibration" in md and "| 0.9-1.0 | 1 | 0.95 | 100.0% |" in md and "| vendor | 2 | 0.70 | 50.0% |" in md
     assert (run / "plots" / "calibration.png").read_bytes()[:4] == b"\x89PNG"

@@ -49,7 +49,7 @@ def test_shipped_invoice_eval_on_4_rows(tmp_path):
     for record in pq.read_table(out / "records").to_pylist():  # per-field confidence, in [0, 1]
         low, mean = dict(record["field_confidence_min"]), dict(record["field_confidence_mean"])
         assert set(low) == set(mean) and fields <= set(low)
-        assert all(0.0 <= low[k] <= mean[k] <= 1.0 for k in low) and record["record_confidence"] == min(low.values())
+        assert all(0.0 <= low[k] <= mean[k] <= 1.0 for k in low) and record["record_confidence"] == min(mean.values())
     c = scores["confidence"]
     assert c["fields_scored"] == 36 and (c["auroc"] is None or 0.0 <= c["auroc"] <= 1.0)
     assert sum(b["fields"] for b in c["bins"]) == 36 and set(c["per_field"]) == fields
