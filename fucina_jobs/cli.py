@@ -1,7 +1,7 @@
 """``python -m fucina_jobs COMMAND ...``: subcommand dispatch.
 
 ``run`` and ``eval`` hand their remaining arguments to Hydra (``conf=NAME`` plus
-ordinary overrides); ``compare`` and ``bench`` take argparse arguments.
+ordinary overrides); ``compare``, ``review`` and ``bench`` take argparse arguments.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ commands:
   run conf=NAME [key=value ...]   run the batch job conf/NAME.yaml (Hydra overrides; --help, --cfg job)
   eval conf=NAME [key=value ...]  run the job (or read eval.run_dir=DIR) and score it: scores.json, report.md/html
   compare RUN_A RUN_B             are two runs' outputs identical (content hash)? exit 0 yes, 1 no
+  review RUN_DIR [--limit N]      list a run's least certain values first (per-field confidence)
   bench decode|streams [--json]   benchmark the decoder on the shipped invoice job
 
 examples:
@@ -22,6 +23,7 @@ examples:
   python -m fucina_jobs eval conf=eval_invoices dataset.limit=4
   python -m fucina_jobs eval conf=conformance
   python -m fucina_jobs compare outputs/run_a outputs/run_b
+  python -m fucina_jobs review outputs/extract_invoices --limit 10
   python -m fucina_jobs bench decode --json
 """
 
@@ -44,6 +46,10 @@ def main(argv: list[str] | None = None) -> int:
         from .eval.cli import compare_command
 
         return compare_command(rest)
+    if command == "review":
+        from .eval.review import review_command
+
+        return review_command(rest)
     if command == "bench":
         from .bench import main as bench
 

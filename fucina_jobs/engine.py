@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Protocol
 
+from .confidence import token_spans
 from .decoding.batch import BatchDecoder, Request, SpecConfig, StreamStats
 from .decoding.constraint import Constraint, GrammarError  # noqa: F401  (GrammarError: what constraint() raises)
 from .decoding.sampler import SamplingParams
@@ -35,6 +36,9 @@ class Completion:
     finish_reason: str  # stop | length | error
     stats: StreamStats = field(default_factory=StreamStats)
     error: str | None = None
+    #: Per token: its probability as sampled, and its character span in ``text`` (``completion_text``).
+    token_probs: list[float] = field(default_factory=list)
+    token_spans: list[tuple[int, int]] = field(default_factory=list)
 
 
 class Engine(Protocol):
@@ -87,6 +91,10 @@ def context_overflow(prompt_tokens: int, max_tokens: int, context: int | None) -
         return None
     return (f"the prompt is {prompt_tokens} tokens: with max_tokens={max_tokens} it exceeds the model's context of "
             f"{context} tokens; shorten the document or lower decoding.max_tokens")
+def completion_text(tokenizer: Any, tokens: list[int]) -> tuple[str, list[tuple[int, int]]]:
+    """The completion's text, and each token's character span in it (per-value confidence needs both)."""
+    decode = lambda ids: tokenizer.decode(ids, skip_special_tokens=False)  # noqa: E731
+    return decode(tokens), token_spans(tokens, decode)
 
 
 def stop_tokens(tokenizer: Any) -> set[int]:
@@ -157,8 +165,8 @@ class FucinaEngine:
 
         for gen in decoder.run(requests()):
             yield from _drain(refused)
-            text = self.tokenizer.decode(gen.tokens, skip_special_tokens=False)
-            yield Completion(gen.id, text, gen.tokens, gen.finish_reason, gen.stats, gen.error)
+            text, spans = completion_text(self.tokenizer, gen.tokens)
+            yield Completion(gen.id, text, gen.tokens, gen.finish_reason, gen.stats, gen.error, gen.token_probs, spans)
         yield from _drain(refused)
 
     def complete(self, text: str, constraint: Constraint | None = None, system: str | None = None, max_tokens: int = 256) -> Completion:

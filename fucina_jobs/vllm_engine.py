@@ -13,6 +13,7 @@ engine does, and its absence is a ``VLLMUnavailable`` that says how to install i
 from __future__ import annotations
 
 import importlib.util
+import math
 import os
 import sys
 from dataclasses import dataclass
@@ -21,7 +22,7 @@ from typing import Any, Callable, Iterable, Iterator
 from .decoding.batch import SpecConfig, StreamStats
 from .decoding.constraint import Constraint, read_schema, read_source
 from .decoding.sampler import SamplingParams
-from .engine import Completion, Prompt, constraint_kind, context_overflow, encode_chat, stop_tokens
+from .engine import Completion, Prompt, completion_text, constraint_kind, context_overflow, encode_chat, stop_tokens
 from .models.loading import DEFAULT_MODEL, load_tokenizer, resolve_source
 
 INSTALL_HINT = (
@@ -140,6 +141,9 @@ class VLLMEngine:
             max_tokens=prompt.max_tokens,
             stop_token_ids=sorted(self.stops),
             structured_outputs=prompt.constraint,
+            # The sampled token's logprob only. vLLM takes it from the logits after the
+            # grammar's mask, before penalties and temperature: our Sampler's distribution.
+            logprobs=0,
         )
 
     def _completion(self, row_id: str, output: Any) -> Completion:
@@ -154,9 +158,10 @@ class VLLMEngine:
             stats.count("ngram", metrics.num_draft_tokens, accepted)
         # Every forward over a request samples one token plus the drafts it accepts.
         stats.forwards = len(sampled) - accepted
-        text = self.tokenizer.decode(tokens, skip_special_tokens=False)
+        text, spans = completion_text(self.tokenizer, tokens)
         error = None if finish != "error" else f"vLLM finished with {out.finish_reason}"
-        return Completion(row_id, text, tokens, finish, stats, error)
+        probs = [math.exp(entry[token].logprob) for entry, token in zip(out.logprobs or [], tokens)]
+        return Completion(row_id, text, tokens, finish, stats, error, probs, spans)
 
 
 def _ngram_config(spec: SpecConfig | None) -> dict[str, Any] | None:

@@ -73,12 +73,17 @@ def commit_logs(requests) -> dict[str, list[int]]:
 
 
 def assert_same(a, b):
-    """Same generations per id: tokens, finish reason, error."""
+    """Same generations per id: tokens, finish reason, error, and the probability of every token.
+
+    Probabilities come from float32 rows (``Sampler.next``) of float64 logits. They were
+    measured bitwise equal; the tolerance only allows a float32 rounding of the cast."""
     assert a.keys() == b.keys()
     for rid in a:
         assert a[rid].tokens == b[rid].tokens, rid
         assert a[rid].finish_reason == b[rid].finish_reason, rid
         assert a[rid].error == b[rid].error, rid
+        assert len(a[rid].token_probs) == len(a[rid].tokens), rid
+        assert a[rid].token_probs == pytest.approx(b[rid].token_probs, rel=1e-6, abs=1e-9), rid
 
 
 def assert_commits_match_tokens(gens, logs):
@@ -132,6 +137,21 @@ def test_constrained_plain_equals_speculative(tokenizer, tiny_runner, record, ki
     assert sum(g.stats.forwards for g in spec.values()) < sum(g.stats.forwards for g in plain.values())
     if kind == "bias":  # the banned words were drafted from the prompt and rejected
         assert sum(sum(g.stats.drafted.values()) for g in spec.values()) > accepted(spec)
+
+
+@pytest.mark.parametrize("mode", ["greedy", "sampled"])
+def test_token_probabilities_are_the_constrained_distribution(tokenizer, tiny_runner, record, mode):
+    """Plain and speculative record the same probabilities (``assert_same``); they lie in (0, 1],
+    forced tokens get exactly 1, and sampling knobs do not change them."""
+    spec = decode(tiny_runner, make_requests(tokenizer, "grammar", record), params=PARAMS[mode], spec=SpecConfig())
+    probs = [p for g in spec.values() for p in g.token_probs]
+    assert all(0.0 < p <= 1.0 for p in probs) and len(probs) == sum(len(g.tokens) for g in spec.values())
+    forced = sum(g.stats.accepted.get("forced", 0) for g in spec.values())
+    assert forced > 0 and sum(p == 1.0 for p in probs) >= forced
+    assert min(probs) < 0.99  # and the free choices are scored, not all 1
+    if mode == "greedy":  # the same picks at a sharper temperature: the same probabilities (temperature 1)
+        colder = decode(tiny_runner, make_requests(tokenizer, "grammar", record), params=SamplingParams(top_k=1, temperature=0.3), spec=SpecConfig())
+        assert_same(spec, colder)
 
 
 @pytest.mark.parametrize("mode", ["greedy", "sampled"])

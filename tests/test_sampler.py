@@ -122,3 +122,17 @@ def test_history_passed_to_processor():
 
     Sampler(processor=Spy()).next(logits(), [4, 5, 6])
     assert seen == [[4, 5, 6]]
+
+
+@pytest.mark.parametrize("params", [SamplingParams(), SamplingParams(temperature=0.7, top_k=5, repeat_penalty=1.3)])
+def test_selected_token_probability_is_the_masked_softmax_at_temperature_1(params):
+    banned = [int(i) for i in torch.topk(logits(), 3).indices]  # the model's favourites are masked out
+    sampler = Sampler(params, TokenBias.banned(banned), seed=2)
+    history = [int(i) for i in torch.topk(logits(), 10).indices[3:]]  # penalised by repeat_penalty
+    for step in range(20):
+        row = logits(step)
+        token = sampler.next(row.clone(), history)
+        masked = row.clone()
+        masked[banned] = float("-inf")
+        assert sampler.token_probs[-1] == pytest.approx(float(torch.softmax(masked, 0)[token]), rel=1e-5)
+    assert len(sampler.token_probs) == 20 and all(0 < p <= 1 for p in sampler.token_probs)

@@ -83,6 +83,8 @@ class Generation:
     finish_reason: str  # stop | length | error
     stats: StreamStats
     error: str | None = None
+    #: Probability of each of ``tokens`` as the sampler selected it (``Sampler.next``).
+    token_probs: list[float] = field(default_factory=list)
 
 
 class Stream:
@@ -160,7 +162,10 @@ class Stream:
 
     def result(self) -> Generation:
         self.stats.process_seconds = self.sampler.process_seconds
-        return Generation(self.request.id, self.history[len(self.request.prompt) :], self.finish, self.stats, self.error)
+        tokens = self.history[len(self.request.prompt) :]
+        # The sampler also scored a final stop token, which the history leaves out.
+        probs = self.sampler.token_probs[: len(tokens)]
+        return Generation(self.request.id, tokens, self.finish, self.stats, self.error, probs)
 
 
 def _drafter(spec: SpecConfig, processor: LogitProcessor | None) -> DraftSource:

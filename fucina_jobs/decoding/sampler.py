@@ -3,11 +3,13 @@
 Hosting the processor here, rather than in each decode loop, makes "every path
 samples identically" a structural fact: plain, speculative and batched decoding
 all call ``next`` once per committed token, so the processor sees the same
-``process``/``commit`` sequence on each of them.
+``process``/``commit`` sequence on each of them, and records the same token
+probabilities (the verifier's rows are the logits a plain step would see).
 """
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from typing import Sequence
@@ -45,15 +47,26 @@ class Sampler:
         self.generator = torch.Generator().manual_seed(seed)
         #: Seconds spent inside ``processor.process``, one entry per call.
         self.process_seconds: list[float] = []
+        #: Probability of each selected token, one entry per call (see ``next``).
+        self.token_probs: list[float] = []
 
     def next(self, logits: torch.Tensor, history: Sequence[int]) -> int:
-        """Select one token from a ``[vocab]`` row and commit it to the processor."""
+        """Select one token from a ``[vocab]`` row and commit it to the processor.
+
+        Also records the selected token's probability under the constrained
+        distribution at temperature 1: the softmax of the row after the
+        processor's mask and before any sampling knob. Forced tokens get 1,
+        so a value's confidence reflects the choices the model really made,
+        and it does not depend on the temperature or penalties a job samples with.
+        """
         row = logits.detach().to(device="cpu", dtype=torch.float32)
         if self.processor is not None:
             start = time.perf_counter()
             self.processor.process(row, history)
             self.process_seconds.append(time.perf_counter() - start)
+        log_probs = torch.log_softmax(row, 0)  # before _select, whose repeat penalty edits the row
         token = self._select(row, history)
+        self.token_probs.append(math.exp(float(log_probs[token])))
         if self.processor is not None:
             self.processor.commit(token)
         return token

@@ -1,6 +1,7 @@
-"""Evaluation of runs: scores (conformance, accuracy, efficiency), MaskBench grammar verdicts,
-content hashes for reproducibility checks, and the report.
+"""Evaluation of runs: scores (conformance, accuracy, confidence calibration, efficiency),
+MaskBench grammar verdicts, content hashes for reproducibility checks, and the report.
 
 ``python -m fucina_jobs eval conf=NAME`` runs or reads a job and scores it;
-``python -m fucina_jobs compare RUN_A RUN_B`` tells whether two runs output the same.
+``python -m fucina_jobs compare RUN_A RUN_B`` tells whether two runs output the same;
+``python -m fucina_jobs review RUN_DIR`` lists a run's least certain values first.
 """

@@ -47,6 +47,10 @@ def summary(scores: dict[str, Any]) -> str:
         a = scores["accuracy"]
         fields = ", ".join(f"{k} {pct(v['rate'])}" for k, v in a["fields"].items())
         lines.append(f"accuracy: all fields correct {pct(a['all_fields_correct']['rate'])} of {a['rows_scored']}; {fields}")
+    if "confidence" in scores:
+        c = scores["confidence"]
+        lines.append(f"confidence: AUROC {num(c['auroc'])} for field correctness over {c['fields_scored']} fields, "
+                     f"calibration error {num(c['expected_calibration_error'])}")
     if "efficiency" in scores and scores["efficiency"]["shards"]:
         e = scores["efficiency"]
         lines.append(f"efficiency: {num(e['tokens_per_record'], 1)} tokens/record, {num(e['tokens_per_forward'])} tokens/forward, "

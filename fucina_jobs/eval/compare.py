@@ -14,8 +14,9 @@ from typing import Any
 
 from .runs import Run, content_hash, content_rows, read_run
 
-#: Score keys that vary between identical runs (speed, where the run lives) or restate the hash.
-VOLATILE = ("efficiency", "timing", "run_dir", "content_hash")
+#: Score keys that vary between identical runs (speed, where the run lives, the last digits of
+#: token probabilities from differently batched forwards) or restate the hash.
+VOLATILE = ("efficiency", "timing", "run_dir", "content_hash", "confidence")
 
 
 @dataclass

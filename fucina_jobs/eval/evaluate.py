@@ -22,7 +22,7 @@ import pyarrow as pa
 from ..pipeline.config import ConfigError, JobConfig, validate
 from ..pipeline.driver import Job, file_hash, fingerprint, package_version, utc_now
 from ..pipeline.sink import META_FIELDS, write_json, write_table
-from . import scoring
+from . import calibration, scoring
 from .runs import VERDICT_SCHEMA, VERDICTS, Run, content_hash, read_run
 
 log = logging.getLogger(__name__)
@@ -91,7 +91,10 @@ def generate_scores(run: Run, cfg: JobConfig, base: Path) -> dict[str, Any]:
         scores["by_feature"] = scoring.by_feature(features, {r["row_id"] for r in run.records})
     if cfg.eval.gold:
         predictions = {r["row_id"]: _prediction(r, json_output) for r in run.records} | {r["row_id"]: None for r in run.rejects}
-        scores["accuracy"] = scoring.accuracy(load_gold(base / cfg.eval.gold), predictions, cfg.eval.numeric_tolerance)
+        gold = load_gold(base / cfg.eval.gold)
+        scores["accuracy"] = scoring.accuracy(gold, predictions, cfg.eval.numeric_tolerance)
+        if any(r.get("field_confidence_mean") for r in run.records):
+            scores["confidence"] = calibration.confidence_scores(gold, run.records, predictions, cfg.eval.numeric_tolerance)
     scores["efficiency"] = scoring.efficiency(run.stats)
     return scores
 

@@ -35,6 +35,8 @@ class Plot:
     xlabel: str
     horizontal: bool = False
     limit: float | None = None  # the axis maximum, e.g. 1.0 for rates
+    reference: list[float] | None = None  # a value per bar drawn as a line (where a calibrated bar would reach)
+    reference_label: str = ""
 
 
 @dataclass
@@ -66,6 +68,8 @@ def build(scores: dict[str, Any]) -> list[Section]:
         sections.append(_conformance(scores))
     if "accuracy" in scores:
         sections.append(_accuracy(scores["accuracy"]))
+    if "confidence" in scores:
+        sections.append(_confidence(scores["confidence"]))
     if "efficiency" in scores:
         sections.append(_efficiency(scores["efficiency"]))
     if "grammar" in scores:
@@ -118,6 +122,23 @@ def _accuracy(a: dict[str, Any]) -> Section:
         section.tables.append((["row", "wrong fields"], [[k, ", ".join(v)] for k, v in sorted(a["wrong_fields"].items())]))
     section.plots.append(Plot("accuracy_per_field", "Exact match per field", list(fields), [v["rate"] or 0.0 for v in fields.values()],
                               "exact match", horizontal=True, limit=1.0))
+    return section
+
+
+def _confidence(c: dict[str, Any]) -> Section:
+    section = Section("Confidence calibration", notes=[
+        f"A field's confidence is the mean probability of its value's tokens. Over {c['fields_scored']} gold fields of records: "
+        f"AUROC for field correctness {num(c['auroc'])} (0.5 is chance; the lowest token probability gives {num(c['auroc_of_min'])}), "
+        f"expected calibration error {num(c['expected_calibration_error'])}. Rejects have no confidence and are left out.",
+    ])
+    bins = [b for b in c["bins"] if b["fields"]]
+    labels = [f"{b['low']:.1f}-{b['high']:.1f}" for b in bins]
+    section.tables.append((["confidence", "fields", "mean confidence", "accuracy"],
+                           [[label, b["fields"], num(b["mean_confidence"]), pct(b["accuracy"])] for label, b in zip(labels, bins)]))
+    section.tables.append((["field", "fields", "mean confidence", "accuracy"],
+                           [[k, v["fields"], num(v["mean_confidence"]), pct(v["accuracy"])] for k, v in c["per_field"].items()]))
+    section.plots.append(Plot("calibration", "Accuracy by confidence bin", labels, [b["accuracy"] for b in bins], "field confidence", limit=1.0,
+                              reference=[b["mean_confidence"] for b in bins], reference_label="mean confidence (calibrated: bar reaches it)"))
     return section
 
 
@@ -228,6 +249,9 @@ def render_png(plot: Plot) -> bytes:
         ax.set_xlabel(plot.xlabel)
         if plot.limit:
             ax.set_ylim(0, plot.limit)
+        if plot.reference is not None:
+            ax.plot(range(len(plot.reference)), plot.reference, "o--", color="#c44e52", label=plot.reference_label)
+            ax.legend(fontsize=8, loc="upper left")
     ax.set_title(plot.title, fontsize=10)
     fig.tight_layout()
     buf = io.BytesIO()

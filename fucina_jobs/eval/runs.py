@@ -16,6 +16,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ..pipeline.sink import META_FIELDS
+
 #: Written by ``eval.mode=grammar`` in place of records and rejects: one row per instance
 #: (instance -1 for a schema that did not compile), the per-file detail the report leaves out.
 VERDICTS = "verdicts"
@@ -63,7 +65,7 @@ def _read_json(path: Path) -> dict[str, Any] | None:
 
 def read_run(path: Path) -> Run:
     """Everything ``eval`` and ``compare`` need from a run directory (missing parts are empty)."""
-    meta = ["record_id", "row_id", "text", "finish_reason", "prompt_tokens", "generated_tokens", "relaxations"]
+    meta = [f.name for f in META_FIELDS]
     return Run(
         path=path,
         records=_read_dir(path / "records", meta),

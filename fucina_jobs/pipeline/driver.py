@@ -334,7 +334,7 @@ class Job:
                 record, reason, message = self._grounded(row, record, row_schema)
             flags = record_flags(record, self._source(row)) if record is not None else []
             outcomes.append(Outcome(row.id, c["text"], c["finish_reason"], c.get("prompt_tokens", 0), c.get("generated_tokens", 0), record, reason, message,
-                                    flags=flags, relaxations=c.get("relaxations") or []))
+                                    flags=flags, relaxations=c.get("relaxations") or [], confidence=c.get("confidence")))
         return outcomes
 
     def _grounded(self, row: Row, record: dict, row_schema: dict | None) -> tuple[dict | None, str | None, str | None]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from ..confidence import Leaf, confidence, output_values
 from ..decoding.batch import SpecConfig
 from ..decoding.constraint import GrammarError, read_schema
 from ..decoding.relaxation import compile_json_schema
@@ -98,6 +100,7 @@ class ShardWorker:
         self.system = read_text_option(self.cfg.prompt.system, self.base) or None
         self.template = read_text_option(self.cfg.prompt.template, self.base)
         self._row_constraints: dict[str, tuple[Any, list[str]]] = {}
+        self.regex = re.compile((self.base / c.regex).read_text(encoding="utf-8").strip()) if c.kind == "regex" else None
         log.info("replica %d ready: %s with the %s engine", replica, model_path, self.cfg.engine.name)
 
     def ping(self) -> int:
@@ -115,7 +118,8 @@ class ShardWorker:
             else:
                 prompts.append(prompt)
         completions = list(self.engine.generate(prompts))
-        result.completions += [_as_dict(c) | {"relaxations": relaxed[c.id]} for c in completions]
+        kind = self.cfg.constraint.kind
+        result.completions += [_as_dict(c, output_values(c.text, kind, self.regex)) | {"relaxations": relaxed[c.id]} for c in completions]
         result.stats = shard_stats(completions, time.perf_counter() - start)
         result.stats["relaxed_rows"] = sum(bool(relaxed[c.id]) for c in completions)
         result.stats["grounded_grammar_s"] = self._grammar_s  # building and compiling per-row grounded grammars
@@ -158,9 +162,10 @@ class ShardWorker:
         return self._row_constraints[key]
 
 
-def _as_dict(c: Completion) -> dict[str, Any]:
+def _as_dict(c: Completion, values: list[Leaf] | None) -> dict[str, Any]:
     return {"row_id": c.id, "text": c.text, "finish_reason": c.finish_reason, "error": c.error,
-            "prompt_tokens": c.stats.prompt_tokens, "generated_tokens": len(c.tokens)}
+            "prompt_tokens": c.stats.prompt_tokens, "generated_tokens": len(c.tokens),
+            "confidence": confidence(c.text, c.token_spans, c.token_probs, values)}
 
 
 def shard_stats(completions: list[Completion], wall_s: float) -> dict[str, Any]:

@@ -21,6 +21,8 @@ import jsonschema
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ..confidence import Confidence
+
 META_FIELDS = [
     pa.field("record_id", pa.string()),
     pa.field("row_id", pa.string()),
@@ -30,6 +32,11 @@ META_FIELDS = [
     pa.field("generated_tokens", pa.int64()),
     pa.field("flags", pa.list_(pa.string())),  # warnings for a reviewer: see pipeline/flags.py
     pa.field("relaxations", pa.list_(pa.string())),  # what constraint.relax widened in the row's schema: see decoding/relaxation.py
+    # Token probabilities in [0, 1] (``fucina_jobs.confidence``): the record's least certain value
+    # (lowest mean), and per value (keyed by path such as ``items[0].name``) the min and the mean.
+    pa.field("record_confidence", pa.float64()),
+    pa.field("field_confidence_min", pa.map_(pa.string(), pa.float64())),
+    pa.field("field_confidence_mean", pa.map_(pa.string(), pa.float64())),
 ]
 REJECT_SCHEMA = pa.schema(
     [
@@ -57,6 +64,7 @@ class Outcome:
     error: str | None = None
     flags: list[str] = field(default_factory=list)
     relaxations: list[str] = field(default_factory=list)  # a relaxed grammar left these to post-validation
+    confidence: Confidence | None = None
 
 
 def arrow_type(schema: dict[str, Any]) -> pa.DataType | None:
@@ -183,8 +191,10 @@ def write_outcomes(root: Path, shard: str, outcomes: Iterable[Outcome], schema: 
     for o in outcomes:
         rid = record_id(o.row_id)
         if o.record is not None:
+            conf = o.confidence or Confidence()
             meta = {"record_id": rid, "row_id": o.row_id, "text": o.text, "finish_reason": o.finish_reason,
-                    "prompt_tokens": o.prompt_tokens, "generated_tokens": o.generated_tokens, "flags": o.flags, "relaxations": o.relaxations}
+                    "prompt_tokens": o.prompt_tokens, "generated_tokens": o.generated_tokens, "flags": o.flags, "relaxations": o.relaxations,
+                    "record_confidence": conf.record, "field_confidence_min": conf.field_min, "field_confidence_mean": conf.field_mean}
             records.append(meta | _typed(o.record, typed_fields))
         else:
             rejects.append({"record_id": rid, "row_id": o.row_id, "reason": o.reason, "text": o.text, "error": o.error, "relaxations": o.relaxations})

@@ -45,10 +45,18 @@ def test_shipped_invoice_eval_on_4_rows(tmp_path):
     assert acc["fields"]["invoice_number"]["correct"] >= 1  # the small model copies most invoice numbers
     e = scores["efficiency"]
     assert e["shards"] == 2 and e["tokens_per_forward"] > 1 and e["acceptance"]["forced"]["rate"] > 0 and e["tok_s"] > 0
+    fields = set(acc["fields"])
+    for record in pq.read_table(out / "records").to_pylist():  # per-field confidence, in [0, 1]
+        low, mean = dict(record["field_confidence_min"]), dict(record["field_confidence_mean"])
+        assert set(low) == set(mean) and fields <= set(low)
+        assert all(0.0 <= low[k] <= mean[k] <= 1.0 for k in low) and record["record_confidence"] == min(mean.values())
+    c = scores["confidence"]
+    assert c["fields_scored"] == 36 and (c["auroc"] is None or 0.0 <= c["auroc"] <= 1.0)
+    assert sum(b["fields"] for b in c["bins"]) == 36 and set(c["per_field"]) == fields
     md, page = (out / "report.md").read_text(), (out / "report.html").read_text()
-    for title in ("Accuracy against gold", "Efficiency", "Conformance"):
+    for title in ("Accuracy against gold", "Confidence calibration", "Efficiency", "Conformance"):
         assert title in md and title in page
-    assert page.count("data:image/png;base64,") == 3  # accuracy per field, acceptance and tok/s per shard
+    assert page.count("data:image/png;base64,") == 4  # accuracy per field, calibration, acceptance and tok/s per shard
     # Scoring the finished run again (eval.run_dir) reads it back: same hash, same accuracy, no model.
     again = evaluate(validate({**resolved, "eval": {**resolved["eval"], "run_dir": str(out), "report": False}}), REPO)
     assert again.scores["content_hash"] == scores["content_hash"] and again.scores["accuracy"] == acc
@@ -81,6 +89,8 @@ def test_outputs_do_not_depend_on_replicas_streams_or_speculation(tmp_path, temp
     assert ra.ok and rb.ok
     assert ra.scores["content_hash"] == rb.scores["content_hash"], compare(a, b).records
     assert ra.scores["efficiency"]["shards"] == rb.scores["efficiency"]["shards"] == 2
+    confidence = [{r["row_id"]: r["record_confidence"] for r in pq.read_table(run / "records").to_pylist()} for run in (a, b)]
+    assert confidence[0] == pytest.approx(confidence[1], rel=1e-3)  # fp32 forwards, batched differently: close, not bitwise
     res = _cli_compare(a, b)
     assert res.returncode == 0 and "identical outputs" in res.stdout, res.stdout + res.stderr
     if temperature > 0:

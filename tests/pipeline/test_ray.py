@@ -87,3 +87,5 @@ def test_regex_job_records_have_named_group_columns(tmp_path):
     assert summary.ok and summary.records + summary.rejects == 2
     for record in read_dir(tmp_path / "contacts" / "records"):
         assert " | ".join([record["name"], record["email"], record["phone"]]) == record["text"]
+        mean = dict(record["field_confidence_mean"])  # a regex job's values are its named groups
+        assert set(mean) == {"name", "email", "phone"} and record["record_confidence"] == min(mean.values()) and 0 < min(mean.values()) <= 1

@@ -28,6 +28,7 @@ def test_vllm_job_writes_what_the_fucina_job_writes(tmp_path):
     schema = json.loads((REPO / "schemas/invoice.json").read_text())
     for record in read_dir(vllm_out / "records"):
         jsonschema.validate(json.loads(record["text"]), schema)
+        assert dict(record["field_confidence_min"]).keys() <= schema["properties"].keys() and 0.0 <= record["record_confidence"] <= 1.0
     stats = read_dir(vllm_out / "stats")
     assert len(stats) == 2 and all(s["drafted_ngram"] > 0 and 0 < s["acceptance"] <= 1 and s["tokens_per_forward"] > 1 for s in stats)
     manifest = json.loads((vllm_out / "manifest.json").read_text())
