@@ -22,6 +22,7 @@ SCHEMAS = {
     "backreference.json": {"type": "object", "properties": {"a": {"type": "string", "pattern": "(a)\\1"}}},
     "unsupported.json": {"type": "object", "properties": {"a": {"if": {"type": "string"}, "then": {"minLength": 1}}}},
     "reserved.json": {"type": "object", "properties": {"row_id": {"type": "string"}}},
+    "remote_ref.json": {"type": "object", "properties": {"a": {"$ref": "https://example.com/a.json"}}},
 }
 
 
@@ -37,8 +38,10 @@ def files(tmp_path):
 CASES = [
     ({"constraint": {"json_schema": "{d}/bad_pattern.json"}}, ["constraint.json_schema", "pattern", "'(('"]),
     ({"constraint": {"json_schema": "{d}/not_a_schema.json"}}, ["constraint.json_schema", "not a valid JSON Schema", "'strin'"]),
-    ({"constraint": {"json_schema": "{d}/backreference.json"}}, ["constraint.json_schema", "backreferences are not supported"]),
-    ({"constraint": {"json_schema": "{d}/unsupported.json"}}, ["constraint.json_schema", "if", "then"]),
+    # constraint.relax=auto (the default) widens these two, so only relax=off refuses them here
+    ({"constraint": {"json_schema": "{d}/backreference.json", "relax": "off"}}, ["constraint.json_schema", "backreferences are not supported"]),
+    ({"constraint": {"json_schema": "{d}/unsupported.json", "relax": "off"}}, ["constraint.json_schema", "if", "then"]),
+    ({"constraint": {"json_schema": "{d}/remote_ref.json"}}, ["constraint.json_schema", "https://example.com/a.json"]),
     ({"constraint": {"json_schema": "{d}/reserved.json"}}, ["constraint.json_schema", "row_id", "rename"]),
     ({"constraint": {"json_schema": None, "lark": "{d}/bad.lark"}}, ["constraint.lark", "undefined_rule"]),
     ({"constraint": {"json_schema": None, "regex": "{d}/backreference.regex"}}, ["constraint.regex", "backreferences are not supported"]),
