@@ -166,22 +166,24 @@ def _transformers(arms: list[ArmSpec], settings: dict[str, Any]) -> dict[str, Ca
 
 
 class _LLGuidanceProcessor:
-    """A transformers logits processor: one llguidance matcher per batch row."""
+    """A transformers logits processor: one llguidance matcher per batch row, masked as ``Constraint`` masks."""
 
     def __init__(self, matchers: list[Any], vocab_size: int):
-        import llguidance.torch as llt
+        import numpy as np
 
-        self.matchers, self.llt = matchers, llt
-        self.bitmask = llt.allocate_token_bitmask(len(matchers), vocab_size)
+        self.matchers = matchers
+        self.bitmask = np.zeros((len(matchers), (vocab_size + 31) // 32), dtype=np.int32)
         self.started = False
 
     def __call__(self, input_ids: Any, scores: Any) -> Any:
+        from .decoding.constraint import apply_bitmask
+
         for row, matcher in enumerate(self.matchers):
             if self.started and not matcher.is_stopped():
                 matcher.consume_token(int(input_ids[row, -1]))
-            self.llt.fill_next_token_bitmask(matcher, self.bitmask, row)
+            matcher.unsafe_compute_mask_ptr(self.bitmask[row].ctypes.data, self.bitmask[row].nbytes)
         self.started = True
-        self.llt.apply_token_bitmask_inplace(scores, self.bitmask.to(scores.device))
+        apply_bitmask(scores, self.bitmask)
         return scores
 
 
