@@ -147,3 +147,21 @@ def test_lower_precision(tiny_model, full, dtype, atol):
     for s, r, n in zip(sequences, rows, (7, 7)):
         assert r.dtype == torch.float32
         assert torch.allclose(r, full(s)[-n:], atol=atol), (r - full(s)[-n:]).abs().max()
+
+
+def test_batched_attention_matches_per_sequence(tiny_model, full):
+    """One attention call for the whole batch gives the per-sequence rows, slot gaps and ragged counts included."""
+    per_sequence, batched = HFRunner(tiny_model), HFRunner(tiny_model, batched_attention=True)
+    assert not per_sequence.batched_attention
+    pasts, news = [0, 5, 11, 3, 0], [4, 1, 6, 1, 1]
+    sequences = [tokens(70 + k, p + n + 3) for k, (p, n) in enumerate(zip(pasts, news))]
+    for runner in (per_sequence, batched):
+        states = [runner.new_state() for _ in sequences]
+        spare = runner.new_state()  # a slot inside the range that this batch does not use
+        states.append(runner.new_state())
+        seqs = [*sequences, tokens(79, 9)]
+        runner.forward([(st, s[:p]) for st, s, p in zip(states, seqs, [*pasts, 2]) if p], logits=False)
+        rows = runner.forward([(st, s[p : p + n]) for st, s, p, n in zip(states, seqs, [*pasts, 2], [*news, 7])])
+        for s, r, p, n in zip(seqs, rows, [*pasts, 2], [*news, 7]):
+            assert torch.allclose(r, full(s)[p : p + n], atol=1e-9)
+        del spare

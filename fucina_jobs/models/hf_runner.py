@@ -4,8 +4,15 @@ Every sequence owns a slot of one persistent key/value store. A batched
 forward packs all sequences' new tokens into a single row with explicit
 positions, so the linear layers, most of a step's cost, compute real tokens
 only, never padding. A custom attention function registered with transformers
-writes each layer's new keys and values into their slots and attends every
-sequence over a view of its own slot, so no cache is ever copied or padded.
+writes each layer's new keys and values into their slots, then attends in one
+of two ways, both over views of the store, so no cache is ever copied:
+
+- per sequence: one SDPA call per sequence over its own slot. Exact (no
+  padding) and, on a CPU, as fast as anything measured (docs/BENCHMARKS.md);
+- batched: one SDPA call per layer for the whole batch, its queries scattered
+  into a ``[slots, queries]`` grid over the range of slots the batch uses and
+  masked to each sequence's own keys. A GPU needs it: a loop over 128 streams
+  is 128 kernel launches per layer.
 """
 
 from __future__ import annotations
@@ -64,7 +71,9 @@ class KVStore:
         old_slots, old_capacity = self.slots, self.capacity
         for name in ("keys", "values"):
             old = getattr(self, name)
-            new = old.new_empty((old.shape[0], slots, old.shape[2], capacity, old.shape[4]))
+            # Zeros, not garbage: the batched attention reads (masked) positions past a slot's length,
+            # and a NaN there would survive its zero weight.
+            new = old.new_zeros((old.shape[0], slots, old.shape[2], capacity, old.shape[4]))
             new[:, :old_slots, :, :old_capacity] = old
             setattr(self, name, new)
         self.free += range(slots - 1, old_slots - 1, -1)  # pop() hands out low slots first
@@ -82,12 +91,25 @@ class _Span:
 
 
 @dataclass
+class _Grid:
+    """The batched attention's layout: slots ``[first, first + slots)``, ``queries`` rows each."""
+
+    first: int
+    slots: int
+    queries: int
+    keys: int  # longest sequence in the batch
+    cells: torch.Tensor  # per new token: its cell ``slot * queries + j`` in the grid
+    mask: torch.Tensor  # bool ``[slots, 1, group * queries, keys]``: what each cell sees
+
+
+@dataclass
 class _Step:
     """One forward's plan, handed to every layer's attention through the model's kwargs."""
 
     store: KVStore
     rows: torch.Tensor  # per kv head, then per new token: its row in a layer's store seen as ``[-1, head_dim]``
     spans: list[_Span]
+    grid: _Grid | None  # None: attend per sequence
 
 
 def _slotted_attention(
@@ -102,7 +124,7 @@ def _slotted_attention(
     slot_step: _Step,
     **kwargs,
 ) -> tuple[torch.Tensor, None]:
-    """Store the packed row's keys and values (``[1, heads, tokens, dim]``), then attend per sequence.
+    """Store the packed row's keys and values (``[1, heads, tokens, dim]``), then attend.
 
     One ``index_copy_`` per tensor writes every sequence's new entries; CPU
     advanced-index assignment takes eight times longer.
@@ -111,6 +133,8 @@ def _slotted_attention(
     dim = key.shape[-1]
     keys.view(-1, dim).index_copy_(0, slot_step.rows, key[0].reshape(-1, dim))
     values.view(-1, dim).index_copy_(0, slot_step.rows, value[0].reshape(-1, dim))
+    if slot_step.grid is not None:
+        return _grid_attention(query, keys, values, scaling, slot_step.grid), None
     outputs = [
         F.scaled_dot_product_attention(
             query[:, :, s.start : s.start + s.count],
@@ -124,6 +148,30 @@ def _slotted_attention(
         for s in slot_step.spans
     ]
     return torch.cat(outputs, dim=2).transpose(1, 2), None
+
+
+def _grid_attention(query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, scaling: float, grid: _Grid) -> torch.Tensor:
+    """One SDPA call for the whole batch; returns ``[1, tokens, heads, dim]``.
+
+    The query heads that share a kv head are folded into the query axis, so
+    the kernel sees plain multi-head attention: no kernel's GQA support is
+    needed, and each kv head is read once for its whole group.
+    """
+    heads, kv_heads, dim = query.shape[1], keys.shape[1], query.shape[-1]
+    group = heads // kv_heads
+    cells = query.new_zeros(grid.slots * grid.queries, heads, dim)
+    cells.index_copy_(0, grid.cells, query[0].transpose(0, 1))
+    folded = cells.view(grid.slots, grid.queries, kv_heads, group, dim).permute(0, 2, 3, 1, 4)
+    window = slice(grid.first, grid.first + grid.slots)
+    out = F.scaled_dot_product_attention(
+        folded.reshape(grid.slots, kv_heads, group * grid.queries, dim),
+        keys[window, :, : grid.keys],
+        values[window, :, : grid.keys],
+        attn_mask=grid.mask,
+        scale=scaling,
+    )
+    out = out.view(grid.slots, kv_heads, group, grid.queries, dim).permute(0, 3, 1, 2, 4)
+    return out.reshape(grid.slots * grid.queries, heads, dim).index_select(0, grid.cells)[None]
 
 
 # Not registered with AttentionMaskInterface on purpose: transformers then builds no mask at all.
@@ -147,11 +195,17 @@ def _use_onednn_linears(model: torch.nn.Module) -> None:
 
 
 class HFRunner:
-    """Runs ``model`` for the decoder; on CPU in float32 its linear layers move to oneDNN for good."""
+    """Runs ``model`` for the decoder; on CPU in float32 its linear layers move to oneDNN for good.
 
-    def __init__(self, model: torch.nn.Module, device: torch.device | str = "cpu"):
+    ``batched_attention`` picks one attention call per layer for the whole
+    batch rather than one per sequence; ``None`` leaves it to the device
+    (batched on CUDA, per sequence on a CPU).
+    """
+
+    def __init__(self, model: torch.nn.Module, device: torch.device | str = "cpu", *, batched_attention: bool | None = None):
         self.model = model
         self.device = torch.device(device)
+        self.batched_attention = self.device.type == "cuda" if batched_attention is None else batched_attention
         self.vocab_size = model.config.vocab_size
         onednn = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
         if self.device.type == "cpu" and model.dtype == torch.float32 and onednn:
@@ -215,6 +269,8 @@ class HFRunner:
         slots = torch.repeat_interleave(torch.tensor([state.slot for state, _ in batch]), torch.tensor(counts))
         heads = torch.arange(store.keys.shape[2])[:, None]
         rows = ((slots * store.keys.shape[2] + heads) * store.capacity + positions).flatten()
+        if self.batched_attention:
+            return _Step(store, rows.to(self.device), [], self._grid(slots, counts, positions))
         spans, start = [], 0
         for (state, _), n in zip(batch, counts):
             end = state.length + n
@@ -224,4 +280,23 @@ class HFRunner:
                 mask = keys <= torch.arange(state.length, end, device=self.device)[:, None]
             spans.append(_Span(state.slot, start, n, end, mask))
             start += n
-        return _Step(store, rows.to(self.device), spans)
+        return _Step(store, rows.to(self.device), spans, None)
+
+    def _grid(self, slots: torch.Tensor, counts: list[int], positions: torch.Tensor) -> _Grid:
+        """Cell ``(slot, j)`` holds a sequence's ``j``-th new token and sees its keys up to that token's position.
+
+        Cells no token fills (short sequences, slots in the range that the
+        batch does not use) see key 0 only, so that no softmax row is empty;
+        their outputs are dropped.
+        """
+        first = int(slots.min())
+        grid_slots, queries = int(slots.max()) - first + 1, max(counts)
+        starts = torch.repeat_interleave(torch.tensor(counts).cumsum(0) - torch.tensor(counts), torch.tensor(counts))
+        cells = (slots - first) * queries + torch.arange(len(slots)) - starts
+        last_key = torch.zeros(grid_slots * queries, dtype=torch.long)
+        last_key[cells] = positions
+        keys = int(positions.max()) + 1
+        mask = torch.arange(keys) <= last_key.view(grid_slots, 1, queries, 1)
+        group = self.model.config.num_attention_heads // self.model.config.num_key_value_heads
+        mask = mask.expand(grid_slots, group, queries, keys).reshape(grid_slots, 1, group * queries, keys)
+        return _Grid(first, grid_slots, queries, keys, cells.to(self.device), mask.to(self.device))
