@@ -110,13 +110,13 @@ class ForwardClock:
         self.reset()
         inner = runner.forward
 
-        def forward(batch, *, logits: bool = True):
+        def forward(batch, *, logits=True):
             start = time.perf_counter()
             try:
                 return inner(batch, logits=logits)
             finally:
                 elapsed = time.perf_counter() - start
-                if logits:
+                if logits is True or (logits is not False and any(logits)):  # prompt chunks inside a decode step count as decode
                     self.decode_s += elapsed
                     self.decode_calls += 1
                 else:

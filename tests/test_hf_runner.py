@@ -165,3 +165,16 @@ def test_batched_attention_matches_per_sequence(tiny_model, full):
         for s, r, p, n in zip(seqs, rows, [*pasts, 2], [*news, 7]):
             assert torch.allclose(r, full(s)[p : p + n], atol=1e-9)
         del spare
+
+
+def test_logits_only_for_the_flagged_sequences(tiny_runner, full):
+    """A prompt chunk rides along without logits: rows come back for the flagged sequences only, in order."""
+    sequences = [tokens(80 + k, 9) for k in range(3)]
+    states = [tiny_runner.new_state() for _ in sequences]
+    rows = tiny_runner.forward([(st, s) for st, s in zip(states, sequences)], logits=[True, False, True])
+    assert len(rows) == 2
+    assert torch.allclose(rows[0], full(sequences[0]), atol=1e-9)
+    assert torch.allclose(rows[1], full(sequences[2]), atol=1e-9)
+    assert [st.length for st in states] == [9, 9, 9]
+    (row,) = tiny_runner.forward([(states[1], [5])])
+    assert torch.allclose(row, full(sequences[1] + [5])[-1:], atol=1e-9)

@@ -194,6 +194,19 @@ def _use_onednn_linears(model: torch.nn.Module) -> None:
             module.forward = partial(_onednn_linear, module)
 
 
+def _rows_to_keep(counts: list[int], wanted: list[bool]) -> int | torch.Tensor:
+    """transformers' ``logits_to_keep``: 0 keeps every row, an int ``k`` the last ``k``, a tensor those rows.
+
+    The LM head is the widest layer: prefill rows skip it.
+    """
+    if all(wanted):
+        return 0
+    if not any(wanted):
+        return 1
+    starts = [sum(counts[:i]) for i in range(len(counts))]
+    return torch.cat([torch.arange(start, start + n) for start, n, want in zip(starts, counts, wanted) if want])
+
+
 class HFRunner:
     """Runs ``model`` for the decoder; on CPU in float32 its linear layers move to oneDNN for good.
 
@@ -231,8 +244,9 @@ class HFRunner:
         return twin
 
     @torch.no_grad()
-    def forward(self, batch: Sequence[tuple[SlotState, Sequence[int]]], *, logits: bool = True) -> list[torch.Tensor]:
+    def forward(self, batch: Sequence[tuple[SlotState, Sequence[int]]], *, logits: bool | Sequence[bool] = True) -> list[torch.Tensor]:
         counts = [len(tokens) for _, tokens in batch]
+        wanted = [logits] * len(batch) if isinstance(logits, bool) else list(logits)
         self.store.reserve(max(state.length + n for (state, _), n in zip(batch, counts)))
         ids = torch.tensor([t for _, tokens in batch for t in tokens], dtype=torch.long)
         positions = torch.cat([torch.arange(state.length, state.length + n) for (state, _), n in zip(batch, counts)])
@@ -247,16 +261,16 @@ class HFRunner:
                 input_ids=ids[None].to(self.device),
                 position_ids=positions[None].to(self.device),
                 use_cache=False,
-                logits_to_keep=0 if logits else 1,
+                logits_to_keep=_rows_to_keep(counts, wanted),
                 slot_step=step,
             )
         finally:
             config._attn_implementation = own
         for (state, _), n in zip(batch, counts):
             state.length += n
-        if not logits:
+        if not any(wanted):
             return []
-        return list(out.logits[0].float().cpu().split(counts))
+        return list(out.logits[0].float().cpu().split([n for n, want in zip(counts, wanted) if want]))
 
     def _plan(self, batch: Sequence[tuple[SlotState, Sequence[int]]], counts: list[int], positions: torch.Tensor) -> _Step:
         """Where the new keys go, and what each sequence's queries see.
