@@ -89,10 +89,17 @@ def stop_tokens(tokenizer: Any) -> set[int]:
 class FucinaEngine:
     """Our constrained speculative decoder over a transformers model."""
 
-    def __init__(self, loaded: LoadedModel, params: SamplingParams = SamplingParams(), spec: SpecConfig | None = SpecConfig(), streams: int = 1):
+    def __init__(
+        self,
+        loaded: LoadedModel,
+        params: SamplingParams = SamplingParams(),
+        spec: SpecConfig | None = SpecConfig(),
+        streams: int = 1,
+        compile: bool = False,
+    ):
         self.loaded = loaded
         self.tokenizer = loaded.tokenizer
-        self.runner = HFRunner(loaded.model, loaded.device)
+        self.runner = HFRunner(loaded.model, loaded.device, compile=compile)
         self.stops = stop_tokens(self.tokenizer)
         self.stop_token = min(self.stops)
         self.params, self.spec, self.streams = params, spec, streams

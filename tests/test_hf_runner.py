@@ -178,3 +178,20 @@ def test_logits_only_for_the_flagged_sequences(tiny_runner, full):
     assert [st.length for st in states] == [9, 9, 9]
     (row,) = tiny_runner.forward([(states[1], [5])])
     assert torch.allclose(row, full(sequences[1] + [5])[-1:], atol=1e-9)
+
+
+@pytest.mark.slow
+def test_compiled_forward_matches_eager(tiny_model, full):
+    """``compile=True`` (engine.compile): ragged steps of changing shapes through one dynamic graph, same rows.
+
+    Not to 1e-9: the rotary tables are float32 on both paths, and inductor's
+    vectorised cos/sin round differently from eager's (about 2e-6 here).
+    """
+    runner = HFRunner(copy.deepcopy(tiny_model), compile=True)
+    sequences = [tokens(90 + k, 14) for k in range(3)]
+    states = [runner.new_state() for _ in sequences]
+    runner.forward([(states[0], sequences[0][:6]), (states[1], sequences[1][:2])], logits=False)
+    for cut in ((6, 9), (2, 3), (0, 5)), ((9, 14), (3, 14), (5, 6)):
+        rows = runner.forward([(st, s[a:b]) for st, s, (a, b) in zip(states, sequences, cut)])
+        for s, r, (a, b) in zip(sequences, rows, cut):
+            assert torch.allclose(r, full(s)[a:b], atol=1e-5), (r - full(s)[a:b]).abs().max()

@@ -17,6 +17,7 @@ of two ways, both over views of the store, so no cache is ever copied:
 
 from __future__ import annotations
 
+import os
 import weakref
 from dataclasses import dataclass
 from functools import partial
@@ -175,7 +176,8 @@ def _grid_attention(query: torch.Tensor, keys: torch.Tensor, values: torch.Tenso
 
 
 # Not registered with AttentionMaskInterface on purpose: transformers then builds no mask at all.
-AttentionInterface.register(_ATTENTION, _slotted_attention)
+# torch.compile leaves it out of its graphs: it plans over Python lists of spans, and SDPA is one kernel already.
+AttentionInterface.register(_ATTENTION, torch.compiler.disable(_slotted_attention))
 
 
 def _onednn_linear(module: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
@@ -192,6 +194,14 @@ def _use_onednn_linears(model: torch.nn.Module) -> None:
     for module in model.modules():
         if type(module) is torch.nn.Linear:
             module.forward = partial(_onednn_linear, module)
+
+
+def _compiled(model: torch.nn.Module) -> torch.nn.Module:
+    """``torch.compile`` of the model, its generated code cached across runs under the model cache."""
+    from .loading import cache_dir
+
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache_dir() / "inductor"))
+    return torch.compile(model, dynamic=True)
 
 
 def _rows_to_keep(counts: list[int], wanted: list[bool]) -> int | torch.Tensor:
@@ -212,17 +222,29 @@ class HFRunner:
 
     ``batched_attention`` picks one attention call per layer for the whole
     batch rather than one per sequence; ``None`` leaves it to the device
-    (batched on CUDA, per sequence on a CPU).
+    (batched on CUDA, per sequence on a CPU). ``compile`` runs the forward
+    through ``torch.compile`` with dynamic shapes, so the ragged batches of
+    every step share one compiled graph per layer segment; on a CPU it gives
+    up the oneDNN linears, which do not trace (docs/BENCHMARKS.md: it does
+    not pay there).
     """
 
-    def __init__(self, model: torch.nn.Module, device: torch.device | str = "cpu", *, batched_attention: bool | None = None):
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        device: torch.device | str = "cpu",
+        *,
+        batched_attention: bool | None = None,
+        compile: bool = False,
+    ):
         self.model = model
         self.device = torch.device(device)
         self.batched_attention = self.device.type == "cuda" if batched_attention is None else batched_attention
         self.vocab_size = model.config.vocab_size
         onednn = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
-        if self.device.type == "cpu" and model.dtype == torch.float32 and onednn:
+        if self.device.type == "cpu" and model.dtype == torch.float32 and onednn and not compile:
             _use_onednn_linears(model)
+        self._call = _compiled(model) if compile else model
         config = model.config
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
         self.store = KVStore(config.num_hidden_layers, config.num_key_value_heads, head_dim, model.dtype, self.device)
@@ -257,7 +279,7 @@ class HFRunner:
         own = config._attn_implementation
         config._attn_implementation = _ATTENTION
         try:
-            out = self.model(
+            out = self._call(
                 input_ids=ids[None].to(self.device),
                 position_ids=positions[None].to(self.device),
                 use_cache=False,
