@@ -20,7 +20,6 @@ from __future__ import annotations
 import os
 import weakref
 from dataclasses import dataclass
-from functools import partial
 from typing import Sequence
 
 import torch
@@ -180,8 +179,13 @@ def _grid_attention(query: torch.Tensor, keys: torch.Tensor, values: torch.Tenso
 AttentionInterface.register(_ATTENTION, torch.compiler.disable(_slotted_attention))
 
 
-def _onednn_linear(module: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
-    return torch.ops.mkldnn._linear_pointwise(x, module.weight, module.bias, "none", [], "")
+class _OneDNNLinear(torch.nn.Linear):
+    """A ``Linear`` whose forward runs on oneDNN (a class, not a per-module patch, so compiled code is shared)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if torch.compiler.is_compiling():  # oneDNN's op does not trace with dynamic shapes: inductor picks its own GEMM
+            return F.linear(x, self.weight, self.bias)
+        return torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, "none", [], "")
 
 
 def _use_onednn_linears(model: torch.nn.Module) -> None:
@@ -193,7 +197,7 @@ def _use_onednn_linears(model: torch.nn.Module) -> None:
     """
     for module in model.modules():
         if type(module) is torch.nn.Linear:
-            module.forward = partial(_onednn_linear, module)
+            module.__class__ = _OneDNNLinear
 
 
 def _compiled(model: torch.nn.Module) -> torch.nn.Module:
@@ -224,9 +228,9 @@ class HFRunner:
     batch rather than one per sequence; ``None`` leaves it to the device
     (batched on CUDA, per sequence on a CPU). ``compile`` runs the forward
     through ``torch.compile`` with dynamic shapes, so the ragged batches of
-    every step share one compiled graph per layer segment; on a CPU it gives
-    up the oneDNN linears, which do not trace (docs/BENCHMARKS.md: it does
-    not pay there).
+    every step share one compiled graph per layer segment; on a CPU the
+    compiled graph gives up the oneDNN linears, which do not trace
+    (docs/BENCHMARKS.md: it does not pay there).
     """
 
     def __init__(
@@ -242,7 +246,7 @@ class HFRunner:
         self.batched_attention = self.device.type == "cuda" if batched_attention is None else batched_attention
         self.vocab_size = model.config.vocab_size
         onednn = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
-        if self.device.type == "cpu" and model.dtype == torch.float32 and onednn and not compile:
+        if self.device.type == "cpu" and model.dtype == torch.float32 and onednn:
             _use_onednn_linears(model)
         self._call = _compiled(model) if compile else model
         config = model.config
