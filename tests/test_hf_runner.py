@@ -150,7 +150,8 @@ def test_lower_precision(tiny_model, full, dtype, atol):
 
 
 def test_batched_attention_matches_per_sequence(tiny_model, full):
-    """One attention call for the whole batch gives the per-sequence rows, slot gaps and ragged counts included."""
+    """One attention call for the whole batch gives the per-sequence rows: slot gaps, ragged counts, and a
+    prompt chunk too long for the grid, which attends on its own, included."""
     per_sequence, batched = HFRunner(tiny_model), HFRunner(tiny_model, batched_attention=True)
     assert not per_sequence.batched_attention
     pasts, news = [0, 5, 11, 3, 0], [4, 1, 6, 1, 1]
@@ -159,10 +160,10 @@ def test_batched_attention_matches_per_sequence(tiny_model, full):
         states = [runner.new_state() for _ in sequences]
         spare = runner.new_state()  # a slot inside the range that this batch does not use
         states.append(runner.new_state())
-        seqs = [*sequences, tokens(79, 9)]
+        seqs = [*sequences, tokens(79, 25)]
         runner.forward([(st, s[:p]) for st, s, p in zip(states, seqs, [*pasts, 2]) if p], logits=False)
-        rows = runner.forward([(st, s[p : p + n]) for st, s, p, n in zip(states, seqs, [*pasts, 2], [*news, 7])])
-        for s, r, p, n in zip(seqs, rows, [*pasts, 2], [*news, 7]):
+        rows = runner.forward([(st, s[p : p + n]) for st, s, p, n in zip(states, seqs, [*pasts, 2], [*news, 20])])
+        for s, r, p, n in zip(seqs, rows, [*pasts, 2], [*news, 20]):
             assert torch.allclose(r, full(s)[p : p + n], atol=1e-9)
         del spare
 

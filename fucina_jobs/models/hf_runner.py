@@ -12,7 +12,8 @@ of two ways, both over views of the store, so no cache is ever copied:
 - batched: one SDPA call per layer for the whole batch, its queries scattered
   into a ``[slots, queries]`` grid over the range of slots the batch uses and
   masked to each sequence's own keys. A GPU needs it: a loop over 128 streams
-  is 128 kernel launches per layer.
+  is 128 kernel launches per layer. A sequence with many new tokens (a prompt
+  chunk) attends on its own, so the grid is never padded to its length.
 """
 
 from __future__ import annotations
@@ -27,6 +28,9 @@ import torch.nn.functional as F
 from transformers import AttentionInterface
 
 _ATTENTION = "fucina_slots"
+#: Sequences with more new tokens (prompt chunks, long drafts) attend on their own in batched mode:
+#: every sequence in the grid is padded to the longest one's queries.
+_GRID_QUERIES = 16
 
 
 @dataclass(eq=False)
@@ -97,8 +101,9 @@ class _Grid:
     first: int
     slots: int
     queries: int
-    keys: int  # longest sequence in the batch
-    cells: torch.Tensor  # per new token: its cell ``slot * queries + j`` in the grid
+    keys: int  # longest sequence in the grid
+    tokens: torch.Tensor  # the packed rows the grid attends for
+    cells: torch.Tensor  # per such row: its cell ``slot * queries + j`` in the grid
     mask: torch.Tensor  # bool ``[slots, 1, group * queries, keys]``: what each cell sees
 
 
@@ -108,8 +113,8 @@ class _Step:
 
     store: KVStore
     rows: torch.Tensor  # per kv head, then per new token: its row in a layer's store seen as ``[-1, head_dim]``
-    spans: list[_Span]
-    grid: _Grid | None  # None: attend per sequence
+    spans: list[_Span]  # the sequences that attend on their own
+    grid: _Grid | None  # the others, in one call
 
 
 def _slotted_attention(
@@ -133,10 +138,9 @@ def _slotted_attention(
     dim = key.shape[-1]
     keys.view(-1, dim).index_copy_(0, slot_step.rows, key[0].reshape(-1, dim))
     values.view(-1, dim).index_copy_(0, slot_step.rows, value[0].reshape(-1, dim))
-    if slot_step.grid is not None:
-        return _grid_attention(query, keys, values, scaling, slot_step.grid), None
-    outputs = [
-        F.scaled_dot_product_attention(
+    out = query.new_empty(query.shape[2], query.shape[1], dim)  # [tokens, heads, dim]
+    for s in slot_step.spans:
+        out[s.start : s.start + s.count] = F.scaled_dot_product_attention(
             query[:, :, s.start : s.start + s.count],
             keys[s.slot : s.slot + 1, :, : s.end],
             values[s.slot : s.slot + 1, :, : s.end],
@@ -144,14 +148,14 @@ def _slotted_attention(
             is_causal=s.mask is None and s.count > 1,
             scale=scaling,
             enable_gqa=True,
-        )
-        for s in slot_step.spans
-    ]
-    return torch.cat(outputs, dim=2).transpose(1, 2), None
+        )[0].transpose(0, 1)
+    if slot_step.grid is not None:
+        out.index_copy_(0, slot_step.grid.tokens, _grid_attention(query, keys, values, scaling, slot_step.grid))
+    return out[None], None
 
 
 def _grid_attention(query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, scaling: float, grid: _Grid) -> torch.Tensor:
-    """One SDPA call for the whole batch; returns ``[1, tokens, heads, dim]``.
+    """One SDPA call for the grid's sequences; returns ``[grid tokens, heads, dim]``.
 
     The query heads that share a kv head are folded into the query axis, so
     the kernel sees plain multi-head attention: no kernel's GQA support is
@@ -160,7 +164,7 @@ def _grid_attention(query: torch.Tensor, keys: torch.Tensor, values: torch.Tenso
     heads, kv_heads, dim = query.shape[1], keys.shape[1], query.shape[-1]
     group = heads // kv_heads
     cells = query.new_zeros(grid.slots * grid.queries, heads, dim)
-    cells.index_copy_(0, grid.cells, query[0].transpose(0, 1))
+    cells.index_copy_(0, grid.cells, query[0].transpose(0, 1).index_select(0, grid.tokens))
     folded = cells.view(grid.slots, grid.queries, kv_heads, group, dim).permute(0, 2, 3, 1, 4)
     window = slice(grid.first, grid.first + grid.slots)
     out = F.scaled_dot_product_attention(
@@ -171,7 +175,7 @@ def _grid_attention(query: torch.Tensor, keys: torch.Tensor, values: torch.Tenso
         scale=scaling,
     )
     out = out.view(grid.slots, kv_heads, group, grid.queries, dim).permute(0, 3, 1, 2, 4)
-    return out.reshape(grid.slots * grid.queries, heads, dim).index_select(0, grid.cells)[None]
+    return out.reshape(grid.slots * grid.queries, heads, dim).index_select(0, grid.cells)
 
 
 # Not registered with AttentionMaskInterface on purpose: transformers then builds no mask at all.
@@ -309,20 +313,22 @@ class HFRunner:
         slots = torch.repeat_interleave(torch.tensor([state.slot for state, _ in batch]), torch.tensor(counts))
         heads = torch.arange(store.keys.shape[2])[:, None]
         rows = ((slots * store.keys.shape[2] + heads) * store.capacity + positions).flatten()
-        if self.batched_attention:
-            return _Step(store, rows.to(self.device), [], self._grid(slots, counts, positions))
+        in_grid = [self.batched_attention and n <= _GRID_QUERIES for n in counts]
         spans, start = [], 0
-        for (state, _), n in zip(batch, counts):
+        for (state, _), n, grid in zip(batch, counts, in_grid):
             end = state.length + n
             mask = None
-            if n > 1 and state.length:
+            if n > 1 and state.length and not grid:
                 keys = torch.arange(end, device=self.device)
                 mask = keys <= torch.arange(state.length, end, device=self.device)[:, None]
-            spans.append(_Span(state.slot, start, n, end, mask))
+            if not grid:
+                spans.append(_Span(state.slot, start, n, end, mask))
             start += n
-        return _Step(store, rows.to(self.device), spans, None)
+        tokens = torch.repeat_interleave(torch.tensor(in_grid), torch.tensor(counts)).nonzero().flatten()
+        grid = self._grid(tokens, slots[tokens], [n for n, g in zip(counts, in_grid) if g], positions[tokens]) if len(tokens) else None
+        return _Step(store, rows.to(self.device), spans, grid)
 
-    def _grid(self, slots: torch.Tensor, counts: list[int], positions: torch.Tensor) -> _Grid:
+    def _grid(self, tokens: torch.Tensor, slots: torch.Tensor, counts: list[int], positions: torch.Tensor) -> _Grid:
         """Cell ``(slot, j)`` holds a sequence's ``j``-th new token and sees its keys up to that token's position.
 
         Cells no token fills (short sequences, slots in the range that the
@@ -339,4 +345,4 @@ class HFRunner:
         mask = torch.arange(keys) <= last_key.view(grid_slots, 1, queries, 1)
         group = self.model.config.num_attention_heads // self.model.config.num_key_value_heads
         mask = mask.expand(grid_slots, group, queries, keys).reshape(grid_slots, 1, group * queries, keys)
-        return _Grid(first, grid_slots, queries, keys, cells.to(self.device), mask.to(self.device))
+        return _Grid(first, grid_slots, queries, keys, tokens.to(self.device), cells.to(self.device), mask.to(self.device))
