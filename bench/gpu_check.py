@@ -2,9 +2,11 @@
 
 No network: the model is random (Llama shape, about 0.5B parameters by
 default) over the real SmolLM2 tokenizer files, so nothing large travels.
-First the CUDA batch decoder must reproduce a float64 CPU reference for a
-few greedy steps; then it prints tok/s for several stream counts with
-speculation off and on. ``--dry-run`` shrinks everything to run on a CPU.
+Every run takes the GPU's path: one attention call per layer for the whole
+batch. First the device's batch decoder, eager and compiled, must reproduce a
+float64 CPU reference for a few greedy steps; then it prints tok/s for several
+stream counts with speculation off and on, eager and compiled, and the
+compile time. ``--dry-run`` shrinks everything to run on a CPU.
 """
 
 from __future__ import annotations
@@ -40,8 +42,9 @@ def requests(tokenizer, n: int, max_tokens: int) -> list[Request]:
     return [Request(str(i), encode_chat(tokenizer, text.format(i=i)), seed=i, max_tokens=max_tokens) for i in range(n)]
 
 
-def decode(model, device, tokenizer, streams: int, spec: SpecConfig | None, n: int, max_tokens: int):
-    decoder = BatchDecoder(HFRunner(model, device), stop_tokens(tokenizer), spec=spec, streams=streams)
+def decode(model, device, tokenizer, streams: int, spec: SpecConfig | None, n: int, max_tokens: int, compile: bool = False):
+    runner = HFRunner(model, device, batched_attention=True, compile=compile)
+    decoder = BatchDecoder(runner, stop_tokens(tokenizer), spec=spec, streams=streams)
     start = time.perf_counter()
     outs = sorted(decoder.run(requests(tokenizer, n, max_tokens)), key=lambda g: int(g.id))
     if device.type == "cuda":
@@ -50,13 +53,16 @@ def decode(model, device, tokenizer, streams: int, spec: SpecConfig | None, n: i
 
 
 def check_against_reference(model, device, tokenizer, steps: int) -> bool:
-    """Greedy tokens on the device equal a float64 CPU reference, per stream."""
+    """Greedy tokens on the device, eager and compiled, equal a float64 CPU reference, per stream."""
     reference, _ = decode(model.double(), torch.device("cpu"), tokenizer, 1, None, 4, steps)
     model.float().to(device)
-    outs, _ = decode(model, device, tokenizer, 4, SpecConfig(), 4, steps)
+    same = []
+    for compile in (False, True):
+        outs, wall = decode(model, device, tokenizer, 4, SpecConfig(), 4, steps, compile)
+        same += [a.tokens == b.tokens for a, b in zip(reference, outs)]
+        log.info("first %s run: %.1f s%s", "compiled" if compile else "eager", wall, " (the compile included)" if compile else "")
     model.cpu()
-    same = [a.tokens == b.tokens for a, b in zip(reference, outs)]
-    log.info("reference check: %d of %d streams identical over %d steps", sum(same), len(same), steps)
+    log.info("reference check: %d of %d streams identical over %d steps (eager and compiled)", sum(same), len(same), steps)
     return all(same)
 
 
@@ -80,13 +86,18 @@ def main(argv: list[str] | None = None) -> int:
     model.to(device)
     if device.type == "cuda":
         model.to(torch.bfloat16)
-    print(f"{'streams':>8} {'spec':>5} {'tok/s':>9} {'tok/fwd':>8}")
+    start = time.perf_counter()
+    decode(model, device, tokenizer, 2, SpecConfig(), 2, 4, compile=True)  # a compile for the table's dtype, timed apart
+    log.info("compile for the table's dtype and first run: %.1f s", time.perf_counter() - start)
+    print(f"{'streams':>8} {'spec':>5} {'forward':>9} {'tok/s':>9} {'tok/fwd':>8}")
     for streams in (int(s) for s in args.streams.split(",")):
         for spec in (None, SpecConfig()):
-            outs, wall = decode(model, device, tokenizer, streams, spec, streams, args.max_tokens)
-            tokens = sum(len(o.tokens) for o in outs)
-            forwards = max(sum(o.stats.forwards for o in outs), 1)
-            print(f"{streams:>8} {'on' if spec else 'off':>5} {tokens / wall:>9.1f} {tokens / forwards:>8.2f}")
+            for compile in (False, True):
+                outs, wall = decode(model, device, tokenizer, streams, spec, streams, args.max_tokens, compile)
+                tokens = sum(len(o.tokens) for o in outs)
+                forwards = max(sum(o.stats.forwards for o in outs), 1)
+                forward = "compiled" if compile else "eager"
+                print(f"{streams:>8} {'on' if spec else 'off':>5} {forward:>9} {tokens / wall:>9.1f} {tokens / forwards:>8.2f}")
     print("reference check:", "PASS" if ok else "FAIL")
     return 0 if ok else 1
 

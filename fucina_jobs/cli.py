@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return review_command(rest)
     if command == "bench":
-        from .bench import main as bench
+        from .bench.cli import main as bench
 
         return bench(rest)
     sys.stderr.write(f"unknown command {command!r}\n\n{USAGE}")

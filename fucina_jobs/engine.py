@@ -132,10 +132,17 @@ class GrammarCheck:
 class FucinaEngine:
     """Our constrained speculative decoder over a transformers model."""
 
-    def __init__(self, loaded: LoadedModel, params: SamplingParams = SamplingParams(), spec: SpecConfig | None = SpecConfig(), streams: int = 1):
+    def __init__(
+        self,
+        loaded: LoadedModel,
+        params: SamplingParams = SamplingParams(),
+        spec: SpecConfig | None = SpecConfig(),
+        streams: int = 1,
+        compile: bool = False,
+    ):
         self.loaded = loaded
         self.tokenizer = loaded.tokenizer
-        self.runner = HFRunner(loaded.model, loaded.device)
+        self.runner = HFRunner(loaded.model, loaded.device, compile=compile)
         self.stops = stop_tokens(self.tokenizer)
         self.params, self.spec, self.streams = params, spec, streams
         self.context = getattr(loaded.model.config, "max_position_embeddings", None)

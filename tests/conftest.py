@@ -174,12 +174,18 @@ class RecordingRunner:
         self.vocab_size = runner.vocab_size
         self.feeds: list[list[list[int]]] = []
         self.prefills: list[list[list[int]]] = []
+        self.calls = 0
 
     def new_state(self):
         return self.runner.new_state()
 
     def forward(self, batch, *, logits=True):
-        (self.feeds if logits else self.prefills).append([list(tokens) for _, tokens in batch])
+        self.calls += 1
+        wanted = [logits] * len(batch) if isinstance(logits, bool) else list(logits)
+        for log, want in ((self.feeds, True), (self.prefills, False)):
+            fed = [list(tokens) for (_, tokens), w in zip(batch, wanted) if w == want]
+            if fed:
+                log.append(fed)
         return self.runner.forward(batch, logits=logits)
 
     def trim(self, state, length):

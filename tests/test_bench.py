@@ -14,7 +14,10 @@ import json
 
 import pytest
 
-from fucina_jobs import bench
+from fucina_jobs.bench.arms import alternate
+from fucina_jobs.bench.cli import main
+from fucina_jobs.bench.inputs import Doc, cycle_docs
+from fucina_jobs.bench.tables import format_table
 
 ROW_KEYS = {
     "arm",
@@ -71,7 +74,7 @@ def tiny_model(tmp_path_factory):
 
 
 def _run(capsys, argv):
-    assert bench.main(argv) == 0
+    assert main(argv) == 0
     return json.loads(capsys.readouterr().out)
 
 
@@ -111,7 +114,7 @@ def test_decode_json_four_arms_constrained_rows_identical(tiny_model, capsys):
 
 def test_decode_text_table(tiny_model, capsys):
     argv = ["decode", "-q", "--model", str(tiny_model), "--dtype", "float64", "--device", "cpu", "--no-warmup"]
-    assert bench.main(argv + ["--docs", "1", "--max-tokens", "8", "--repeats", "1"]) == 0
+    assert main(argv + ["--docs", "1", "--max-tokens", "8", "--repeats", "1"]) == 0
     out = capsys.readouterr().out
     for label in ("plain unconstrained", "plain constrained", "spec, no grammar drafting", "spec + grammar drafting", "mask overhead", "grounded grammar per row"):
         assert label in out
@@ -132,15 +135,28 @@ def test_streams_json_cycles_documents(tiny_model, capsys):
 
 
 def test_cycle_docs_distinct_ids():
-    docs = [bench.Doc("a", "x"), bench.Doc("b", "y")]
-    cycled = bench.cycle_docs(docs, 5)
+    docs = [Doc("a", "x"), Doc("b", "y")]
+    cycled = cycle_docs(docs, 5)
     assert [d.id for d in cycled] == ["a", "b", "a#1", "b#1", "a#2"]
     assert [d.user for d in cycled] == ["x", "y", "x", "y", "x"]
-    assert bench.cycle_docs(docs, 1) == docs
+    assert cycle_docs(docs, 1) == docs
+
+
+def test_alternate_runs_every_arm_once_per_round_in_rotated_order():
+    order = list(alternate(["a", "b", "c"], 4))
+    assert order == [(0, "a"), (0, "b"), (0, "c"), (1, "b"), (1, "c"), (1, "a"), (2, "c"), (2, "a"), (2, "b"), (3, "a"), (3, "b"), (3, "c")]
+
+
+@pytest.mark.parametrize("module", ["engines", "decode", "streams", "cli"])
+def test_each_bench_module_imports_first_without_a_cycle(module):
+    import subprocess
+    import sys
+
+    subprocess.run([sys.executable, "-c", f"import fucina_jobs.bench.{module}"], check=True, timeout=120)
 
 
 def test_format_table_aligns():
-    text = bench.format_table(["arm", "n"], [["long name", 1], ["x", 100]])
+    text = format_table(["arm", "n"], [["long name", 1], ["x", 100]])
     lines = text.splitlines()
     assert len({len(line) for line in lines}) == 1
     assert lines[2].startswith("long name") and lines[3].endswith("100")
@@ -148,11 +164,11 @@ def test_format_table_aligns():
 
 def test_help_and_bad_arguments(capsys):
     with pytest.raises(SystemExit) as exit_:
-        bench.main(["decode", "--help"])
+        main(["decode", "--help"])
     assert exit_.value.code == 0
     assert "--max-tokens" in capsys.readouterr().out
     with pytest.raises(SystemExit):
-        bench.main(["streams", "--streams", "0,2"])
+        main(["streams", "--streams", "0,2"])
 
 
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed: tests/vllm runs bench engines with every arm")

@@ -311,3 +311,28 @@ def test_allows_reads_the_mask_that_process_applies(tokenizer):
         if token is not None:
             c.commit(token)
     assert c.allows(STOP)
+@pytest.mark.parametrize("width", [70, 96, 100])
+def test_apply_bitmask_matches_the_bits(width):
+    """Every column keeps its logit exactly when its bit is set; columns past the words are masked."""
+    import numpy as np
+
+    from fucina_jobs.decoding.constraint import apply_bitmask
+
+    rng = np.random.default_rng(width)
+    bitmask = rng.integers(-(2**31), 2**31, size=(3, 3), dtype=np.int64).astype(np.int32)
+    bitmask[1] = -1  # all allowed
+    bitmask[2, 1] = 0  # a word with nothing allowed
+    logits = torch.randn(3, width, dtype=torch.float32)
+    masked = logits.clone()
+    apply_bitmask(masked, bitmask)
+    for row in range(3):
+        for col in range(width):
+            bit = col < 96 and (int(bitmask[row, col // 32]) >> (col % 32)) & 1
+            assert masked[row, col] == (logits[row, col] if bit else float("-inf"))
+
+
+def test_matcher_failure_with_a_stop_token_in_a_words_top_bit(tokenizer):
+    c = Constraint.json_schema({"type": "string"}, tokenizer, stop_token=31)
+    c.commit(encode(tokenizer, "hello")[0])  # not a string's opening quote: the matcher fails
+    assert c.is_error
+    assert torch.nonzero(allowed_mask(c)).flatten().tolist() == [31]

@@ -207,19 +207,19 @@ class Scripted(FakeSource):
 
 
 @pytest.mark.parametrize("certain", [0, 3])
-def test_stream_cuts_drafts_at_the_stop_token(tiny_runner, monkeypatch, certain):
+def test_stream_cuts_drafts_at_the_stop_token(monkeypatch, certain):
     source = Scripted([5, 6, STOP, 7], certain)
     monkeypatch.setattr(batch, "_drafter", lambda spec, processor: source)
-    stream = batch.Stream(Request("x", [1, 2, 3], None, max_tokens=20), tiny_runner, SamplingParams(), SpecConfig())
+    stream = batch.Stream(Request("x", [1, 2, 3], None, max_tokens=20), SamplingParams(), SpecConfig())
     assert stream.plan(frozenset({STOP})) == [3, 5, 6]
     assert stream.draft.tokens == [5, 6] and stream.draft.certain == min(certain, 2)
     assert source.truncations == [2]
 
 
-def test_stream_draft_room_respects_the_budget(tiny_runner, monkeypatch):
+def test_stream_draft_room_respects_the_budget(monkeypatch):
     source = FakeSource(range(10, 30))
     monkeypatch.setattr(batch, "_drafter", lambda spec, processor: source)
-    stream = batch.Stream(Request("x", [1, 2, 3], None, max_tokens=4), tiny_runner, SamplingParams(), SpecConfig(max_draft=8))
+    stream = batch.Stream(Request("x", [1, 2, 3], None, max_tokens=4), SamplingParams(), SpecConfig(max_draft=8))
     assert stream.plan(frozenset({STOP})) == [3, 10, 11, 12]  # 3 drafts + the bonus = the 4-token budget
     assert source.proposals[-1][1] == 3
 

@@ -228,6 +228,19 @@ def test_batch_equals_sequential(tokenizer, tiny_runner, record, kind, mode, spe
     assert len({tuple(g.tokens) for g in batched.values()}) == len(batched)  # streams really differ
 
 
+@pytest.mark.parametrize("mode", ["greedy", "sampled"])
+def test_batched_attention_equals_sequential(tokenizer, tiny_model, tiny_runner, record, mode):
+    """One attention call per layer for the whole batch (the GPU's path) changes no token."""
+    from fucina_jobs.models.hf_runner import HFRunner
+
+    seq_requests = make_requests(tokenizer, "grammar", record)
+    batch_requests = make_requests(tokenizer, "grammar", record)
+    sequential = decode(tiny_runner, seq_requests, params=PARAMS[mode], spec=SpecConfig(), streams=1)
+    batched = decode(HFRunner(tiny_model, batched_attention=True), batch_requests, params=PARAMS[mode], spec=SpecConfig(), streams=4)
+    assert_same(sequential, batched)
+    assert commit_logs(seq_requests) == commit_logs(batch_requests)
+
+
 def test_shared_processor_is_rejected(tokenizer, tiny_runner, record):
     shared = record.clone()
     requests = [Request(f"r{k}", repetitive_prompt(tokenizer, k), shared, max_tokens=5) for k in range(2)]

@@ -5,14 +5,21 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow
 def test_gpu_check_dry_run_passes_reference_and_prints_table():
     env = dict(os.environ, PYTHON=sys.executable)
     run = subprocess.run(["bash", "bench/gpu_check.sh", "--dry-run", "--streams", "1,2", "--max-tokens", "8", "--check-steps", "4"],
                          cwd=REPO, capture_output=True, text=True, timeout=300, env=env)
     assert run.returncode == 0, run.stderr[-2000:]
     lines = run.stdout.strip().splitlines()
-    assert lines[0].split() == ["streams", "spec", "tok/s", "tok/fwd"]
-    assert len(lines) == 1 + 4 + 1 and lines[-1] == "reference check: PASS"
+    assert lines[0].split() == ["streams", "spec", "forward", "tok/s", "tok/fwd"]
+    assert [line.split()[:3] for line in lines[1:-1]] == [
+        [n, spec, forward] for n in ("1", "2") for spec in ("off", "on") for forward in ("eager", "compiled")
+    ]
+    assert lines[-1] == "reference check: PASS"
+    assert "first compiled run" in run.stderr and "compile for the table's dtype" in run.stderr

@@ -147,3 +147,52 @@ def test_lower_precision(tiny_model, full, dtype, atol):
     for s, r, n in zip(sequences, rows, (7, 7)):
         assert r.dtype == torch.float32
         assert torch.allclose(r, full(s)[-n:], atol=atol), (r - full(s)[-n:]).abs().max()
+
+
+def test_batched_attention_matches_per_sequence(tiny_model, full):
+    """One attention call for the whole batch gives the per-sequence rows: slot gaps, ragged counts, and a
+    prompt chunk too long for the grid, which attends on its own, included."""
+    per_sequence, batched = HFRunner(tiny_model), HFRunner(tiny_model, batched_attention=True)
+    assert not per_sequence.batched_attention
+    pasts, news = [0, 5, 11, 3, 0], [4, 1, 6, 1, 1]
+    sequences = [tokens(70 + k, p + n + 3) for k, (p, n) in enumerate(zip(pasts, news))]
+    for runner in (per_sequence, batched):
+        states = [runner.new_state() for _ in sequences]
+        spare = runner.new_state()  # a slot inside the range that this batch does not use
+        states.append(runner.new_state())
+        seqs = [*sequences, tokens(79, 25)]
+        runner.forward([(st, s[:p]) for st, s, p in zip(states, seqs, [*pasts, 2]) if p], logits=False)
+        rows = runner.forward([(st, s[p : p + n]) for st, s, p, n in zip(states, seqs, [*pasts, 2], [*news, 20])])
+        for s, r, p, n in zip(seqs, rows, [*pasts, 2], [*news, 20]):
+            assert torch.allclose(r, full(s)[p : p + n], atol=1e-9)
+        del spare
+
+
+def test_logits_only_for_the_flagged_sequences(tiny_runner, full):
+    """A prompt chunk rides along without logits: rows come back for the flagged sequences only, in order."""
+    sequences = [tokens(80 + k, 9) for k in range(3)]
+    states = [tiny_runner.new_state() for _ in sequences]
+    rows = tiny_runner.forward([(st, s) for st, s in zip(states, sequences)], logits=[True, False, True])
+    assert len(rows) == 2
+    assert torch.allclose(rows[0], full(sequences[0]), atol=1e-9)
+    assert torch.allclose(rows[1], full(sequences[2]), atol=1e-9)
+    assert [st.length for st in states] == [9, 9, 9]
+    (row,) = tiny_runner.forward([(states[1], [5])])
+    assert torch.allclose(row, full(sequences[1] + [5])[-1:], atol=1e-9)
+
+
+@pytest.mark.slow
+def test_compiled_forward_matches_eager(tiny_model, full):
+    """``compile=True`` (engine.compile): ragged steps of changing shapes through one dynamic graph, same rows.
+
+    Not to 1e-9: the rotary tables are float32 on both paths, and inductor's
+    vectorised cos/sin round differently from eager's (about 2e-6 here).
+    """
+    runner = HFRunner(copy.deepcopy(tiny_model), compile=True)
+    sequences = [tokens(90 + k, 14) for k in range(3)]
+    states = [runner.new_state() for _ in sequences]
+    runner.forward([(states[0], sequences[0][:6]), (states[1], sequences[1][:2])], logits=False)
+    for cut in ((6, 9), (2, 3), (0, 5)), ((9, 14), (3, 14), (5, 6)):
+        rows = runner.forward([(st, s[a:b]) for st, s, (a, b) in zip(states, sequences, cut)])
+        for s, r, (a, b) in zip(sequences, rows, cut):
+            assert torch.allclose(r, full(s)[a:b], atol=1e-5), (r - full(s)[a:b]).abs().max()

@@ -34,3 +34,18 @@ def test_identical_prompt_needs_no_prefill(tiny_runner, tokenizer):
     decoder = BatchDecoder(tiny_runner, STOPS, streams=2)
     out = {g.id: g.tokens for g in decoder.run([Request("a", prompts[0], max_tokens=6), Request("b", prompts[0], max_tokens=6)])}
     assert out["a"] == out["b"] and decoder.prefixes.reused_tokens == len(prompts[0]) - 1
+
+
+def test_newcomers_prefill_in_chunks_inside_running_forwards(tiny_runner, tokenizer):
+    """A long prompt rides along in the running stream's forwards, chunk by chunk, and changes no token."""
+    short = tokenizer.encode("Invoice 1: total 100 EUR.")
+    long = tokenizer.encode("You extract invoices. Reply with compact JSON and nothing else. " * 4)
+    requests = lambda: [Request("short", short, seed=1, max_tokens=24), Request("long", long, seed=2, max_tokens=6)]  # noqa: E731
+    runner = RecordingRunner(tiny_runner)
+    together = {g.id: g.tokens for g in BatchDecoder(runner, STOPS, streams=2, prefill_chunk=8).run(requests())}
+    assert all(len(chunk) <= 8 for feed in runner.prefills for chunk in feed)
+    assert sum(len(chunk) for feed in runner.prefills for chunk in feed) == len(short) - 1 + len(long) - 1
+    assert len(runner.prefills) > len(long) // 8
+    assert len(runner.feeds) + len(runner.prefills) - runner.calls >= len(long) // 8  # chunks shared forwards with decode steps
+    for request in requests():
+        assert decode(tiny_runner, [request])[request.id].tokens == together[request.id]

@@ -4,8 +4,9 @@ Each stream owns its sampler, its random generator and its processor (a clone
 of the request's constraint), so streams never share grammar state. A step
 asks every live stream for its pending token plus drafts, runs one forward
 over the ragged batch, and lets each stream verify its own rows. A finished
-stream's slot is refilled from the queue at the next step; newcomers' prompts
-are prefilled together in a forward of their own.
+stream's slot is refilled from the queue at the next step. A newcomer's prompt
+is prefilled in chunks that ride along in the running streams' forwards, so
+the batch never stalls on a long prompt.
 
 One stream with speculation off is plain decoding; the same loop serves all
 three paths, so they can only differ through the logits they are given.
@@ -90,10 +91,11 @@ class Generation:
 class Stream:
     """One request in flight: history, cache, sampler and drafter."""
 
-    def __init__(self, request: Request, kv: Any, params: SamplingParams, spec: SpecConfig | None):
+    def __init__(self, request: Request, params: SamplingParams, spec: SpecConfig | None):
         self.request = request
         self.history = list(request.prompt)
-        self.kv = kv
+        self.kv: Any = None  # taken when its prefill starts, from the prefix cache
+        self.prefill: list[int] = []  # prompt tokens still to be cached
         self.sampler = Sampler(params, request.processor, seed=request.seed)
         if request.processor is not None:
             request.processor.reset()
@@ -104,6 +106,11 @@ class Stream:
         self.stats = StreamStats(prompt_tokens=len(request.prompt))
         self.finish: str | None = None
         self.error: str | None = None
+
+    @property
+    def decoding(self) -> bool:
+        """Its whole prompt but the last token is cached: the last one is the first step's pending token."""
+        return self.kv is not None and not self.prefill
 
     @property
     def generated(self) -> int:
@@ -186,6 +193,7 @@ class BatchDecoder:
         spec: SpecConfig | None = None,
         streams: int = 1,
         on_step: Callable[[], Any] | None = None,
+        prefill_chunk: int = 512,
     ):
         self.runner = runner
         self.stop_tokens = frozenset(stop_tokens)
@@ -193,6 +201,7 @@ class BatchDecoder:
         self.spec = spec
         self.streams = streams
         self.on_step = on_step
+        self.prefill_chunk = prefill_chunk
         self.prefixes = PrefixCache(runner)
 
     def run(self, requests: Iterable[Request]) -> Iterator[Generation]:
@@ -203,32 +212,44 @@ class BatchDecoder:
             newcomers = [queue.popleft() for _ in range(min(len(queue), self.streams - len(live)))]
             if newcomers:
                 _check_unshared(live, newcomers)
-                live += [self._admit(request) for request in newcomers]
+                live += [Stream(request, self.params, self.spec) for request in newcomers]
             self._step(live)
             for stream in [s for s in live if s.finish]:
                 live.remove(stream)
                 yield stream.result()
 
-    def _admit(self, request: Request) -> Stream:
-        """Prefill everything but the last prompt token, which is the first step's pending token.
-
-        Prompts are prefilled one by one: unpadded, a long prompt runs the fast
-        causal kernels, and its shared prefix comes from the prefix cache.
-        """
-        kv, cached = self.prefixes.start(request.prompt)
-        if cached < len(request.prompt) - 1:
-            self.runner.forward([(kv, request.prompt[cached:-1])], logits=False)
-            self.prefixes.store(request.prompt, kv)
-        return Stream(request, kv, self.params, self.spec)
-
     def _step(self, live: list[Stream]) -> None:
-        feeds = [s.plan(self.stop_tokens) for s in live]
-        rows = self.runner.forward([(s.kv, feed) for s, feed in zip(live, feeds)])
-        for stream, stream_rows in zip(live, rows):
+        """One forward: every decoding stream's feed, plus the next chunk of one newcomer's prompt."""
+        newcomer = self._next_prefill(live)
+        decoding = [s for s in live if s.decoding and s is not newcomer]
+        feeds = [s.plan(self.stop_tokens) for s in decoding]
+        batch = [(s.kv, feed) for s, feed in zip(decoding, feeds)]
+        if newcomer is not None:
+            chunk = newcomer.prefill[: self.prefill_chunk]
+            del newcomer.prefill[: len(chunk)]
+            batch.append((newcomer.kv, chunk))
+        rows = self.runner.forward(batch, logits=[True] * len(decoding) + [False] * (newcomer is not None))
+        if newcomer is not None and newcomer.decoding:
+            self.prefixes.store(newcomer.request.prompt, newcomer.kv)
+        for stream, stream_rows in zip(decoding, rows):
             stream.advance(stream_rows, self.stop_tokens)
             self.runner.trim(stream.kv, len(stream.history) - 1)
         if self.on_step is not None:
             self.on_step()
+
+    def _next_prefill(self, live: list[Stream]) -> Stream | None:
+        """The oldest stream whose prompt is not cached yet, started from the prefix cache if need be.
+
+        One prompt at a time: a newcomer looks up the prefix cache only once
+        the prompt before it is cached, so it reuses their shared prefix.
+        """
+        for stream in live:
+            if stream.kv is None:
+                stream.kv, cached = self.prefixes.start(stream.request.prompt)
+                stream.prefill = list(stream.request.prompt[cached:-1])
+            if stream.prefill:
+                return stream
+        return None
 
 
 def _check_unshared(live: list[Stream], newcomers: list[Request]) -> None:

@@ -19,11 +19,13 @@ class ModelRunner(Protocol):
     def new_state(self) -> Any:
         """An empty per-sequence cache."""
 
-    def forward(self, batch: Sequence[tuple[Any, Sequence[int]]], *, logits: bool = True) -> list[torch.Tensor]:
+    def forward(self, batch: Sequence[tuple[Any, Sequence[int]]], *, logits: bool | Sequence[bool] = True) -> list[torch.Tensor]:
         """Extend each state by its tokens in one forward.
 
-        Returns float32 CPU logits, ``[len(tokens), vocab]`` per sequence, or
-        nothing when ``logits`` is false (prefill of a prompt's known tokens).
+        Returns float32 CPU logits, ``[len(tokens), vocab]``, for each sequence
+        whose ``logits`` flag is set (one flag for all, or one per sequence), in
+        batch order; the others' tokens are only cached (prefill of a prompt's
+        known tokens).
         """
 
     def trim(self, state: Any, length: int) -> None:

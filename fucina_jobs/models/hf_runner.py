@@ -4,15 +4,23 @@ Every sequence owns a slot of one persistent key/value store. A batched
 forward packs all sequences' new tokens into a single row with explicit
 positions, so the linear layers, most of a step's cost, compute real tokens
 only, never padding. A custom attention function registered with transformers
-writes each layer's new keys and values into their slots and attends every
-sequence over a view of its own slot, so no cache is ever copied or padded.
+writes each layer's new keys and values into their slots, then attends in one
+of two ways, both over views of the store, so no cache is ever copied:
+
+- per sequence: one SDPA call per sequence over its own slot. Exact (no
+  padding) and, on a CPU, as fast as anything measured (docs/BENCHMARKS.md);
+- batched: one SDPA call per layer for the whole batch, its queries scattered
+  into a ``[slots, queries]`` grid over the range of slots the batch uses and
+  masked to each sequence's own keys. A GPU needs it: a loop over 128 streams
+  is 128 kernel launches per layer. A sequence with many new tokens (a prompt
+  chunk) attends on its own, so the grid is never padded to its length.
 """
 
 from __future__ import annotations
 
+import os
 import weakref
 from dataclasses import dataclass
-from functools import partial
 from typing import Sequence
 
 import torch
@@ -20,6 +28,9 @@ import torch.nn.functional as F
 from transformers import AttentionInterface
 
 _ATTENTION = "fucina_slots"
+#: Sequences with more new tokens (prompt chunks, long drafts) attend on their own in batched mode:
+#: every sequence in the grid is padded to the longest one's queries.
+_GRID_QUERIES = 16
 
 
 @dataclass(eq=False)
@@ -64,7 +75,9 @@ class KVStore:
         old_slots, old_capacity = self.slots, self.capacity
         for name in ("keys", "values"):
             old = getattr(self, name)
-            new = old.new_empty((old.shape[0], slots, old.shape[2], capacity, old.shape[4]))
+            # Zeros, not garbage: the batched attention reads (masked) positions past a slot's length,
+            # and a NaN there would survive its zero weight.
+            new = old.new_zeros((old.shape[0], slots, old.shape[2], capacity, old.shape[4]))
             new[:, :old_slots, :, :old_capacity] = old
             setattr(self, name, new)
         self.free += range(slots - 1, old_slots - 1, -1)  # pop() hands out low slots first
@@ -82,12 +95,26 @@ class _Span:
 
 
 @dataclass
+class _Grid:
+    """The batched attention's layout: slots ``[first, first + slots)``, ``queries`` rows each."""
+
+    first: int
+    slots: int
+    queries: int
+    keys: int  # longest sequence in the grid
+    tokens: torch.Tensor  # the packed rows the grid attends for
+    cells: torch.Tensor  # per such row: its cell ``slot * queries + j`` in the grid
+    mask: torch.Tensor  # bool ``[slots, 1, group * queries, keys]``: what each cell sees
+
+
+@dataclass
 class _Step:
     """One forward's plan, handed to every layer's attention through the model's kwargs."""
 
     store: KVStore
     rows: torch.Tensor  # per kv head, then per new token: its row in a layer's store seen as ``[-1, head_dim]``
-    spans: list[_Span]
+    spans: list[_Span]  # the sequences that attend on their own
+    grid: _Grid | None  # the others, in one call
 
 
 def _slotted_attention(
@@ -102,7 +129,7 @@ def _slotted_attention(
     slot_step: _Step,
     **kwargs,
 ) -> tuple[torch.Tensor, None]:
-    """Store the packed row's keys and values (``[1, heads, tokens, dim]``), then attend per sequence.
+    """Store the packed row's keys and values (``[1, heads, tokens, dim]``), then attend.
 
     One ``index_copy_`` per tensor writes every sequence's new entries; CPU
     advanced-index assignment takes eight times longer.
@@ -111,8 +138,9 @@ def _slotted_attention(
     dim = key.shape[-1]
     keys.view(-1, dim).index_copy_(0, slot_step.rows, key[0].reshape(-1, dim))
     values.view(-1, dim).index_copy_(0, slot_step.rows, value[0].reshape(-1, dim))
-    outputs = [
-        F.scaled_dot_product_attention(
+    out = query.new_empty(query.shape[2], query.shape[1], dim)  # [tokens, heads, dim]
+    for s in slot_step.spans:
+        out[s.start : s.start + s.count] = F.scaled_dot_product_attention(
             query[:, :, s.start : s.start + s.count],
             keys[s.slot : s.slot + 1, :, : s.end],
             values[s.slot : s.slot + 1, :, : s.end],
@@ -120,18 +148,48 @@ def _slotted_attention(
             is_causal=s.mask is None and s.count > 1,
             scale=scaling,
             enable_gqa=True,
-        )
-        for s in slot_step.spans
-    ]
-    return torch.cat(outputs, dim=2).transpose(1, 2), None
+        )[0].transpose(0, 1)
+    if slot_step.grid is not None:
+        out.index_copy_(0, slot_step.grid.tokens, _grid_attention(query, keys, values, scaling, slot_step.grid))
+    return out[None], None
+
+
+def _grid_attention(query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, scaling: float, grid: _Grid) -> torch.Tensor:
+    """One SDPA call for the grid's sequences; returns ``[grid tokens, heads, dim]``.
+
+    The query heads that share a kv head are folded into the query axis, so
+    the kernel sees plain multi-head attention: no kernel's GQA support is
+    needed, and each kv head is read once for its whole group.
+    """
+    heads, kv_heads, dim = query.shape[1], keys.shape[1], query.shape[-1]
+    group = heads // kv_heads
+    cells = query.new_zeros(grid.slots * grid.queries, heads, dim)
+    cells.index_copy_(0, grid.cells, query[0].transpose(0, 1).index_select(0, grid.tokens))
+    folded = cells.view(grid.slots, grid.queries, kv_heads, group, dim).permute(0, 2, 3, 1, 4)
+    window = slice(grid.first, grid.first + grid.slots)
+    out = F.scaled_dot_product_attention(
+        folded.reshape(grid.slots, kv_heads, group * grid.queries, dim),
+        keys[window, :, : grid.keys],
+        values[window, :, : grid.keys],
+        attn_mask=grid.mask,
+        scale=scaling,
+    )
+    out = out.view(grid.slots, kv_heads, group, grid.queries, dim).permute(0, 3, 1, 2, 4)
+    return out.reshape(grid.slots * grid.queries, heads, dim).index_select(0, grid.cells)
 
 
 # Not registered with AttentionMaskInterface on purpose: transformers then builds no mask at all.
-AttentionInterface.register(_ATTENTION, _slotted_attention)
+# torch.compile leaves it out of its graphs: it plans over Python lists of spans, and SDPA is one kernel already.
+AttentionInterface.register(_ATTENTION, torch.compiler.disable(_slotted_attention))
 
 
-def _onednn_linear(module: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
-    return torch.ops.mkldnn._linear_pointwise(x, module.weight, module.bias, "none", [], "")
+class _OneDNNLinear(torch.nn.Linear):
+    """A ``Linear`` whose forward runs on oneDNN (a class, not a per-module patch, so compiled code is shared)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if torch.compiler.is_compiling():  # oneDNN's op does not trace with dynamic shapes: inductor picks its own GEMM
+            return F.linear(x, self.weight, self.bias)
+        return torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, "none", [], "")
 
 
 def _use_onednn_linears(model: torch.nn.Module) -> None:
@@ -143,19 +201,58 @@ def _use_onednn_linears(model: torch.nn.Module) -> None:
     """
     for module in model.modules():
         if type(module) is torch.nn.Linear:
-            module.forward = partial(_onednn_linear, module)
+            module.__class__ = _OneDNNLinear
+
+
+def _compiled(model: torch.nn.Module) -> torch.nn.Module:
+    """``torch.compile`` of the model, its generated code cached across runs under the model cache."""
+    from .loading import cache_dir
+
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache_dir() / "inductor"))
+    return torch.compile(model, dynamic=True)
+
+
+def _rows_to_keep(counts: list[int], wanted: list[bool]) -> int | torch.Tensor:
+    """transformers' ``logits_to_keep``: 0 keeps every row, an int ``k`` the last ``k``, a tensor those rows.
+
+    The LM head is the widest layer: prefill rows skip it.
+    """
+    if all(wanted):
+        return 0
+    if not any(wanted):
+        return 1
+    starts = [sum(counts[:i]) for i in range(len(counts))]
+    return torch.cat([torch.arange(start, start + n) for start, n, want in zip(starts, counts, wanted) if want])
 
 
 class HFRunner:
-    """Runs ``model`` for the decoder; on CPU in float32 its linear layers move to oneDNN for good."""
+    """Runs ``model`` for the decoder; on CPU in float32 its linear layers move to oneDNN for good.
 
-    def __init__(self, model: torch.nn.Module, device: torch.device | str = "cpu"):
+    ``batched_attention`` picks one attention call per layer for the whole
+    batch rather than one per sequence; ``None`` leaves it to the device
+    (batched on CUDA, per sequence on a CPU). ``compile`` runs the forward
+    through ``torch.compile`` with dynamic shapes, so the ragged batches of
+    every step share one compiled graph per layer segment; on a CPU the
+    compiled graph gives up the oneDNN linears, which do not trace
+    (docs/BENCHMARKS.md: it does not pay there).
+    """
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        device: torch.device | str = "cpu",
+        *,
+        batched_attention: bool | None = None,
+        compile: bool = False,
+    ):
         self.model = model
         self.device = torch.device(device)
+        self.batched_attention = self.device.type == "cuda" if batched_attention is None else batched_attention
         self.vocab_size = model.config.vocab_size
         onednn = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
         if self.device.type == "cpu" and model.dtype == torch.float32 and onednn:
             _use_onednn_linears(model)
+        self._call = _compiled(model) if compile else model
         config = model.config
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
         self.store = KVStore(config.num_hidden_layers, config.num_key_value_heads, head_dim, model.dtype, self.device)
@@ -177,8 +274,9 @@ class HFRunner:
         return twin
 
     @torch.no_grad()
-    def forward(self, batch: Sequence[tuple[SlotState, Sequence[int]]], *, logits: bool = True) -> list[torch.Tensor]:
+    def forward(self, batch: Sequence[tuple[SlotState, Sequence[int]]], *, logits: bool | Sequence[bool] = True) -> list[torch.Tensor]:
         counts = [len(tokens) for _, tokens in batch]
+        wanted = [logits] * len(batch) if isinstance(logits, bool) else list(logits)
         self.store.reserve(max(state.length + n for (state, _), n in zip(batch, counts)))
         ids = torch.tensor([t for _, tokens in batch for t in tokens], dtype=torch.long)
         positions = torch.cat([torch.arange(state.length, state.length + n) for (state, _), n in zip(batch, counts)])
@@ -189,20 +287,20 @@ class HFRunner:
         own = config._attn_implementation
         config._attn_implementation = _ATTENTION
         try:
-            out = self.model(
+            out = self._call(
                 input_ids=ids[None].to(self.device),
                 position_ids=positions[None].to(self.device),
                 use_cache=False,
-                logits_to_keep=0 if logits else 1,
+                logits_to_keep=_rows_to_keep(counts, wanted),
                 slot_step=step,
             )
         finally:
             config._attn_implementation = own
         for (state, _), n in zip(batch, counts):
             state.length += n
-        if not logits:
+        if not any(wanted):
             return []
-        return list(out.logits[0].float().cpu().split(counts))
+        return list(out.logits[0].float().cpu().split([n for n, want in zip(counts, wanted) if want]))
 
     def _plan(self, batch: Sequence[tuple[SlotState, Sequence[int]]], counts: list[int], positions: torch.Tensor) -> _Step:
         """Where the new keys go, and what each sequence's queries see.
@@ -215,13 +313,36 @@ class HFRunner:
         slots = torch.repeat_interleave(torch.tensor([state.slot for state, _ in batch]), torch.tensor(counts))
         heads = torch.arange(store.keys.shape[2])[:, None]
         rows = ((slots * store.keys.shape[2] + heads) * store.capacity + positions).flatten()
+        in_grid = [self.batched_attention and n <= _GRID_QUERIES for n in counts]
         spans, start = [], 0
-        for (state, _), n in zip(batch, counts):
+        for (state, _), n, grid in zip(batch, counts, in_grid):
             end = state.length + n
             mask = None
-            if n > 1 and state.length:
+            if n > 1 and state.length and not grid:
                 keys = torch.arange(end, device=self.device)
                 mask = keys <= torch.arange(state.length, end, device=self.device)[:, None]
-            spans.append(_Span(state.slot, start, n, end, mask))
+            if not grid:
+                spans.append(_Span(state.slot, start, n, end, mask))
             start += n
-        return _Step(store, rows.to(self.device), spans)
+        tokens = torch.repeat_interleave(torch.tensor(in_grid), torch.tensor(counts)).nonzero().flatten()
+        grid = self._grid(tokens, slots[tokens], [n for n, g in zip(counts, in_grid) if g], positions[tokens]) if len(tokens) else None
+        return _Step(store, rows.to(self.device), spans, grid)
+
+    def _grid(self, tokens: torch.Tensor, slots: torch.Tensor, counts: list[int], positions: torch.Tensor) -> _Grid:
+        """Cell ``(slot, j)`` holds a sequence's ``j``-th new token and sees its keys up to that token's position.
+
+        Cells no token fills (short sequences, slots in the range that the
+        batch does not use) see key 0 only, so that no softmax row is empty;
+        their outputs are dropped.
+        """
+        first = int(slots.min())
+        grid_slots, queries = int(slots.max()) - first + 1, max(counts)
+        starts = torch.repeat_interleave(torch.tensor(counts).cumsum(0) - torch.tensor(counts), torch.tensor(counts))
+        cells = (slots - first) * queries + torch.arange(len(slots)) - starts
+        last_key = torch.zeros(grid_slots * queries, dtype=torch.long)
+        last_key[cells] = positions
+        keys = int(positions.max()) + 1
+        mask = torch.arange(keys) <= last_key.view(grid_slots, 1, queries, 1)
+        group = self.model.config.num_attention_heads // self.model.config.num_key_value_heads
+        mask = mask.expand(grid_slots, group, queries, keys).reshape(grid_slots, 1, group * queries, keys)
+        return _Grid(first, grid_slots, queries, keys, tokens.to(self.device), cells.to(self.device), mask.to(self.device))

@@ -30,6 +30,7 @@ class ModelConfig(_Section):
 
 class FucinaEngineConfig(_Section):
     name: Literal["fucina"] = "fucina"
+    compile: bool = Field(False, description="torch.compile the model forward: a one-off compile at start, cached across runs")
 
 
 class VLLMEngineConfig(_Section):

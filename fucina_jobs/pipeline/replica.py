@@ -58,7 +58,8 @@ def build_engine(cfg: JobConfig, model_path: str) -> Engine:
         e = cfg.engine
         options = VLLMOptions(e.max_model_len, e.kv_cache_gib, e.gpu_memory_utilization, e.enforce_eager)
         return VLLMEngine(model_path, params, spec, cfg.runtime.streams, cfg.model.dtype, cfg.constraint.whitespace_flexible, options, d.seed)
-    return FucinaEngine(load_model(model_path, cfg.model.device, cfg.model.dtype), params=params, spec=spec, streams=cfg.runtime.streams)
+    loaded = load_model(model_path, cfg.model.device, cfg.model.dtype)
+    return FucinaEngine(loaded, params=params, spec=spec, streams=cfg.runtime.streams, compile=cfg.engine.compile)
 
 
 def job_constraint(engine: Engine, cfg: JobConfig, base: Path) -> tuple[Any, list[str]]:

@@ -37,6 +37,8 @@ def test_config_errors_name_key_value_and_allowed(tmp_path, section, value, word
 
 def test_engine_group_defaults_to_fucina_and_takes_vllm(tmp_path):
     assert validate(job_dict(tmp_path)).engine.name == "fucina"
+    assert not validate(job_dict(tmp_path)).engine.compile  # eager unless asked
+    assert validate(job_dict(tmp_path, engine={"name": "fucina", "compile": True})).engine.compile
     vllm = validate(job_dict(tmp_path, engine={"name": "vllm"})).engine
     assert vllm.name == "vllm" and vllm.enforce_eager and vllm.max_model_len == 4096
 

