@@ -40,6 +40,14 @@ _ONE_OF = "oneOf constraints are not supported"
 _REGEX = "regex parse error:"
 _OVERLAPPING = re.compile(r"patternProperty regexes /(.*)/ and /(.*)/ are not disjoint")
 _CONDITIONAL = ("if", "then", "else")
+#: Refusals no relaxation answers, each with the stable cause it is grouped and known by.
+_UNRELAXABLE = (
+    ("remote $ref", re.compile(r"not present in a registry|retriev", re.I)),
+    ("unsatisfiable", re.compile(r"unsatisfiable", re.I)),
+    ("circular $ref with sibling keys", re.compile(r"circular references with sibling keys")),
+    ("too large", re.compile(r"schema too large|too many (expressions|states)", re.I)),
+    ("llguidance panic", re.compile(r"llguidance panicked")),
+)
 
 # Where JSON Schema keeps subschemas: maps of them, single ones, lists of them.
 _SCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas", "dependencies")
@@ -80,6 +88,8 @@ def cause(error: str) -> str:
         return "regex"
     if _OVERLAPPING.search(error):
         return "patternProperties"
+    if known := next((name for name, pattern in _UNRELAXABLE if pattern.search(error)), None):
+        return known
     first = error.strip().splitlines()[0] if error.strip() else "unknown"
     first = re.sub(r"^\S*\.json: |^<[a-z]+>: | \(after relaxing .*\)$", "", first)  # the caller's name and notes
     first = re.sub(r"\"[^\"]*\"|'[^']*'|`[^`]*`|\S*[/#]\S*", "…", first)  # names, paths and regexes vary by schema
@@ -134,9 +144,13 @@ def _compile(schema: dict[str, Any] | bool, whitespace_flexible: bool) -> tuple[
     """(llguidance's grammar, its refusal or ""): the check needs no tokenizer."""
     try:
         grammar = llguidance.LLMatcher.grammar_from_json_schema(schema, defaults={"whitespace_flexible": whitespace_flexible})
+        return grammar, llguidance.LLMatcher.validate_grammar(grammar)
     except ValueError as err:
         return "", str(err)
-    return grammar, llguidance.LLMatcher.validate_grammar(grammar)
+    except BaseException as err:  # a Rust panic arrives as pyo3's PanicException, a BaseException: one schema must not kill the job
+        if isinstance(err, (KeyboardInterrupt, SystemExit)):
+            raise
+        return "", f"llguidance panicked on this schema: {err}"
 
 
 def _without(node: dict[str, Any], *keys: str) -> dict[str, Any]:

@@ -53,6 +53,11 @@ KNOWN_LIMITATIONS: dict[str, str] = {
     "regex": "llguidance's regex engine has no look-around or back-references (relaxed: the pattern dropped)",
     "patternProperties": "llguidance needs disjoint patternProperties (relaxed: one dropped where other keys are free)",
     PROPERTY_ORDER: "llguidance accepts object keys only in the schema's order",
+    "remote $ref": "a $ref to another document: neither llguidance nor the post-check fetches it",
+    "unsatisfiable": "the schema admits no instance (llguidance proves it; nothing to relax)",
+    "circular $ref with sibling keys": "llguidance cannot expand a recursive $ref that has sibling keywords",
+    "too large": "the schema's grammar exceeds llguidance's size limits",
+    "llguidance panic": "llguidance crashed on the schema (reported as a refusal, not a crash)",
 }
 
 
