@@ -1,0 +1,145 @@
+"""A shard's outputs: validate its completions into records and rejects, write them, commit.
+
+The replica that decoded a shard writes it, straight to ``output.dir``, and
+sends the driver only a ``ShardSummary``; the driver writes a shard itself
+only when every replica failed it (all its rows become rejects carrying the
+error). The driver builds a ``ShardWriter`` too, before any model loads, so a
+constraint that cannot validate records is a config error, not a replica
+that dies.
+
+The stats file is the commit (``rundir.py``): it is written after the records
+and rejects, and carries the shard's row ids and digests.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pyarrow as pa
+
+from .config import ConfigError, JobConfig
+from .dataset import Row
+from .flags import record_flags
+from .rundir import RunDir
+from .sink import Outcome, Validator, json_schema_fields, record_schema, write_outcomes, write_table
+
+#: The decoder statistics the driver's progress line adds up.
+_PROGRESS_KEYS = ("drafted_forced", "drafted_ngram", "accepted_forced", "accepted_ngram")
+
+
+@dataclass
+class ShardSummary:
+    """What a committed shard tells the driver: counts, never rows."""
+
+    rows: int
+    records: int
+    rejects: int
+    failed: bool
+    reasons: dict[str, int] = field(default_factory=dict)
+    progress: dict[str, int] = field(default_factory=dict)
+
+
+class ShardWriter:
+    def __init__(self, cfg: JobConfig, base: Path, out: Path):
+        self.cfg = cfg
+        self.base = base
+        self.dir = RunDir(out)
+        self.schema_source = self._schema_source()
+        self.validator = self._validator()
+        self.record_schema = self._record_schema()
+
+    # -- built once, checked before any model loads ----------------------------
+
+    def _schema_source(self) -> Any:
+        c = self.cfg.constraint
+        if c.kind is None:
+            return None
+        path = self.base / getattr(c, c.kind)
+        if not path.is_file():
+            raise ConfigError(f"constraint.{c.kind}: {path} does not exist")
+        text = path.read_text(encoding="utf-8")
+        if c.kind != "json_schema":
+            return text.strip()
+        try:
+            schema = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise ConfigError(f"constraint.json_schema: {path} is not valid JSON: {err}") from None
+        try:
+            jsonschema.Draft202012Validator.check_schema(schema)
+        except jsonschema.SchemaError as err:
+            where = "/".join(str(p) for p in err.absolute_path) or "<root>"
+            raise ConfigError(f"constraint.json_schema: {path} is not a valid JSON Schema at {where}: {err.message}") from None
+        return schema
+
+    def _validator(self) -> Validator:
+        c = self.cfg.constraint
+        model = _import(c.pydantic_model) if c.pydantic_model else None
+        try:
+            return Validator(c.kind or "json_schema", self.schema_source, model)
+        except re.error as err:
+            raise ConfigError(f"constraint.regex: {c.regex} is not a valid regex: {err}") from None
+
+    def _record_schema(self) -> pa.Schema:
+        if isinstance(self.schema_source, dict):
+            fields = json_schema_fields(self.schema_source)
+        elif self.cfg.constraint.kind == "regex":
+            fields = [pa.field(name, pa.string()) for name in re.compile(self.schema_source).groupindex]
+        else:
+            fields = []
+        try:
+            return record_schema(fields)
+        except ValueError as err:
+            raise ConfigError(f"constraint.{self.cfg.constraint.kind}: {err}") from None
+
+    # -- one shard -------------------------------------------------------------
+
+    def write(self, key: str, shard: int, replica: int, rows: list[Row], completions: list[dict[str, Any]] | None,
+              stats: dict[str, Any], error: str | None = None) -> ShardSummary:
+        """Write and commit a shard; ``completions`` None means it failed with ``error`` and every row is a reject."""
+        outcomes = self._outcomes(rows, completions, error)
+        records, rejects = write_outcomes(self.dir.path, key, outcomes, self.record_schema, self._record_id)
+        row = {"shard": shard, "replica": replica, "rows": len(rows), "records": records, "rejects": rejects} | stats
+        row |= {"failed": completions is None, "row_ids": [r.id for r in rows], "row_digests": [r.digest for r in rows]}
+        write_table(self.dir.file("stats", key), pa.Table.from_pylist([row]))  # the commit
+        reasons = Counter(o.reason for o in outcomes if o.reason)
+        return ShardSummary(len(rows), records, rejects, completions is None, dict(reasons), {k: stats.get(k, 0) for k in _PROGRESS_KEYS})
+
+    def _outcomes(self, rows: list[Row], completions: list[dict[str, Any]] | None, error: str | None) -> list[Outcome]:
+        by_id = {c["row_id"]: c for c in completions or []}
+        outcomes = []
+        for row in rows:
+            c = by_id.get(row.id)
+            if row.problem or c is None:
+                why = row.problem or f"shard failed after {self.cfg.runtime.max_retries} retries: {error}; rerun to retry it"
+                outcomes.append(Outcome(row.id, "", "error", reason="error", error=why))
+                continue
+            record, reason, message = self.validator(c["text"], c["finish_reason"], c.get("error"), self._row_schema(row))
+            flags = record_flags(record, str(row.fields.get(self.cfg.dataset.text_field, ""))) if record is not None else []
+            outcomes.append(Outcome(row.id, c["text"], c["finish_reason"], c.get("prompt_tokens", 0), c.get("generated_tokens", 0), record, reason, message, flags))
+        return outcomes
+
+    def _row_schema(self, row: Row) -> dict | None:
+        field_name = self.cfg.dataset.schema_field
+        if not field_name:
+            return None
+        schema = row.fields[field_name]
+        return json.loads(schema) if isinstance(schema, str) else schema
+
+    def _record_id(self, row_id: str) -> str:
+        return hashlib.sha256(f"{self.cfg.name}:{row_id}".encode()).hexdigest()[:16]
+
+
+def _import(dotted: str) -> type:
+    module, _, name = dotted.partition(":")
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as err:
+        raise ConfigError(f"constraint.pydantic_model={dotted!r}: cannot import it ({err}); use 'module:Class'") from None
