@@ -131,7 +131,8 @@ def read_rows(cfg: DatasetConfig, base: Path) -> list[Row]:
 def read_slice(cfg: DatasetConfig, piece: Slice) -> list[Row]:
     """The rows of a slice, read from their files, checked as ``scan`` checked them."""
     root = Path(piece.root)
-    return [_checked(cfg, _where(cfg, root, piece.files[loc.file]), loc.index, item) for loc, item in _items_at(cfg, root, piece)]
+    where = [_where(cfg, root, file) for file in piece.files]
+    return [_checked(cfg, where[loc.file], loc.index, item) for loc, item in _items_at(cfg, root, piece)]
 
 
 def _batch(pending: list[tuple]) -> pa.RecordBatch:
@@ -174,10 +175,11 @@ def _located(cfg: DatasetConfig, root: Path, files: list[str]) -> Iterator[tuple
     reader = {"jsonl": _jsonl, "parquet": _parquet, "csv": _csv, "text_dir": _text_dir, "maskbench": _maskbench}[cfg.format]
     index = 0
     for file_no, file in enumerate(files):
+        where = _where(cfg, root, file)
         for start, end, line, item in reader(root, file, cfg):
             if cfg.limit is not None and index >= cfg.limit:
                 return
-            yield Loc(file_no, start, end, line, index), _checked(cfg, _where(cfg, root, file), index, item)
+            yield Loc(file_no, start, end, line, index), _checked(cfg, where, index, item)
             index += 1
 
 
@@ -197,6 +199,7 @@ def _items_at(cfg: DatasetConfig, root: Path, piece: Slice) -> Iterator[tuple[Lo
             yield loc, next(iter(reader(root, piece.files[loc.file], cfg)))[3]
         return
     handles: dict[int, Any] = {}
+    names = [Path(file).name for file in piece.files]
     try:
         header = {}
         for loc in piece.locs:
@@ -207,8 +210,7 @@ def _items_at(cfg: DatasetConfig, root: Path, piece: Slice) -> Iterator[tuple[Lo
             f = handles[loc.file]
             f.seek(loc.start)
             raw = f.read(loc.end - loc.start)
-            name = Path(piece.files[loc.file]).name
-            yield loc, _jsonl_item(raw, name, loc.line) if cfg.format == "jsonl" else _csv_record(raw, header[loc.file])
+            yield loc, _jsonl_item(raw, names[loc.file], loc.line) if cfg.format == "jsonl" else _csv_record(raw, header[loc.file])
     finally:
         for f in handles.values():
             f.close()
