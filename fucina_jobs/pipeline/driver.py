@@ -30,7 +30,7 @@ import pyarrow.compute as pc
 from ..engine import GrammarCheck, GrammarError
 from ..models.loading import ModelNotFound, load_tokenizer, resolve_device, resolve_source
 from .config import ConfigError, JobConfig, read_text_option
-from .dataset import read_slice, scan
+from .dataset import Slice, read_slice, scan
 from .progress import Progress
 from .replica import job_constraint
 from .rundir import Committed, RunDir, shard_key
@@ -251,12 +251,15 @@ class Job:
                 from .ray_pool import ReplicaPool
 
                 keys = list(self.shards)
-                payloads = [(k, self.index.slice(self.shards[k])) for k in keys]
+
+                def payload(shard: int) -> tuple[str, Slice]:  # built when sent: a million rows' slices never sit in the driver at once
+                    return keys[shard], self.index.slice(self.shards[keys[shard]])
+
                 with ReplicaPool(self.cfg, model_path, str(self.base), str(self.out)) as pool:
                     try:
-                        for index, result, error in pool.map(deque(range(len(keys))), payloads, self.cfg.runtime.max_retries, on_dispatch):
+                        for index, result, error in pool.map(deque(range(len(keys))), payload, self.cfg.runtime.max_retries, on_dispatch):
                             if result is None:  # every replica failed it: its rows become rejects that carry the error
-                                rows = read_slice(self.cfg.dataset, payloads[index][1])
+                                rows = read_slice(self.cfg.dataset, payload(index)[1])
                                 result = self.writer.write(keys[index], index, -1, rows, None, {}, error)
                             self._count(result, summary, progress)
                     finally:

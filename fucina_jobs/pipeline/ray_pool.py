@@ -92,9 +92,9 @@ class ReplicaPool:
         return {"num_cpus": 0, "resources": {"replica": 1}}
 
     def map(
-        self, shards: deque[int], payloads: list[tuple], max_retries: int, on_dispatch: Callable[[int, Any], None] | None = None
+        self, shards: deque[int], payload: Callable[[int], tuple], max_retries: int, on_dispatch: Callable[[int, Any], None] | None = None
     ) -> Iterator[tuple[int, ShardSummary | None, str | None]]:
-        """Run ``ShardWorker.run(shard, *payloads[shard])``; yield (shard, summary, None) or, after its retries, (shard, None, error)."""
+        """Run ``ShardWorker.run(shard, *payload(shard))``; yield (shard, summary, None) or, after its retries, (shard, None, error)."""
         queue, free = deque(shards), deque(range(len(self.actors)))
         attempts: Counter[int] = Counter()
         pending: dict[Any, tuple[int, int]] = {}
@@ -104,7 +104,7 @@ class ReplicaPool:
                 return
             while queue and free:
                 shard, replica = queue.popleft(), free.popleft()
-                pending[self.actors[replica].run.remote(shard, *payloads[shard])] = (shard, replica)
+                pending[self.actors[replica].run.remote(shard, *payload(shard))] = (shard, replica)
                 if on_dispatch is not None:
                     on_dispatch(shard, self.actors[replica])
             [ref], _ = ray.wait(list(pending), num_returns=1)
