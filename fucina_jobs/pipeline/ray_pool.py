@@ -29,9 +29,9 @@ ACTOR_PREFIX = "fucina-replica-"
 
 
 class ReplicaPool:
-    def __init__(self, cfg: JobConfig, model_path: str, base: str, out: str):
+    def __init__(self, cfg: JobConfig, model_path: str, base: str, out: str, run_id: str):
         self.cfg = cfg
-        self.args = (cfg.model_dump(), model_path, base, out)
+        self.args = (cfg.model_dump(), model_path, base, out, run_id)
         self.retries = 0
         self._started_ray = False
         self.actors: list[Any] = []

@@ -61,12 +61,12 @@ def job_constraint(engine: Engine, cfg: JobConfig, base: Path) -> Any:
 
 
 class ShardWorker:
-    def __init__(self, cfg: dict[str, Any], model_path: str, base: str, out: str, replica: int):
+    def __init__(self, cfg: dict[str, Any], model_path: str, base: str, out: str, run_id: str, replica: int):
         self.cfg = JobConfig.model_validate(cfg)
         self.base = Path(base)
         self.replica = replica
         _log_to_file(Path(out) / "logs" / f"replica-{replica}.log")
-        self.writer = ShardWriter(self.cfg, self.base, Path(out))
+        self.writer = ShardWriter(self.cfg, self.base, Path(out), run_id)
         self.engine = build_engine(self.cfg, model_path)
         self.constraint = job_constraint(self.engine, self.cfg, self.base)
         self.system = read_text_option(self.cfg.prompt.system, self.base) or None

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import json
 import logging
 import os
 from contextlib import contextmanager
@@ -81,6 +82,13 @@ class RunDir:
             yield
         finally:
             os.close(fd)  # closing releases the lock; the kernel releases it too when the process dies
+
+    def run_id(self) -> str | None:
+        """The run the manifest names: the only one whose shards may commit."""
+        try:
+            return json.loads((self.path / MANIFEST).read_text()).get("run_id")
+        except (OSError, ValueError):
+            return None
 
     def has_manifest(self) -> bool:
         return (self.path / MANIFEST).exists()

@@ -8,7 +8,9 @@ constraint that cannot validate records is a config error, not a replica
 that dies.
 
 The stats file is the commit (``rundir.py``): it is written after the records
-and rejects, and carries the shard's row ids and digests.
+and rejects, and carries the shard's row ids and digests. A writer commits
+only while ``manifest.json`` names its run: a replica that outlives a killed
+driver (Ray ends it within seconds) must not commit into the next run's plan.
 """
 
 from __future__ import annotations
@@ -47,11 +49,16 @@ class ShardSummary:
     progress: dict[str, int] = field(default_factory=dict)
 
 
+class RunSuperseded(RuntimeError):
+    """Another run owns ``output.dir`` now: this shard stays uncommitted, and that run decodes its rows."""
+
+
 class ShardWriter:
-    def __init__(self, cfg: JobConfig, base: Path, out: Path):
+    def __init__(self, cfg: JobConfig, base: Path, out: Path, run_id: str):
         self.cfg = cfg
         self.base = base
         self.dir = RunDir(out)
+        self.run_id = run_id
         self.schema_source = self._schema_source()
         self.validator = self._validator()
         self.record_schema = self._record_schema()
@@ -108,6 +115,8 @@ class ShardWriter:
         records, rejects = write_outcomes(self.dir.path, key, outcomes, self.record_schema, self._record_id)
         row = {"shard": shard, "replica": replica, "rows": len(rows), "records": records, "rejects": rejects} | stats
         row |= {"failed": completions is None, "row_ids": [r.id for r in rows], "row_digests": [r.digest for r in rows]}
+        if self.dir.run_id() != self.run_id:
+            raise RunSuperseded(f"{self.dir.path} belongs to another run now; shard {key} is left uncommitted")
         write_table(self.dir.file("stats", key), pa.Table.from_pylist([row]))  # the commit
         reasons = Counter(o.reason for o in outcomes if o.reason)
         return ShardSummary(len(rows), records, rejects, completions is None, dict(reasons), {k: stats.get(k, 0) for k in _PROGRESS_KEYS})
