@@ -116,10 +116,13 @@ def _killed_runs(args: argparse.Namespace, raw: dict[str, Any], work: Path) -> d
     points = sorted(random.Random(args.seed).sample(range(1, shards), args.kills))
     command = [sys.executable, "-c", "import sys; from fucina_jobs.bench_pipeline import run_job; run_job(sys.argv[1])", str(config)]
     committed: dict[str, int] = {}
-    for point in points:
-        child = subprocess.Popen(command, cwd=_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for n, point in enumerate(points):
+        with (work / f"driver-{n}.log").open("w") as log:
+            child = subprocess.Popen(command, cwd=_ROOT, stdout=subprocess.DEVNULL, stderr=log)
         while len(list((out / "stats").glob("shard-*.parquet"))) < point and child.poll() is None:
             time.sleep(0.05)
+        if child.poll() is not None:
+            raise RuntimeError(f"the driver exited ({child.returncode}) before {point} shards committed; see {work / f'driver-{n}.log'}")
         os.kill(child.pid, signal.SIGKILL)
         child.wait()
         time.sleep(5)  # the replicas of a dead driver die with it; give them time to
