@@ -138,8 +138,9 @@ def read_slice(cfg: DatasetConfig, piece: Slice) -> list[Row]:
 
 
 def _batch(pending: list[tuple]) -> pa.RecordBatch:
-    return pa.RecordBatch.from_arrays([pa.array(col, t.type) for col, t in zip(zip(*pending), INDEX_SCHEMA)] if pending else
-                                      [pa.array([], t.type) for t in INDEX_SCHEMA], schema=INDEX_SCHEMA)
+    """Index rows (id, digest, *Loc) as one Arrow batch: the Python tuples live only until here."""
+    columns = list(zip(*pending)) or [[] for _ in INDEX_SCHEMA]
+    return pa.RecordBatch.from_arrays([pa.array(col, f.type) for col, f in zip(columns, INDEX_SCHEMA)], schema=INDEX_SCHEMA)
 
 
 def _files(cfg: DatasetConfig, root: Path) -> list[str]:
