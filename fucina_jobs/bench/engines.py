@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .arms import alternate
+from .inputs import constraint_source
 from .tables import format_table
 
 log = logging.getLogger(__name__)
@@ -86,10 +87,11 @@ def _serve(conn: Any, family: str, arms: list[ArmSpec], settings: dict[str, Any]
 def _prompts(engine: Any, settings: dict[str, Any], docs: list[dict], max_tokens: int) -> list[Any]:
     from ..engine import Prompt
 
-    if "_constraint" not in settings:  # one compile per worker; every fucina arm shares the tokenizer
-        settings["_constraint"] = engine.constraint(json_schema=Path(settings["schema"]))
-    constraint = settings["_constraint"]
-    return [Prompt(d["id"], d["user"], settings["system"], constraint, max_tokens=max_tokens) for d in docs]
+    compiled = settings.setdefault("_constraints", {})  # one compile per document and worker; every fucina arm shares the tokenizer
+    for d in docs:
+        if d["id"] not in compiled:
+            compiled[d["id"]] = engine.constraint(**constraint_source(Path(settings["schema"]), d["text"]))
+    return [Prompt(d["id"], d["user"], settings["system"], compiled[d["id"]], max_tokens=max_tokens) for d in docs]
 
 
 def _summary(completion: Any) -> dict[str, Any]:
@@ -144,7 +146,7 @@ def _transformers(arms: list[ArmSpec], settings: dict[str, Any]) -> dict[str, Ca
     model, tokenizer = loaded.model, loaded.tokenizer
     stops = sorted(stop_tokens(tokenizer))
     bridge = tokenizer_bridge(tokenizer, model.config.vocab_size, min(stops))
-    grammar = Constraint.json_schema(Path(settings["schema"]), tokenizer).grammar
+    grammars = {d["id"]: _grammar(Constraint, tokenizer, Path(settings["schema"]), d["text"]) for d in settings["docs"]}
 
     def run(docs: list[dict], max_tokens: int) -> list[dict]:
         outputs: list[dict] = []
@@ -154,7 +156,7 @@ def _transformers(arms: list[ArmSpec], settings: dict[str, Any]) -> dict[str, Ca
             width = max(map(len, ids))
             input_ids = torch.tensor([[tokenizer.pad_token_id or 0] * (width - len(t)) + t for t in ids])
             mask = torch.tensor([[0] * (width - len(t)) + [1] * len(t) for t in ids])
-            processor = _LLGuidanceProcessor([llguidance.LLMatcher(bridge, grammar) for _ in batch], bridge.vocab_size)
+            processor = _LLGuidanceProcessor([llguidance.LLMatcher(bridge, grammars[d["id"]]) for d in batch], bridge.vocab_size)
             out = model.generate(input_ids=input_ids, attention_mask=mask, max_new_tokens=max_tokens, do_sample=False,
                                  logits_processor=[processor], eos_token_id=stops, pad_token_id=tokenizer.pad_token_id or 0)
             for doc, row in zip(batch, out[:, width:].tolist()):
@@ -165,6 +167,12 @@ def _transformers(arms: list[ArmSpec], settings: dict[str, Any]) -> dict[str, Ca
         return outputs
 
     return {arm.key: run}
+
+
+def _grammar(constraint: Any, tokenizer: Any, schema_path: Path, text: str) -> str:
+    """llguidance's grammar for one document, as ``_prompts`` compiles it for the other engines."""
+    ((kind, source),) = constraint_source(schema_path, text).items()
+    return getattr(constraint, kind)(source, tokenizer).grammar
 
 
 class _LLGuidanceProcessor:
@@ -207,7 +215,7 @@ def run_engines(args: argparse.Namespace, system: str, docs: list[Any]) -> dict[
         log.warning("no vLLM arms: %s", INSTALL_HINT.format(python=sys.executable))
     arms = arm_specs(args.streams, with_vllm)
     settings = {"model": args.model, "device": args.device, "dtype": args.dtype, "threads": args.threads, "warmup": args.warmup,
-                "schema": str(args.schema), "system": system, "docs": [{"id": d.id, "user": d.user} for d in docs],
+                "schema": str(args.schema), "system": system, "docs": [{"id": d.id, "user": d.user, "text": d.text} for d in docs],
                 "max_tokens": args.max_tokens, "vllm_draft": args.vllm_draft}
     workers = _start_workers(arms, settings)
     runs: dict[str, list[dict]] = {arm.key: [] for arm in arms}
@@ -225,7 +233,7 @@ def run_engines(args: argparse.Namespace, system: str, docs: list[Any]) -> dict[
     rows = [_row(arm, runs[arm.key], schema) for arm in arms]
     reference = REFERENCE if with_vllm else FALLBACK_REFERENCE
     _add_ratios(rows, reference)
-    return {"command": "engines", "settings": {k: v for k, v in settings.items() if k not in ("docs", "system", "_constraint")} | {
+    return {"command": "engines", "settings": {k: v for k, v in settings.items() if k not in ("docs", "system", "_constraints")} | {
         "docs": len(docs), "streams": args.streams, "repeats": args.repeats, "sampling": "greedy", "reference": reference},
         "environment": _versions(), "rows": rows}
 
