@@ -79,9 +79,9 @@ def test_exit_policy_known_causes_unexplained_causes_and_baseline_regressions(tm
     # A cause no known limitation explains fails a run without a baseline.
     suite = tmp_path / "suite"
     suite.mkdir()
-    (suite / "remote.json").write_text(json.dumps({"schema": {"$ref": "https://example.com/schema.json"}, "tests": [{"valid": True, "data": 1}]}))
-    remote = evaluate(_grammar_cfg(suite, tmp_path / "remote", report=False), REPO)
-    assert not remote.ok and remote.scores["grammar"]["unexplained"]
+    (suite / "dangling.json").write_text(json.dumps({"schema": {"$ref": "#/$defs/missing"}, "tests": [{"valid": True, "data": 1}]}))
+    dangling = evaluate(_grammar_cfg(suite, tmp_path / "dangling", report=False), REPO)
+    assert not dangling.ok and dangling.scores["grammar"]["unexplained"]
 
 
 def test_grammar_mode_needs_a_maskbench_dataset(tmp_path):
