@@ -96,12 +96,12 @@ class ShardWorker:
             _log_to_file(Path(log_dir) / f"replica-{replica}.log")
         self.engine = build_engine(self.cfg, model_path)
         self.constraint, self.relaxations = job_constraint(self.engine, self.cfg, self.base)
-        c = self.cfg.constraint
-        self.schema = json.loads((self.base / c.json_schema).read_text(encoding="utf-8")) if c.kind == "json_schema" else None
+        c = self.cfg.constraint  # the job's schema (grounded rows build their grammar from it) or regex (its groups carry confidence)
+        self.schema = read_schema(self.base / c.json_schema)[0] if c.kind == "json_schema" else None
+        self.regex = re.compile((self.base / c.regex).read_text(encoding="utf-8").strip()) if c.kind == "regex" else None
         self.system = read_text_option(self.cfg.prompt.system, self.base) or None
         self.template = read_text_option(self.cfg.prompt.template, self.base)
         self._row_constraints: dict[str, tuple[Any, list[str]]] = {}
-        self.regex = re.compile((self.base / c.regex).read_text(encoding="utf-8").strip()) if c.kind == "regex" else None
         log.info("replica %d ready: %s with the %s engine", replica, model_path, self.cfg.engine.name)
 
     def ping(self) -> int:
