@@ -41,7 +41,12 @@ class VLLMEngineConfig(_Section):
     enforce_eager: bool = Field(True, description="false compiles the model: minutes at every start")
 
 
-EngineConfig = Annotated[FucinaEngineConfig | VLLMEngineConfig, Field(discriminator="name")]
+class NullEngineConfig(_Section):
+    name: Literal["null"]
+    output: str = Field("{}", description="the canned completion every row gets: the pipeline alone, for benchmarks and tests")
+
+
+EngineConfig = Annotated[FucinaEngineConfig | VLLMEngineConfig | NullEngineConfig, Field(discriminator="name")]
 
 
 class ConstraintConfig(_Section):

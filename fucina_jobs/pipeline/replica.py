@@ -27,7 +27,7 @@ from ..engine import Completion, Engine, FucinaEngine, Prompt
 from ..grounding.declaration import GroundingError, grounded_fields
 from ..grounding.grammar import grounded_lark
 from ..models.loading import load_model
-from .config import JobConfig, VLLMEngineConfig, read_text_option
+from .config import JobConfig, NullEngineConfig, VLLMEngineConfig, read_text_option
 from .dataset import Row
 
 log = logging.getLogger(__name__)
@@ -52,6 +52,10 @@ def build_engine(cfg: JobConfig, model_path: str) -> Engine:
     params = SamplingParams(d.temperature, d.top_k, d.top_p, d.min_p, d.repeat_penalty)
     s = d.speculative
     spec = SpecConfig(max_draft=s.max_draft, grammar_drafting=s.grammar_drafting, max_ngram=s.max_ngram, min_ngram=s.min_ngram) if s.enabled else None
+    if isinstance(cfg.engine, NullEngineConfig):
+        from ..null_engine import NullEngine
+
+        return NullEngine(cfg.engine.output)
     if isinstance(cfg.engine, VLLMEngineConfig):
         from ..vllm_engine import VLLMEngine, VLLMOptions
 

@@ -1,0 +1,25 @@
+"""An engine that decodes nothing: every prompt gets the same canned output at once.
+
+It exists to measure and test the pipeline alone (reading, sharding, Ray,
+validation, writing) at a scale no model could decode on a laptop: a million
+rows in minutes. It is never a default; ``engine=null`` picks it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable, Iterator
+
+from .engine import Completion, Prompt
+
+
+class NullEngine:
+    def __init__(self, output: str):
+        self.output = output
+
+    def constraint(self, **kw: Any) -> None:
+        """No decoder, so nothing to compile; the driver has already checked the constraint on the tokenizer."""
+        return None
+
+    def generate(self, prompts: Iterable[Prompt], on_step: Callable[[], Any] | None = None) -> Iterator[Completion]:
+        for p in prompts:
+            yield Completion(p.id, self.output, [], "stop")
