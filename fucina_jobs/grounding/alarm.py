@@ -13,12 +13,15 @@ records; these shares catch it without gold labels:
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
-from collections import Counter
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, Sequence
+
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from .check import ungrounded_values
 from .declaration import GroundingError, grounded_fields
@@ -64,23 +67,46 @@ class RunAlarm:
 
 def measure(outputs: Iterable[Output], prompt: str) -> RunAlarm:
     """The three shares over a run's records (and its ``ungrounded`` rejects, for the first share)."""
-    alarm = RunAlarm()
+    counts, digests = shard_counts(outputs, prompt)
+    return combine([counts], digests)
+
+
+def shard_counts(outputs: Iterable[Output], prompt: str) -> tuple[dict[str, list[int]], list[int]]:
+    """One shard's ungrounded and prompt-copy counts, and a 63-bit digest per record.
+
+    Replicas count their own shards, so the driver never reads a record; the
+    digests are all it needs to count duplicates across the run."""
+    counts = {k: [0, 0] for k in ("ungrounded_values", "prompt_copies")}
     copies = _PromptCopies(prompt)
-    seen: Counter[str] = Counter()
+    digests = []
     for out in outputs:
         try:
             fields = grounded_fields(out.schema)
         except GroundingError:
             fields = []  # the row was rejected for it already
         checked, misses = ungrounded_values(out.value, fields, out.text)
-        alarm.counts["ungrounded_values"][0] += len(misses)
-        alarm.counts["ungrounded_values"][1] += checked
+        counts["ungrounded_values"][0] += len(misses)
+        counts["ungrounded_values"][1] += checked
         if out.is_record:
-            seen[json.dumps(out.value, sort_keys=True)] += 1
+            canonical = json.dumps(out.value, sort_keys=True).encode()
+            digests.append(int.from_bytes(hashlib.sha256(canonical).digest()[:8], "little") >> 1)
             copied, considered = copies.count(out)
-            alarm.counts["prompt_copies"][0] += copied
-            alarm.counts["prompt_copies"][1] += considered
-    alarm.counts["duplicate_records"] = [sum(n for n in seen.values() if n > 1), sum(seen.values())]
+            counts["prompt_copies"][0] += copied
+            counts["prompt_copies"][1] += considered
+    return counts, digests
+
+
+def combine(shards: Iterable[dict[str, list[int]]], digests: Sequence[int] | Any) -> RunAlarm:
+    """The run's alarm from its shards' counts and every record's digest (a list or an Arrow array)."""
+    alarm = RunAlarm()
+    for counts in shards:
+        for name, (hits, total) in counts.items():
+            alarm.counts[name][0] += hits
+            alarm.counts[name][1] += total
+    values = digests if isinstance(digests, (pa.Array, pa.ChunkedArray)) else pa.array(digests, pa.int64())
+    seen = pc.value_counts(values).field("counts") if len(values) else pa.array([], pa.int64())
+    duplicated = pc.sum(pc.filter(seen, pc.greater(seen, 1))).as_py() or 0
+    alarm.counts["duplicate_records"] = [duplicated, len(values)]
     return alarm
 
 

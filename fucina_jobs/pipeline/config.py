@@ -121,7 +121,7 @@ class RuntimeConfig(_Section):
     replicas: int = Field(1, ge=1)
     streams: int = Field(4, ge=1, le=256)
     ray_address: str | None = Field(None, description="null starts a local Ray; 'auto' or host:port joins a cluster")
-    shard_size: int = Field(8, ge=1)
+    shard_size: int = Field(1000, ge=1, description="rows per shard: one records, rejects and stats file each, and the unit of retry and resume")
     max_retries: int = Field(2, ge=0, description="times a failed shard is retried before its rows become rejects")
     replica_timeout_s: float = Field(600.0, gt=0, description="seconds to wait for replicas to start")
 

@@ -1,4 +1,4 @@
-"""Dataset readers: every input row comes back, readable or not.
+"""Dataset readers: every input row comes back, readable or not, and each knows where it lives.
 
 A row that cannot be used (bad JSON, invalid UTF-8, a lone surrogate, a
 binary file, a missing text field) is returned with its problem attached, so
@@ -6,21 +6,30 @@ the sink turns it into a reject instead of losing it. Whole-file problems (a
 missing file, a directory where a file belongs, a CSV quote that never
 closes) are errors that name the file and line.
 
-Each row also has a content digest: the driver keys finished shards by their
-rows' ids and digests, so an edited row is noticed and decoded again.
+The driver never holds the rows. ``scan`` streams the dataset once and keeps
+an index of about 80 bytes a row, whatever the rows' size: the row's id, its
+content digest (what "the same row" means across runs, so an edited row is
+decoded again) and its ``Loc``: file, byte range (jsonl, csv) or row number
+(parquet), line and position. The driver ships shards as ``Slice``s of that
+index, and each replica reads its own rows back with ``read_slice``.
+Duplicate ids are found by sorting the index's id column and comparing
+neighbours: about 40 MB for a million ids, never the rows.
 """
 
 from __future__ import annotations
 
 import csv
+import glob
 import hashlib
 import io
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Union
+from typing import Any, Iterator, NamedTuple, Union
 
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as pds
 import pyarrow.parquet as pq
 
 from .config import ConfigError, DatasetConfig
@@ -44,55 +53,229 @@ class Row:
 Item = Union[dict[str, Any], str, tuple[dict[str, Any], str]]
 
 
+class Loc(NamedTuple):
+    """Where a row lives: ``file`` indexes ``Slice.files``; ``start``/``end`` are bytes (jsonl, csv) or the row number (parquet)."""
+
+    file: int
+    start: int
+    end: int
+    line: int  # the file's line, for messages (jsonl)
+    index: int  # the row's position in the dataset
+
+
+@dataclass
+class Slice:
+    """Rows a replica reads for itself: small to ship (five integer columns), whatever the rows' size."""
+
+    root: str  # the resolved dataset.path (text_dir ids are paths below it)
+    files: list[str]
+    table: pa.Table  # Loc's columns; ``file`` indexes ``files``
+
+    @property
+    def locs(self) -> list[Loc]:
+        return [Loc(*values) for values in zip(*(self.table.column(name).to_pylist() for name in Loc._fields))]
+
+
+@dataclass
+class RowIndex:
+    """The dataset, scanned: ids, digests and locations, in input order, with no row content."""
+
+    root: Path
+    files: list[str]
+    table: pa.Table  # id, digest, file, start, end, line, index
+    first_usable: Row | None  # the template is checked against it
+
+    def __len__(self) -> int:
+        return self.table.num_rows
+
+    def slice(self, table: pa.Table) -> Slice:
+        """A ``Slice`` of the rows of ``table`` (a subset of this index), naming only the files they use."""
+        used = pc.unique(table.column("file")).sort()
+        locs = table.select(list(Loc._fields)).set_column(0, "file", pc.index_in(table.column("file"), value_set=used))
+        return Slice(str(self.root), [self.files[f] for f in used.to_pylist()], locs.combine_chunks())
+
+
+INDEX_SCHEMA = pa.schema([("id", pa.string()), ("digest", pa.string()), ("file", pa.int32()), ("start", pa.int64()),
+                          ("end", pa.int64()), ("line", pa.int64()), ("index", pa.int64())])
+_BATCH = 65_536
+
+
+def dataset_root(cfg: DatasetConfig, base: Path) -> Path:
+    return (base / cfg.path).resolve()
+
+
+def scan(cfg: DatasetConfig, base: Path) -> RowIndex:
+    """Stream the dataset once into a ``RowIndex``; duplicate ids are an error naming both rows."""
+    root = dataset_root(cfg, base)
+    files = _files(cfg, root)
+    batches, pending, first_usable = [], [], None
+    for loc, row in _located(cfg, root, files):
+        if first_usable is None and row.problem is None:
+            first_usable = row
+        pending.append((row.id, row.digest, *loc))
+        if len(pending) == _BATCH:
+            batches.append(_batch(pending))
+            pending = []
+    batches.append(_batch(pending))
+    table = pa.Table.from_batches(batches, INDEX_SCHEMA)
+    _check_unique(table, root, cfg.id_field)
+    return RowIndex(root, files, table, first_usable)
+
+
 def read_rows(cfg: DatasetConfig, base: Path) -> list[Row]:
-    path = (base / cfg.path).resolve()
-    if not path.exists():
-        raise ConfigError(f"dataset.path {path} does not exist")
-    if path.is_dir() and cfg.format in ("jsonl", "csv"):
-        raise ConfigError(f"dataset.path {path} is a directory, but dataset.format={cfg.format} reads one file; "
-                          "give the file, or dataset.format=text_dir for a folder of documents")
-    reader = {"jsonl": _jsonl, "parquet": _parquet, "csv": _csv, "text_dir": _text_dir, "maskbench": _maskbench}[cfg.format]
-    rows = [_checked(cfg, path, i, fields) for i, fields in enumerate(reader(path, cfg))]
-    if cfg.limit is not None:
-        rows = rows[: cfg.limit]
-    _check_unique(rows, path, cfg.id_field)
+    """Every row, in memory: for small datasets and tests; jobs use ``scan`` and ``read_slice``."""
+    root = dataset_root(cfg, base)
+    rows = [row for _, row in _located(cfg, root, _files(cfg, root))]
+    _check_unique(pa.table({"id": [r.id for r in rows], "index": [r.index for r in rows]}), root, cfg.id_field)
     return rows
 
 
-def _jsonl(path: Path, cfg: DatasetConfig) -> Iterator[Item]:
+def read_slice(cfg: DatasetConfig, piece: Slice) -> list[Row]:
+    """The rows of a slice, read from their files, checked as ``scan`` checked them."""
+    root = Path(piece.root)
+    where = [_where(cfg, root, file) for file in piece.files]
+    return [_checked(cfg, where[loc.file], loc.index, item) for loc, item in _items_at(cfg, root, piece)]
+
+
+def _batch(pending: list[tuple]) -> pa.RecordBatch:
+    """Index rows (id, digest, *Loc) as one Arrow batch: the Python tuples live only until here."""
+    columns = list(zip(*pending)) or [[] for _ in INDEX_SCHEMA]
+    return pa.RecordBatch.from_arrays([pa.array(col, f.type) for col, f in zip(columns, INDEX_SCHEMA)], schema=INDEX_SCHEMA)
+
+
+def _files(cfg: DatasetConfig, root: Path) -> list[str]:
+    """The dataset's files: one path, a glob (``data/*.jsonl``), a parquet folder, or a text_dir/maskbench folder's documents."""
+    if any(ch in cfg.path for ch in "*?["):
+        matches = sorted(glob.glob(str(root), recursive=True))
+        if not matches:
+            raise ConfigError(f"dataset.path {cfg.path} matches no file")
+        return matches
+    if not root.exists():
+        raise ConfigError(f"dataset.path {root} does not exist")
+    if cfg.format == "text_dir":
+        if not root.is_dir():
+            raise ConfigError(f"dataset.format=text_dir needs a directory, but {root} is a file")
+        docs = (p for p in root.rglob("*") if p.is_file() and not any(part.startswith(".") for part in p.relative_to(root).parts))
+        return sorted(p.relative_to(root).as_posix() for p in docs)
+    if cfg.format == "maskbench":
+        if not root.is_dir():
+            raise ConfigError(f"dataset.format=maskbench needs a directory of MaskBench .json files, but {root} is a file")
+        return sorted(p.name for p in root.glob("*.json"))
+    if root.is_dir() and cfg.format in ("jsonl", "csv"):
+        raise ConfigError(f"dataset.path {root} is a directory, but dataset.format={cfg.format} reads one file; "
+                          "give the file, a glob of files, or dataset.format=text_dir for a folder of documents")
+    if root.is_dir():
+        return sorted(str(p) for p in root.rglob("*.parquet"))
+    return [str(root)]
+
+
+def _where(cfg: DatasetConfig, root: Path, file: str) -> Path:
+    """The path a row's messages name: its file, or the folder for one-file-a-row formats."""
+    return root if cfg.format in ("text_dir", "maskbench") else Path(file)
+
+
+def _located(cfg: DatasetConfig, root: Path, files: list[str]) -> Iterator[tuple[Loc, Row]]:
+    reader = {"jsonl": _jsonl, "parquet": _parquet, "csv": _csv, "text_dir": _text_dir, "maskbench": _maskbench}[cfg.format]
+    index = 0
+    for file_no, file in enumerate(files):
+        where = _where(cfg, root, file)
+        for start, end, line, item in reader(root, file, cfg):
+            if cfg.limit is not None and index >= cfg.limit:
+                return
+            yield Loc(file_no, start, end, line, index), _checked(cfg, where, index, item)
+            index += 1
+
+
+def _items_at(cfg: DatasetConfig, root: Path, piece: Slice) -> Iterator[tuple[Loc, Item]]:
+    """Read each located row's item back, opening each file once."""
+    locs = piece.locs
+    if cfg.format == "parquet":
+        by_file: dict[int, list[Loc]] = {}
+        for loc in locs:
+            by_file.setdefault(loc.file, []).append(loc)
+        for f, locs in by_file.items():
+            table = pds.dataset(piece.files[f], format="parquet").take(pa.array([loc.start for loc in locs]))
+            yield from zip(locs, table.to_pylist())
+        return
+    if cfg.format in ("text_dir", "maskbench"):
+        reader = _text_dir if cfg.format == "text_dir" else _maskbench
+        for loc in locs:
+            yield loc, next(iter(reader(root, piece.files[loc.file], cfg)))[3]
+        return
+    handles: dict[int, Any] = {}
+    names = [Path(file).name for file in piece.files]
+    try:
+        header = {}
+        for loc in locs:
+            if loc.file not in handles:
+                handles[loc.file] = open(piece.files[loc.file], "rb")
+                if cfg.format == "csv":
+                    header[loc.file] = _csv_header(handles[loc.file], piece.files[loc.file])
+            f = handles[loc.file]
+            f.seek(loc.start)
+            raw = f.read(loc.end - loc.start)
+            yield loc, _jsonl_item(raw, names[loc.file], loc.line) if cfg.format == "jsonl" else _csv_record(raw, header[loc.file])
+    finally:
+        for f in handles.values():
+            f.close()
+
+
+def _jsonl(root: Path, file: str, cfg: DatasetConfig) -> Iterator[tuple[int, int, int, Item]]:
+    path, offset = Path(file), 0
     with path.open("rb") as f:
         for line_no, raw in enumerate(f, 1):
-            try:
-                line = raw.decode("utf-8-sig" if line_no == 1 else "utf-8")
-            except UnicodeDecodeError as err:
-                yield f"{path.name}:{line_no}: not valid UTF-8 (byte 0x{raw[err.start]:02x} at column {err.start + 1})"
-                continue
-            if not line.strip():
-                continue
-            try:
-                value = json.loads(line)
-            except json.JSONDecodeError as err:
-                yield f"{path.name}:{line_no}: not valid JSON ({err.msg})"
-                continue
-            yield value if isinstance(value, dict) else f"{path.name}:{line_no}: expected a JSON object, got {type(value).__name__}"
+            start, offset = offset, offset + len(raw)
+            item = _jsonl_item(raw, path.name, line_no)
+            if item is not None:
+                yield start, offset, line_no, item
 
 
-def _parquet(path: Path, cfg: DatasetConfig) -> Iterator[dict[str, Any]]:
+def _jsonl_item(raw: bytes, name: str, line_no: int) -> Item | None:
+    """One jsonl line's row, or None for a blank line."""
     try:
-        table = pq.read_table(path)
+        line = raw.decode("utf-8-sig" if line_no == 1 else "utf-8")
+    except UnicodeDecodeError as err:
+        return f"{name}:{line_no}: not valid UTF-8 (byte 0x{raw[err.start]:02x} at column {err.start + 1})"
+    if not line.strip():
+        return None
+    try:
+        value = json.loads(line)
+    except json.JSONDecodeError as err:
+        return f"{name}:{line_no}: not valid JSON ({err.msg})"
+    return value if isinstance(value, dict) else f"{name}:{line_no}: expected a JSON object, got {type(value).__name__}"
+
+
+def _parquet(root: Path, file: str, cfg: DatasetConfig) -> Iterator[tuple[int, int, int, dict[str, Any]]]:
+    try:
+        batches = pq.ParquetFile(file).iter_batches(batch_size=_BATCH)
+        number = 0
+        for batch in batches:
+            for row in batch.to_pylist():
+                yield number, number + 1, 0, row
+                number += 1
     except (pa.ArrowInvalid, OSError) as err:
-        raise ConfigError(f"dataset.path {path} is not a Parquet file ({str(err).splitlines()[0]}); check dataset.format") from None
-    yield from table.to_pylist()
+        raise ConfigError(f"dataset.path {file} is not a Parquet file ({str(err).splitlines()[0]}); check dataset.format") from None
 
 
-def _csv(path: Path, cfg: DatasetConfig) -> Iterator[dict[str, Any]]:
-    text = _utf8(path)
-    reader = csv.DictReader(io.StringIO(text, newline=""), strict=True)  # utf-8-sig dropped any BOM
+def _csv(root: Path, file: str, cfg: DatasetConfig) -> Iterator[tuple[int, int, int, dict[str, Any]]]:
+    """Records with their byte ranges; a record may span lines (a quoted newline)."""
+    path = Path(file)
+    ends = {0: 0}  # line number -> byte offset where it ends; only the last record's lines are kept
+
+    def lines() -> Iterator[str]:
+        with path.open("rb") as f:
+            for n, raw in enumerate(f, 1):
+                ends[n] = ends[n - 1] + len(raw)
+                yield _utf8_line(raw, n, path)
+
+    reader = csv.DictReader(lines(), strict=True)  # utf-8-sig drops any BOM
     line = 1  # the header
     try:
-        for row in reader:
+        for record in reader:
+            yield ends[line], ends[reader.line_num], line + 1, record
+            for n in range(line, reader.line_num):
+                ends.pop(n, None)
             line = reader.line_num
-            yield row
     except csv.Error as err:
         raise ConfigError(
             f"dataset.path {path}: line {line + 1}: malformed CSV ({err}); a quote that never closes "
@@ -100,30 +283,34 @@ def _csv(path: Path, cfg: DatasetConfig) -> Iterator[dict[str, Any]]:
         ) from None
 
 
-def _utf8(path: Path) -> str:
-    data = path.read_bytes()
+def _utf8_line(raw: bytes, n: int, path: Path) -> str:
     try:
-        return data.decode("utf-8-sig")
+        return raw.decode("utf-8-sig" if n == 1 else "utf-8")
     except UnicodeDecodeError as err:
-        line = data.count(b"\n", 0, err.start) + 1
-        raise ConfigError(f"dataset.path {path}: line {line}: not valid UTF-8 (byte 0x{data[err.start]:02x}); save the file as UTF-8") from None
+        raise ConfigError(f"dataset.path {path}: line {n}: not valid UTF-8 (byte 0x{raw[err.start]:02x}); save the file as UTF-8") from None
 
 
-def _text_dir(path: Path, cfg: DatasetConfig) -> Iterator[Item]:
-    """One row per file, subdirectories included; a row's id is its path below ``path`` without the suffix."""
-    if not path.is_dir():
-        raise ConfigError(f"dataset.format=text_dir needs a directory, but {path} is a file")
-    files = (p for p in path.rglob("*") if p.is_file() and not any(part.startswith(".") for part in p.relative_to(path).parts))
-    for file in sorted(files):
-        row_id = file.relative_to(path).with_suffix("").as_posix()
-        data, where = file.read_bytes(), file.relative_to(path)
-        if b"\x00" in data:
-            yield {cfg.id_field: row_id}, f"{where}: a binary file, not text (it holds NUL bytes)"
-            continue
-        try:
-            yield {cfg.id_field: row_id, cfg.text_field: data.decode("utf-8-sig")}
-        except UnicodeDecodeError as err:
-            yield {cfg.id_field: row_id}, f"{where}: a binary file, not text (byte 0x{data[err.start]:02x} at offset {err.start} is not UTF-8)"
+def _csv_header(f: Any, file: str) -> list[str]:
+    f.seek(0)
+    return next(csv.reader([_utf8_line(f.readline(), 1, Path(file))]))
+
+
+def _csv_record(raw: bytes, header: list[str]) -> dict[str, Any]:
+    return next(csv.DictReader(io.StringIO(raw.decode("utf-8"), newline=""), fieldnames=header, strict=True))
+
+
+def _text_dir(root: Path, file: str, cfg: DatasetConfig) -> Iterator[tuple[int, int, int, Item]]:
+    """One row per file, subdirectories included; a row's id is its path below ``root`` without the suffix."""
+    where = Path(file)
+    row_id = where.with_suffix("").as_posix()
+    data = (root / file).read_bytes()
+    if b"\x00" in data:
+        yield 0, 0, 0, ({cfg.id_field: row_id}, f"{where}: a binary file, not text (it holds NUL bytes)")
+        return
+    try:
+        yield 0, 0, 0, {cfg.id_field: row_id, cfg.text_field: data.decode("utf-8-sig")}
+    except UnicodeDecodeError as err:
+        yield 0, 0, 0, ({cfg.id_field: row_id}, f"{where}: a binary file, not text (byte 0x{data[err.start]:02x} at offset {err.start} is not UTF-8)")
 
 
 MASKBENCH_PROMPT = (
@@ -132,26 +319,24 @@ MASKBENCH_PROMPT = (
 )
 
 
-def _maskbench(path: Path, cfg: DatasetConfig) -> Iterator[dict[str, Any] | str]:
+def _maskbench(root: Path, file: str, cfg: DatasetConfig) -> Iterator[tuple[int, int, int, Item]]:
     """One row per MaskBench file (``schema``, ``tests``, ``meta.features``): generation prompts each schema."""
-    if not path.is_dir():
-        raise ConfigError(f"dataset.format=maskbench needs a directory of MaskBench .json files, but {path} is a file")
-    for file in sorted(path.glob("*.json")):
-        try:
-            suite = json.loads(file.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as err:
-            yield f"{file.name}: not valid JSON ({err.msg})"
-            continue
-        if not isinstance(suite, dict) or not isinstance(suite.get("schema"), (dict, bool)):
-            yield f"{file.name}: not a MaskBench file (no 'schema' object)"
-            continue
-        schema = suite["schema"]
-        yield {
-            cfg.id_field: file.stem,
-            cfg.text_field: MASKBENCH_PROMPT.format(schema=json.dumps(schema, ensure_ascii=False)),
-            cfg.schema_field or "schema": schema if isinstance(schema, dict) else json.dumps(schema),
-            "features": list((suite.get("meta") or {}).get("features", [])),
-        }
+    path = root / file
+    try:
+        suite = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        yield 0, 0, 0, f"{path.name}: not valid JSON ({err.msg})"
+        return
+    if not isinstance(suite, dict) or not isinstance(suite.get("schema"), (dict, bool)):
+        yield 0, 0, 0, f"{path.name}: not a MaskBench file (no 'schema' object)"
+        return
+    schema = suite["schema"]
+    yield 0, 0, 0, {
+        cfg.id_field: path.stem,
+        cfg.text_field: MASKBENCH_PROMPT.format(schema=json.dumps(schema, ensure_ascii=False)),
+        cfg.schema_field or "schema": schema if isinstance(schema, dict) else json.dumps(schema),
+        "features": list((suite.get("meta") or {}).get("features", [])),
+    }
 
 
 def _checked(cfg: DatasetConfig, path: Path, index: int, item: Item) -> Row:
@@ -195,12 +380,18 @@ def _surrogate(value: Any) -> bool:
     return False
 
 
-def _check_unique(rows: list[Row], path: Path, id_field: str) -> None:
-    seen: dict[str, int] = {}
-    for row in rows:
-        if row.id in seen:
-            raise ConfigError(
-                f"{path.name}: rows {seen[row.id]} and {row.index} share the id {row.id!r} in field {id_field!r}; "
-                "ids must be unique so that every row is accounted for exactly once"
-            )
-        seen[row.id] = row.index
+def _check_unique(table: pa.Table, path: Path, id_field: str) -> None:
+    """Sort the ids and compare neighbours: a few bytes a row (the sorted copy and its order), never the rows."""
+    ids = table.column("id")
+    if len(ids) < 2:
+        return
+    ordered = ids.take(pc.sort_indices(ids)).combine_chunks()
+    same = pc.equal(ordered.slice(1), ordered.slice(0, len(ordered) - 1))
+    if not pc.any(same).as_py():
+        return
+    row_id = ordered[pc.index(same, True).as_py()].as_py()
+    first, second = table.filter(pc.equal(ids, row_id)).column("index").to_pylist()[:2]
+    raise ConfigError(
+        f"{path.name}: rows {first} and {second} share the id {row_id!r} in field {id_field!r}; "
+        "ids must be unique so that every row is accounted for exactly once"
+    )

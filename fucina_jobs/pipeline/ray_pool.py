@@ -20,8 +20,8 @@ import ray
 from ray.exceptions import ActorDiedError, ActorUnavailableError, GetTimeoutError, RayError, RayTaskError
 
 from .config import ConfigError, JobConfig
-from .dataset import Row
-from .replica import ShardResult, ShardWorker
+from .replica import ShardWorker
+from .shard_writer import ShardSummary
 
 log = logging.getLogger(__name__)
 
@@ -29,10 +29,9 @@ ACTOR_PREFIX = "fucina-replica-"
 
 
 class ReplicaPool:
-    def __init__(self, cfg: JobConfig, model_path: str, base: str, log_dir: str):
+    def __init__(self, cfg: JobConfig, model_path: str, base: str, out: str, run_id: str):
         self.cfg = cfg
-        self.args = (cfg.model_dump(), model_path, base)
-        self.log_dir = log_dir
+        self.args = (cfg.model_dump(), model_path, base, out, run_id)
         self.retries = 0
         self._started_ray = False
         self.actors: list[Any] = []
@@ -43,7 +42,7 @@ class ReplicaPool:
         worker = ray.remote(ShardWorker)
         self.actors = [
             worker.options(name=f"{ACTOR_PREFIX}{i}", max_restarts=self.cfg.runtime.max_retries, max_task_retries=0, **options)
-            .remote(*self.args, i, self.log_dir)
+            .remote(*self.args, i)
             for i in range(self.cfg.runtime.replicas)
         ]
         try:
@@ -93,9 +92,9 @@ class ReplicaPool:
         return {"num_cpus": 0, "resources": {"replica": 1}}
 
     def map(
-        self, shards: deque[int], rows: list[list[Row]], max_retries: int, on_dispatch: Callable[[int, Any], None] | None = None
-    ) -> Iterator[tuple[int, ShardResult | None, str | None]]:
-        """Yield (shard, result, None) or, after its retries, (shard, None, error)."""
+        self, shards: deque[int], payload: Callable[[int], tuple], max_retries: int, on_dispatch: Callable[[int, Any], None] | None = None
+    ) -> Iterator[tuple[int, ShardSummary | None, str | None]]:
+        """Run ``ShardWorker.run(shard, *payload(shard))``; yield (shard, summary, None) or, after its retries, (shard, None, error)."""
         queue, free = deque(shards), deque(range(len(self.actors)))
         attempts: Counter[int] = Counter()
         pending: dict[Any, tuple[int, int]] = {}
@@ -105,7 +104,7 @@ class ReplicaPool:
                 return
             while queue and free:
                 shard, replica = queue.popleft(), free.popleft()
-                pending[self.actors[replica].run.remote(shard, rows[shard])] = (shard, replica)
+                pending[self.actors[replica].run.remote(shard, *payload(shard))] = (shard, replica)
                 if on_dispatch is not None:
                     on_dispatch(shard, self.actors[replica])
             [ref], _ = ray.wait(list(pending), num_returns=1)

@@ -1,8 +1,9 @@
-"""One model replica: it owns an engine and turns shards of rows into completions.
+"""One model replica: it owns an engine, reads its shards' rows, decodes them and writes the outputs.
 
 ``ShardWorker`` is plain Python so it can be tested without Ray; the driver
-wraps it in a Ray actor. Validation happens in the driver, which has the
-rows: the replica only decodes.
+wraps it in a Ray actor. The driver sends a shard as a ``Slice`` (where its
+rows live, not the rows) and gets back a ``ShardSummary`` (counts, not
+records): rows and records never pass through the driver.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ import json
 import logging
 import re
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,8 @@ from ..grounding.declaration import GroundingError, grounded_fields
 from ..grounding.grammar import grounded_lark
 from ..models.loading import load_model
 from .config import JobConfig, NullEngineConfig, VLLMEngineConfig, read_text_option
-from .dataset import Row
+from .dataset import Row, Slice, read_slice
+from .shard_writer import ShardSummary, ShardWriter
 
 log = logging.getLogger(__name__)
 
@@ -37,14 +38,6 @@ def record_seed(seed: int, row_id: str) -> int:
     """A per-record seed: the same record samples the same way on any replica or stream."""
     digest = hashlib.sha256(f"{seed}:{row_id}".encode()).digest()
     return int.from_bytes(digest[:8], "little") & 0x7FFF_FFFF_FFFF_FFFF
-
-
-@dataclass
-class ShardResult:
-    shard: int
-    replica: int
-    completions: list[dict[str, Any]] = field(default_factory=list)  # row_id, text, finish_reason, error, tokens
-    stats: dict[str, Any] = field(default_factory=dict)
 
 
 def build_engine(cfg: JobConfig, model_path: str) -> Engine:
@@ -92,12 +85,12 @@ def schema_constraint(engine: Engine, cfg: JobConfig, schema: dict[str, Any], na
 
 
 class ShardWorker:
-    def __init__(self, cfg: dict[str, Any], model_path: str, base: str, replica: int, log_dir: str | None = None):
+    def __init__(self, cfg: dict[str, Any], model_path: str, base: str, out: str, run_id: str, replica: int):
         self.cfg = JobConfig.model_validate(cfg)
         self.base = Path(base)
         self.replica = replica
-        if log_dir:
-            _log_to_file(Path(log_dir) / f"replica-{replica}.log")
+        _log_to_file(Path(out) / "logs" / f"replica-{replica}.log")
+        self.writer = ShardWriter(self.cfg, self.base, Path(out), run_id)
         self.engine = build_engine(self.cfg, model_path)
         self.constraint, self.relaxations = job_constraint(self.engine, self.cfg, self.base)
         c = self.cfg.constraint  # the job's schema (grounded rows build their grammar from it) or regex (its groups carry confidence)
@@ -111,25 +104,27 @@ class ShardWorker:
     def ping(self) -> int:
         return self.replica
 
-    def run(self, shard: int, rows: list[Row]) -> ShardResult:
+    def run(self, shard: int, key: str, piece: Slice) -> ShardSummary:
+        """Read, decode, validate, write and commit one shard."""
         start = time.perf_counter()
-        result = ShardResult(shard, self.replica)
-        prompts, relaxed = [], {}
+        rows = read_slice(self.cfg.dataset, piece)
+        refused, prompts, relaxed = [], [], {}
         self._grammar_s = 0.0
-        for row in rows:
+        for row in (r for r in rows if r.problem is None):  # the writer rejects the others with their problem
             prompt, problem, relaxed[row.id] = self._prompt(row)
             if problem:
-                result.completions.append({"row_id": row.id, "text": "", "finish_reason": "error", "error": problem})
+                refused.append({"row_id": row.id, "text": "", "finish_reason": "error", "error": problem})
             else:
                 prompts.append(prompt)
         completions = list(self.engine.generate(prompts))
         kind = self.cfg.constraint.kind
-        result.completions += [_as_dict(c, output_values(c.text, kind, self.regex)) | {"relaxations": relaxed[c.id]} for c in completions]
-        result.stats = shard_stats(completions, time.perf_counter() - start)
-        result.stats["relaxed_rows"] = sum(bool(relaxed[c.id]) for c in completions)
-        result.stats["grounded_grammar_s"] = self._grammar_s  # building and compiling per-row grounded grammars
-        log.info("replica %d finished shard %d: %d rows in %.1fs", self.replica, shard, len(rows), result.stats["wall_s"])
-        return result
+        decoded = [_as_dict(c, output_values(c.text, kind, self.regex)) | {"relaxations": relaxed[c.id]} for c in completions]
+        stats = shard_stats(completions, time.perf_counter() - start)
+        stats["relaxed_rows"] = sum(bool(relaxed[c.id]) for c in completions)
+        stats["grounded_grammar_s"] = self._grammar_s  # building and compiling per-row grounded grammars
+        summary = self.writer.write(key, shard, self.replica, rows, refused + decoded, stats)
+        log.info("replica %d committed shard %d: %d rows in %.1fs", self.replica, shard, len(rows), time.perf_counter() - start)
+        return summary
 
     def _prompt(self, row: Row) -> tuple[Prompt | None, str | None, list[str]]:
         """The row's prompt, or the problem that keeps it from being decoded; and its schema's relaxations."""

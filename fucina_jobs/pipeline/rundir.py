@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import json
 import logging
 import os
 from contextlib import contextmanager
@@ -22,10 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Sequence
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .config import ConfigError
-from .dataset import Row
 
 log = logging.getLogger(__name__)
 
@@ -39,17 +40,17 @@ class Committed:
     """A finished shard as its stats file describes it."""
 
     key: str
-    row_ids: list[str]
-    row_digests: list[str]
+    rows: pa.Table  # id, digest: Arrow, so a rerun over a million committed rows stays small
     failed: bool
-    stats: dict
+    records: int
+    rejects: int
 
 
-def shard_key(rows: Sequence[Row]) -> str:
+def shard_key(ids: Sequence[str], digests: Sequence[str]) -> str:
     """The shard's name: a digest of its rows' ids and contents, stable across shard sizes and runs."""
     digest = hashlib.sha256()
-    for row in rows:
-        digest.update(f"{row.id}\0{row.digest}\n".encode())
+    for row_id, row_digest in zip(ids, digests):
+        digest.update(f"{row_id}\0{row_digest}\n".encode())
     return digest.hexdigest()[:16]
 
 
@@ -82,6 +83,13 @@ class RunDir:
         finally:
             os.close(fd)  # closing releases the lock; the kernel releases it too when the process dies
 
+    def run_id(self) -> str | None:
+        """The run the manifest names: the only one whose shards may commit."""
+        try:
+            return json.loads((self.path / MANIFEST).read_text()).get("run_id")
+        except (OSError, ValueError):
+            return None
+
     def has_manifest(self) -> bool:
         return (self.path / MANIFEST).exists()
 
@@ -109,11 +117,13 @@ class RunDir:
         shards = []
         for path in sorted((self.path / "stats").glob("shard-*.parquet")):
             key = path.stem[len("shard-"):]
-            stats = pq.read_table(path).to_pylist()[0]
-            if "row_ids" not in stats:  # written before shards carried their rows: redo it
+            stats = pq.read_table(path)
+            if "row_ids" not in stats.column_names:  # written before shards carried their rows: redo it
                 self.discard(key)
                 continue
-            shards.append(Committed(key, stats["row_ids"], stats["row_digests"], bool(stats.get("failed")), stats))
+            rows = pa.table({"id": stats.column("row_ids")[0].values, "digest": stats.column("row_digests")[0].values})
+            scalar = {name: stats.column(name)[0].as_py() for name in ("failed", "records", "rejects")}
+            shards.append(Committed(key, rows, bool(scalar["failed"]), scalar["records"], scalar["rejects"]))
         return shards
 
     def discard(self, key: str) -> None:

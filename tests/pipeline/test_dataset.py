@@ -50,3 +50,44 @@ def test_duplicate_ids_are_an_error_naming_the_rows(tmp_path):
     f.write_text('{"id": "a", "text": "x"}\n{"id": "a", "text": "y"}\n')
     with pytest.raises(ConfigError, match="rows 0 and 1 share the id 'a'"):
         read_rows(_cfg(f), tmp_path)
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "csv", "parquet", "text_dir", "glob"])
+def test_scan_then_read_slice_gives_back_the_rows_read_rows_reads(tmp_path, fmt):
+    """The driver keeps only ids, digests and locations; a replica reading any slice gets the same rows back."""
+    from fucina_jobs.pipeline.dataset import read_slice, scan
+
+    if fmt == "jsonl":
+        (tmp_path / "in.jsonl").write_bytes(b'\xef\xbb\xbf{"id": "a", "text": "hi"}\n{bad\n\n{"id": "c", "text": "caf\xe9"}\n{"id": "d", "text": "x"}\n')
+        cfg = _cfg(tmp_path / "in.jsonl")
+    elif fmt == "csv":
+        (tmp_path / "in.csv").write_text('\ufeffid,text\nx,"two\nlines"\n\ny,two\nz,three,extra\n')
+        cfg = _cfg(tmp_path / "in.csv", format="csv")
+    elif fmt == "parquet":
+        pq.write_table(pa.Table.from_pylist([{"id": i, "text": f"t{i}"} for i in range(10)]), tmp_path / "in.parquet", row_group_size=3)
+        cfg = _cfg(tmp_path / "in.parquet", format="parquet")
+    elif fmt == "text_dir":
+        (tmp_path / "docs" / "sub").mkdir(parents=True)
+        (tmp_path / "docs" / "a.txt").write_text("ay")
+        (tmp_path / "docs" / "sub" / "b.md").write_bytes(b"\x00")
+        cfg = _cfg(tmp_path / "docs", format="text_dir")
+    else:
+        for part in ("p1", "p2"):
+            (tmp_path / f"{part}.jsonl").write_text("".join(json.dumps({"id": f"{part}-{i}", "text": "t"}) + "\n" for i in range(3)))
+        cfg = _cfg(tmp_path / "p*.jsonl")
+    rows = read_rows(cfg, tmp_path)
+    index = scan(cfg, tmp_path)
+    assert len(index) == len(rows) >= 2
+    as_tuples = [(r.id, r.index, r.fields, r.problem, r.digest) for r in rows]
+    back = [read_slice(cfg, index.slice(index.table.slice(i, 2))) for i in range(0, len(rows), 2)]
+    assert [(r.id, r.index, r.fields, r.problem, r.digest) for piece in back for r in piece] == as_tuples
+    assert index.table.column("digest").to_pylist() == [r.digest for r in rows]
+
+
+def test_duplicate_ids_across_globbed_files_are_an_error(tmp_path):
+    for part in ("p1", "p2"):
+        (tmp_path / f"{part}.jsonl").write_text(json.dumps({"id": "same", "text": part}) + "\n")
+    from fucina_jobs.pipeline.dataset import scan
+
+    with pytest.raises(ConfigError, match="rows 0 and 1 share the id 'same'"):
+        scan(_cfg(tmp_path / "*.jsonl"), tmp_path)

@@ -79,3 +79,23 @@ def test_pydantic_model_is_checked_after_the_schema():
     assert v(json.dumps(GOOD), "stop", None)[1] is None
     record, reason, message = v(json.dumps(dict(GOOD, total=GOOD["total"] + 5)), "stop", None)
     assert reason == "schema_violation" and "Invoice" in message and "subtotal + tax" in message
+
+
+def test_a_shard_commits_only_while_the_manifest_names_its_run(tmp_path):
+    """A replica that outlives a killed driver must not commit into the next run's plan."""
+    import pytest
+
+    from fucina_jobs.pipeline.config import validate
+    from fucina_jobs.pipeline.dataset import Row
+    from fucina_jobs.pipeline.shard_writer import RunSuperseded, ShardWriter
+
+    from .conftest import job_dict
+
+    cfg = validate(job_dict(tmp_path))
+    rows = [Row("a", 0, {"text": "x"}, "a problem")]
+    (tmp_path / "manifest.json").write_text(json.dumps({"run_id": "new-run"}))
+    with pytest.raises(RunSuperseded):
+        ShardWriter(cfg, REPO, tmp_path, "old-run").write("k1", 0, 0, rows, [], {})
+    assert not (tmp_path / "stats" / "shard-k1.parquet").exists()
+    summary = ShardWriter(cfg, REPO, tmp_path, "new-run").write("k1", 0, 0, rows, [], {})
+    assert summary.rejects == 1 and (tmp_path / "stats" / "shard-k1.parquet").exists()

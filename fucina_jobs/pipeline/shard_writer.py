@@ -1,0 +1,199 @@
+"""A shard's outputs: validate its completions into records and rejects, write them, commit.
+
+The replica that decoded a shard writes it, straight to ``output.dir``, and
+sends the driver only a ``ShardSummary``; the driver writes a shard itself
+only when every replica failed it (all its rows become rejects carrying the
+error). The driver builds a ``ShardWriter`` too, before any model loads, so a
+constraint that cannot validate records is a config error, not a replica
+that dies.
+
+The stats file is the commit (``rundir.py``): it is written after the records
+and rejects, and carries the shard's row ids and digests. A writer commits
+only while ``manifest.json`` names its run: a replica that outlives a killed
+driver (Ray ends it within seconds) must not commit into the next run's plan.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+import jsonschema
+import pyarrow as pa
+
+from ..grounding import alarm
+from ..grounding.check import ungrounded_values
+from ..grounding.declaration import GroundingError, grounded_fields
+from .config import ConfigError, JobConfig, read_text_option
+from .dataset import Row
+from .flags import record_flags
+from .rundir import RunDir
+from .sink import Outcome, Validator, json_schema_fields, record_schema, write_outcomes, write_table
+
+#: The decoder statistics the driver's progress line adds up.
+_PROGRESS_KEYS = ("drafted_forced", "drafted_ngram", "accepted_forced", "accepted_ngram")
+
+
+@dataclass
+class ShardSummary:
+    """What a committed shard tells the driver: counts, never rows."""
+
+    rows: int
+    records: int
+    rejects: int
+    failed: bool
+    reasons: dict[str, int] = field(default_factory=dict)
+    progress: dict[str, int] = field(default_factory=dict)
+
+
+class RunSuperseded(RuntimeError):
+    """Another run owns ``output.dir`` now: this shard stays uncommitted, and that run decodes its rows."""
+
+
+class ShardWriter:
+    def __init__(self, cfg: JobConfig, base: Path, out: Path, run_id: str):
+        self.cfg = cfg
+        self.base = base
+        self.dir = RunDir(out)
+        self.run_id = run_id
+        self.schema_source = self._schema_source()
+        self._check_grounding()
+        self.prompt = alarm.prompt_text(read_text_option(cfg.prompt.system, base), read_text_option(cfg.prompt.template, base))
+        self.validator = self._validator()
+        self.record_schema = self._record_schema()
+
+    # -- built once, checked before any model loads ----------------------------
+
+    def _schema_source(self) -> Any:
+        c = self.cfg.constraint
+        if c.kind is None:
+            return None
+        path = self.base / getattr(c, c.kind)
+        if not path.is_file():
+            raise ConfigError(f"constraint.{c.kind}: {path} does not exist")
+        text = path.read_text(encoding="utf-8")
+        if c.kind != "json_schema":
+            return text.strip()
+        try:
+            schema = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise ConfigError(f"constraint.json_schema: {path} is not valid JSON: {err}") from None
+        try:
+            jsonschema.Draft202012Validator.check_schema(schema)
+        except jsonschema.SchemaError as err:
+            where = "/".join(str(p) for p in err.absolute_path) or "<root>"
+            raise ConfigError(f"constraint.json_schema: {path} is not a valid JSON Schema at {where}: {err.message}") from None
+        return schema
+
+    def _check_grounding(self) -> None:
+        """Reject a malformed ``x-grounded`` declaration before any model loads."""
+        if self.cfg.constraint.kind == "json_schema":
+            try:
+                grounded_fields(self.schema_source)
+            except GroundingError as err:
+                raise ConfigError(f"constraint.json_schema: {self.cfg.constraint.json_schema}: {err}") from None
+
+    def _validator(self) -> Validator:
+        c = self.cfg.constraint
+        model = _import(c.pydantic_model) if c.pydantic_model else None
+        try:
+            return Validator(c.kind or "json_schema", self.schema_source, model)
+        except re.error as err:
+            raise ConfigError(f"constraint.regex: {c.regex} is not a valid regex: {err}") from None
+
+    def _record_schema(self) -> pa.Schema:
+        if isinstance(self.schema_source, dict):
+            fields = json_schema_fields(self.schema_source)
+        elif self.cfg.constraint.kind == "regex":
+            fields = [pa.field(name, pa.string()) for name in re.compile(self.schema_source).groupindex]
+        else:
+            fields = []
+        try:
+            return record_schema(fields)
+        except ValueError as err:
+            raise ConfigError(f"constraint.{self.cfg.constraint.kind}: {err}") from None
+
+    # -- one shard -------------------------------------------------------------
+
+    def write(self, key: str, shard: int, replica: int, rows: list[Row], completions: list[dict[str, Any]] | None,
+              stats: dict[str, Any], error: str | None = None) -> ShardSummary:
+        """Write and commit a shard; ``completions`` None means it failed with ``error`` and every row is a reject."""
+        outcomes = self._outcomes(rows, completions, error)
+        records, rejects = write_outcomes(self.dir.path, key, outcomes, self.record_schema, self._record_id)
+        counts, digests = alarm.shard_counts(self._judged(rows, outcomes), self.prompt)
+        row = {"shard": shard, "replica": replica, "rows": len(rows), "records": records, "rejects": rejects} | stats
+        row |= {"failed": completions is None, "row_ids": [r.id for r in rows], "row_digests": [r.digest for r in rows],
+                "alarm_counts": json.dumps(counts), "record_digests": digests}
+        if self.dir.run_id() != self.run_id:
+            raise RunSuperseded(f"{self.dir.path} belongs to another run now; shard {key} is left uncommitted")
+        write_table(self.dir.file("stats", key), pa.Table.from_pylist([row]))  # the commit
+        reasons = Counter(o.reason for o in outcomes if o.reason)
+        return ShardSummary(len(rows), records, rejects, completions is None, dict(reasons), {k: stats.get(k, 0) for k in _PROGRESS_KEYS})
+
+    def _outcomes(self, rows: list[Row], completions: list[dict[str, Any]] | None, error: str | None) -> list[Outcome]:
+        by_id = {c["row_id"]: c for c in completions or []}
+        outcomes = []
+        for row in rows:
+            c = by_id.get(row.id)
+            if row.problem or c is None:
+                why = row.problem or f"shard failed after {self.cfg.runtime.max_retries} retries: {error}; rerun to retry it"
+                outcomes.append(Outcome(row.id, "", "error", reason="error", error=why))
+                continue
+            row_schema = self._row_schema(row)
+            record, reason, message = self.validator(c["text"], c["finish_reason"], c.get("error"), row_schema)
+            if record is not None:
+                record, reason, message = self._grounded(row, record, row_schema)
+            flags = record_flags(record, self._source(row)) if record is not None else []
+            outcomes.append(Outcome(row.id, c["text"], c["finish_reason"], c.get("prompt_tokens", 0), c.get("generated_tokens", 0), record, reason, message,
+                                    flags=flags, relaxations=c.get("relaxations") or [], confidence=c.get("confidence")))
+        return outcomes
+
+    def _grounded(self, row: Row, record: dict, row_schema: dict | None) -> tuple[dict | None, str | None, str | None]:
+        """A record whose grounded values are all in the row's text stays; otherwise the row is rejected."""
+        try:
+            fields = grounded_fields(row_schema or self.schema_source)
+        except GroundingError as err:
+            return None, "error", f"row {row.id!r}: its schema: {err}"
+        _, misses = ungrounded_values(record, fields, self._source(row))
+        if misses:
+            return None, "ungrounded", f"not found in {self.cfg.dataset.text_field}: {'; '.join(misses)}"
+        return record, None, None
+
+    def _judged(self, rows: list[Row], outcomes: list[Outcome]) -> Iterator[alarm.Output]:
+        """What the run alarm judges: the records and the ``ungrounded`` rejects whose text is JSON."""
+        for row, o in zip(rows, outcomes):
+            if o.record is None and o.reason != "ungrounded":
+                continue
+            try:
+                value = json.loads(o.text)
+            except json.JSONDecodeError:
+                continue  # a regex or Lark job: its records are not JSON
+            schema = self._row_schema(row) or (self.schema_source if isinstance(self.schema_source, dict) else None)
+            yield alarm.Output(value, self._source(row), schema, o.record is not None)
+
+    def _source(self, row: Row) -> str:
+        return str(row.fields.get(self.cfg.dataset.text_field, ""))
+
+    def _row_schema(self, row: Row) -> dict | None:
+        field_name = self.cfg.dataset.schema_field
+        if not field_name:
+            return None
+        schema = row.fields[field_name]
+        return json.loads(schema) if isinstance(schema, str) else schema
+
+    def _record_id(self, row_id: str) -> str:
+        return hashlib.sha256(f"{self.cfg.name}:{row_id}".encode()).hexdigest()[:16]
+
+
+def _import(dotted: str) -> type:
+    module, _, name = dotted.partition(":")
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as err:
+        raise ConfigError(f"constraint.pydantic_model={dotted!r}: cannot import it ({err}); use 'module:Class'") from None
