@@ -20,8 +20,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pyarrow.dataset as ds
-
 _ROOT = Path(__file__).resolve().parents[2]
 _JOB = _ROOT / "jobs" / "invoices"
 
@@ -59,8 +57,9 @@ def job_config(data: Path, out: Path, replicas: int, shard_size: int | None) -> 
 
 
 def run_pipeline(args: argparse.Namespace) -> dict[str, Any]:
-    from .pipeline.config import validate
-    from .pipeline.driver import Job
+    from ..pipeline.config import validate
+    from ..pipeline.driver import Job
+    from ..pipeline.rundir import RunDir
 
     work = Path(tempfile.mkdtemp(prefix="fucina-bench-pipeline-")) if args.dir is None else args.dir
     try:
@@ -71,8 +70,9 @@ def run_pipeline(args: argparse.Namespace) -> dict[str, Any]:
         start = time.perf_counter()
         summary = Job(cfg, _ROOT).run()
         wall = time.perf_counter() - start
-        files = {kind: len(list((out / kind).glob("*.parquet"))) for kind in ("records", "rejects", "stats")}
-        ids = [ds.dataset(out / kind, format="parquet").to_table(columns=["row_id"]).column("row_id") for kind in ("records", "rejects")]
+        run_dir = RunDir.open(out)
+        files = {kind: len(run_dir.shard_files(kind)) for kind in ("records", "rejects", "stats")}
+        ids = [run_dir.read(kind, ["row_id"]).column("row_id") for kind in ("records", "rejects")]
         seen = sum(len(c) for c in ids)
         distinct = len(set().union(*(c.to_pylist() for c in ids)))
         return {

@@ -21,7 +21,8 @@ import pyarrow as pa
 
 from ..pipeline.config import ConfigError, JobConfig, validate
 from ..pipeline.driver import Job, file_hash, fingerprint, package_version, utc_now
-from ..pipeline.sink import META_FIELDS, write_json, write_table
+from ..pipeline.sink import META_FIELDS
+from ..pipeline.storage import write_json, write_table
 from . import calibration, scoring
 from .runs import VERDICT_SCHEMA, VERDICTS, Run, content_hash, read_run
 
@@ -60,7 +61,7 @@ def _generate(cfg: JobConfig, base: Path, resolved: dict[str, Any] | None) -> Ev
 
         job = Job(cfg, base, resolved)
         ok = job.run().ok
-        run, job_cfg = read_run(job.out), cfg
+        run, job_cfg = read_run(Path(job.dir.path)), cfg
     return Evaluation(run.path, generate_scores(run, job_cfg, base), ok)
 
 

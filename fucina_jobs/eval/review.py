@@ -66,7 +66,7 @@ def review_command(argv: list[str]) -> int:
     parser.add_argument("--limit", type=int, default=20, help="show at most this many values (default 20)")
     args = parser.parse_args(argv)
     run = read_run(args.run_dir)
-    if not (args.run_dir / "records").is_dir():
+    if not (run.path / "records").is_dir():
         sys.stderr.write(f"review: {args.run_dir} holds no records/; give the output.dir of a run\n")
         return 2
     rows = least_certain(run.records, args.limit)

@@ -16,6 +16,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ..pipeline.rundir import RunDir
 from ..pipeline.sink import META_FIELDS
 
 #: Written by ``eval.mode=grammar`` in place of records and rejects: one row per instance
@@ -64,13 +65,18 @@ def _read_json(path: Path) -> dict[str, Any] | None:
 
 
 def read_run(path: Path) -> Run:
-    """Everything ``eval`` and ``compare`` need from a run directory (missing parts are empty)."""
+    """Everything ``eval`` and ``compare`` need from a run directory (missing parts are empty).
+
+    ``path`` is an output.dir (its newest version is read: every run partition),
+    one of its ``version=`` folders, or a folder written before versions."""
+    run_dir = RunDir.open(path)
+    path = Path(run_dir.path)
     meta = [f.name for f in META_FIELDS]
     return Run(
         path=path,
-        records=_read_dir(path / "records", meta),
-        rejects=_read_dir(path / "rejects"),
-        stats=_read_dir(path / "stats"),
+        records=run_dir.read("records", meta).to_pylist(),
+        rejects=run_dir.read("rejects").to_pylist(),
+        stats=run_dir.read("stats").to_pylist(),
         verdicts=_read_dir(path / VERDICTS),
         manifest=_read_json(path / "manifest.json"),
         scores=_read_json(path / "scores.json"),

@@ -107,5 +107,5 @@ def _task(job_cfg, resolved: dict[str, Any]) -> int:
 
     job = Job(job_cfg, Path.cwd(), resolved)
     summary = job.run()
-    sys.stdout.write(summary_table(summary, str(job.out)) + "\n")
+    sys.stdout.write(summary_table(summary, job.dir.name) + "\n")
     return 0 if summary.ok else 1

@@ -128,7 +128,7 @@ class RuntimeConfig(_Section):
 
 class OutputConfig(_Section):
     dir: str
-    fresh: bool = Field(False, description="delete an existing run in output.dir instead of resuming it")
+    fresh: bool = Field(False, description="decode every row again: delete this config's version in output.dir (other versions stay)")
 
 
 class EvalConfig(_Section):

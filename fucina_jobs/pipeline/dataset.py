@@ -12,6 +12,9 @@ content digest (what "the same row" means across runs, so an edited row is
 decoded again) and its ``Loc``: file, byte range (jsonl, csv) or row number
 (parquet), line and position. The driver ships shards as ``Slice``s of that
 index, and each replica reads its own rows back with ``read_slice``.
+``dataset.path`` is a local path or a ``pyarrow.fs`` URI (``storage.py``):
+every read goes through the filesystem, and a replica's byte ranges are
+ranged reads, so an ``s3://`` dataset is never copied whole.
 Duplicate ids are found by sorting the index's id column and comparing
 neighbours: about 40 MB for a million ids, never the rows.
 """
@@ -19,20 +22,23 @@ neighbours: about 40 MB for a million ids, never the rows.
 from __future__ import annotations
 
 import csv
+import fnmatch
 import glob
 import hashlib
 import io
 import json
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, Iterator, NamedTuple, Union
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as pds
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from .config import ConfigError, DatasetConfig
+from .storage import is_local, list_files, open_input, read_bytes, resolve
 
 
 @dataclass(frozen=True)
@@ -67,6 +73,7 @@ class Loc(NamedTuple):
 class Slice:
     """Rows a replica reads for itself: small to ship (five integer columns), whatever the rows' size."""
 
+    fs: pafs.FileSystem  # where the files are (local, or an object store)
     root: str  # the resolved dataset.path (text_dir ids are paths below it)
     files: list[str]
     table: pa.Table  # Loc's columns; ``file`` indexes ``files``
@@ -80,7 +87,8 @@ class Slice:
 class RowIndex:
     """The dataset, scanned: ids, digests and locations, in input order, with no row content."""
 
-    root: Path
+    fs: pafs.FileSystem
+    root: str
     files: list[str]
     table: pa.Table  # id, digest, file, start, end, line, index
     first_usable: Row | None  # the template is checked against it
@@ -92,7 +100,7 @@ class RowIndex:
         """A ``Slice`` of the rows of ``table`` (a subset of this index), naming only the files they use."""
         used = pc.unique(table.column("file")).sort()
         locs = table.select(list(Loc._fields)).set_column(0, "file", pc.index_in(table.column("file"), value_set=used))
-        return Slice(str(self.root), [self.files[f] for f in used.to_pylist()], locs.combine_chunks())
+        return Slice(self.fs, self.root, [self.files[f] for f in used.to_pylist()], locs.combine_chunks())
 
 
 INDEX_SCHEMA = pa.schema([("id", pa.string()), ("digest", pa.string()), ("file", pa.int32()), ("start", pa.int64()),
@@ -100,16 +108,12 @@ INDEX_SCHEMA = pa.schema([("id", pa.string()), ("digest", pa.string()), ("file",
 _BATCH = 65_536
 
 
-def dataset_root(cfg: DatasetConfig, base: Path) -> Path:
-    return (base / cfg.path).resolve()
-
-
 def scan(cfg: DatasetConfig, base: Path) -> RowIndex:
     """Stream the dataset once into a ``RowIndex``; duplicate ids are an error naming both rows."""
-    root = dataset_root(cfg, base)
-    files = _files(cfg, root)
+    fs, root = resolve(cfg.path, base)
+    files = _files(cfg, fs, root)
     batches, pending, first_usable = [], [], None
-    for loc, row in _located(cfg, root, files):
+    for loc, row in _located(cfg, fs, root, files):
         if first_usable is None and row.problem is None:
             first_usable = row
         pending.append((row.id, row.digest, *loc))
@@ -119,22 +123,31 @@ def scan(cfg: DatasetConfig, base: Path) -> RowIndex:
     batches.append(_batch(pending))
     table = pa.Table.from_batches(batches, INDEX_SCHEMA)
     _check_unique(table, root, cfg.id_field)
-    return RowIndex(root, files, table, first_usable)
+    return RowIndex(fs, root, files, table, first_usable)
 
 
 def read_rows(cfg: DatasetConfig, base: Path) -> list[Row]:
     """Every row, in memory: for small datasets and tests; jobs use ``scan`` and ``read_slice``."""
-    root = dataset_root(cfg, base)
-    rows = [row for _, row in _located(cfg, root, _files(cfg, root))]
+    fs, root = resolve(cfg.path, base)
+    rows = [row for _, row in _located(cfg, fs, root, _files(cfg, fs, root))]
     _check_unique(pa.table({"id": [r.id for r in rows], "index": [r.index for r in rows]}), root, cfg.id_field)
     return rows
 
 
 def read_slice(cfg: DatasetConfig, piece: Slice) -> list[Row]:
     """The rows of a slice, read from their files, checked as ``scan`` checked them."""
-    root = Path(piece.root)
-    where = [_where(cfg, root, file) for file in piece.files]
-    return [_checked(cfg, where[loc.file], loc.index, item) for loc, item in _items_at(cfg, root, piece)]
+    where = [_where(cfg, piece.root, file) for file in piece.files]
+    return [_checked(cfg, where[loc.file], loc.index, item) for loc, item in _items_at(cfg, piece)]
+
+
+def dataset_hash(cfg: DatasetConfig, index: RowIndex) -> str:
+    """sha256 over the dataset's files' bytes, in scan order: the manifest's record of what was read."""
+    digest = hashlib.sha256()
+    for file in index.files:
+        with index.fs.open_input_stream(_path(cfg, index.root, file)) as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                digest.update(chunk)
+    return digest.hexdigest()
 
 
 def _batch(pending: list[tuple]) -> pa.RecordBatch:
@@ -143,50 +156,66 @@ def _batch(pending: list[tuple]) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays([pa.array(col, f.type) for col, f in zip(columns, INDEX_SCHEMA)], schema=INDEX_SCHEMA)
 
 
-def _files(cfg: DatasetConfig, root: Path) -> list[str]:
+def _files(cfg: DatasetConfig, fs: pafs.FileSystem, root: str) -> list[str]:
     """The dataset's files: one path, a glob (``data/*.jsonl``), a parquet folder, or a text_dir/maskbench folder's documents."""
     if any(ch in cfg.path for ch in "*?["):
-        matches = sorted(glob.glob(str(root), recursive=True))
+        matches = _glob(fs, root)
         if not matches:
             raise ConfigError(f"dataset.path {cfg.path} matches no file")
         return matches
-    if not root.exists():
+    kind = fs.get_file_info(root).type
+    if kind == pafs.FileType.NotFound:
         raise ConfigError(f"dataset.path {root} does not exist")
-    if cfg.format == "text_dir":
-        if not root.is_dir():
-            raise ConfigError(f"dataset.format=text_dir needs a directory, but {root} is a file")
-        docs = (p for p in root.rglob("*") if p.is_file() and not any(part.startswith(".") for part in p.relative_to(root).parts))
-        return sorted(p.relative_to(root).as_posix() for p in docs)
-    if cfg.format == "maskbench":
-        if not root.is_dir():
-            raise ConfigError(f"dataset.format=maskbench needs a directory of MaskBench .json files, but {root} is a file")
-        return sorted(p.name for p in root.glob("*.json"))
-    if root.is_dir() and cfg.format in ("jsonl", "csv"):
+    is_dir = kind == pafs.FileType.Directory
+    if cfg.format in ("text_dir", "maskbench"):
+        if not is_dir:
+            what = "a directory" if cfg.format == "text_dir" else "a directory of MaskBench .json files"
+            raise ConfigError(f"dataset.format={cfg.format} needs {what}, but {root} is a file")
+        below = [path[len(root.rstrip("/")) + 1:] for path in list_files(fs, root)]
+        if cfg.format == "maskbench":
+            return [name for name in below if "/" not in name and name.endswith(".json")]
+        return [name for name in below if not any(part.startswith(".") for part in name.split("/"))]
+    if is_dir and cfg.format in ("jsonl", "csv"):
         raise ConfigError(f"dataset.path {root} is a directory, but dataset.format={cfg.format} reads one file; "
                           "give the file, a glob of files, or dataset.format=text_dir for a folder of documents")
-    if root.is_dir():
-        return sorted(str(p) for p in root.rglob("*.parquet"))
-    return [str(root)]
+    if is_dir:
+        return [path for path in list_files(fs, root) if path.endswith(".parquet")]
+    return [root]
 
 
-def _where(cfg: DatasetConfig, root: Path, file: str) -> Path:
+def _glob(fs: pafs.FileSystem, pattern: str) -> list[str]:
+    """Files matching a glob: the local ``glob`` (``**`` recurses); on an object store, a listing below the
+    pattern's fixed prefix, matched with ``fnmatch`` (``*`` there crosses ``/``)."""
+    if is_local(fs):
+        return sorted(glob.glob(pattern, recursive=True))
+    fixed = pattern.split("/")
+    fixed = "/".join(fixed[: next(i for i, part in enumerate(fixed) if any(ch in part for ch in "*?["))])
+    return [path for path in list_files(fs, fixed) if fnmatch.fnmatchcase(path, pattern)]
+
+
+def _path(cfg: DatasetConfig, root: str, file: str) -> str:
+    """A file's path on the filesystem: text_dir and maskbench files are named below ``root``, the rest in full."""
+    return f"{root}/{file}" if cfg.format in ("text_dir", "maskbench") else file
+
+
+def _where(cfg: DatasetConfig, root: str, file: str) -> PurePosixPath:
     """The path a row's messages name: its file, or the folder for one-file-a-row formats."""
-    return root if cfg.format in ("text_dir", "maskbench") else Path(file)
+    return PurePosixPath(root if cfg.format in ("text_dir", "maskbench") else file)
 
 
-def _located(cfg: DatasetConfig, root: Path, files: list[str]) -> Iterator[tuple[Loc, Row]]:
+def _located(cfg: DatasetConfig, fs: pafs.FileSystem, root: str, files: list[str]) -> Iterator[tuple[Loc, Row]]:
     reader = {"jsonl": _jsonl, "parquet": _parquet, "csv": _csv, "text_dir": _text_dir, "maskbench": _maskbench}[cfg.format]
     index = 0
     for file_no, file in enumerate(files):
         where = _where(cfg, root, file)
-        for start, end, line, item in reader(root, file, cfg):
+        for start, end, line, item in reader(fs, root, file, cfg):
             if cfg.limit is not None and index >= cfg.limit:
                 return
             yield Loc(file_no, start, end, line, index), _checked(cfg, where, index, item)
             index += 1
 
 
-def _items_at(cfg: DatasetConfig, root: Path, piece: Slice) -> Iterator[tuple[Loc, Item]]:
+def _items_at(cfg: DatasetConfig, piece: Slice) -> Iterator[tuple[Loc, Item]]:
     """Read each located row's item back, opening each file once."""
     locs = piece.locs
     if cfg.format == "parquet":
@@ -194,21 +223,21 @@ def _items_at(cfg: DatasetConfig, root: Path, piece: Slice) -> Iterator[tuple[Lo
         for loc in locs:
             by_file.setdefault(loc.file, []).append(loc)
         for f, locs in by_file.items():
-            table = pds.dataset(piece.files[f], format="parquet").take(pa.array([loc.start for loc in locs]))
+            table = pds.dataset(piece.files[f], format="parquet", filesystem=piece.fs).take(pa.array([loc.start for loc in locs]))
             yield from zip(locs, table.to_pylist())
         return
     if cfg.format in ("text_dir", "maskbench"):
         reader = _text_dir if cfg.format == "text_dir" else _maskbench
         for loc in locs:
-            yield loc, next(iter(reader(root, piece.files[loc.file], cfg)))[3]
+            yield loc, next(iter(reader(piece.fs, piece.root, piece.files[loc.file], cfg)))[3]
         return
     handles: dict[int, Any] = {}
-    names = [Path(file).name for file in piece.files]
+    names = [PurePosixPath(file).name for file in piece.files]
     try:
         header = {}
         for loc in locs:
             if loc.file not in handles:
-                handles[loc.file] = open(piece.files[loc.file], "rb")
+                handles[loc.file] = open_input(piece.fs, piece.files[loc.file])
                 if cfg.format == "csv":
                     header[loc.file] = _csv_header(handles[loc.file], piece.files[loc.file])
             f = handles[loc.file]
@@ -220,9 +249,9 @@ def _items_at(cfg: DatasetConfig, root: Path, piece: Slice) -> Iterator[tuple[Lo
             f.close()
 
 
-def _jsonl(root: Path, file: str, cfg: DatasetConfig) -> Iterator[tuple[int, int, int, Item]]:
-    path, offset = Path(file), 0
-    with path.open("rb") as f:
+def _jsonl(fs: pafs.FileSystem, root: str, file: str, cfg: DatasetConfig) -> Iterator[tuple[int, int, int, Item]]:
+    path, offset = PurePosixPath(file), 0
+    with open_input(fs, file) as f:
         for line_no, raw in enumerate(f, 1):
             start, offset = offset, offset + len(raw)
             item = _jsonl_item(raw, path.name, line_no)
@@ -245,9 +274,9 @@ def _jsonl_item(raw: bytes, name: str, line_no: int) -> Item | None:
     return value if isinstance(value, dict) else f"{name}:{line_no}: expected a JSON object, got {type(value).__name__}"
 
 
-def _parquet(root: Path, file: str, cfg: DatasetConfig) -> Iterator[tuple[int, int, int, dict[str, Any]]]:
+def _parquet(fs: pafs.FileSystem, root: str, file: str, cfg: DatasetConfig) -> Iterator[tuple[int, int, int, dict[str, Any]]]:
     try:
-        batches = pq.ParquetFile(file).iter_batches(batch_size=_BATCH)
+        batches = pq.ParquetFile(fs.open_input_file(file)).iter_batches(batch_size=_BATCH)
         number = 0
         for batch in batches:
             for row in batch.to_pylist():
@@ -257,13 +286,13 @@ def _parquet(root: Path, file: str, cfg: DatasetConfig) -> Iterator[tuple[int, i
         raise ConfigError(f"dataset.path {file} is not a Parquet file ({str(err).splitlines()[0]}); check dataset.format") from None
 
 
-def _csv(root: Path, file: str, cfg: DatasetConfig) -> Iterator[tuple[int, int, int, dict[str, Any]]]:
+def _csv(fs: pafs.FileSystem, root: str, file: str, cfg: DatasetConfig) -> Iterator[tuple[int, int, int, dict[str, Any]]]:
     """Records with their byte ranges; a record may span lines (a quoted newline)."""
-    path = Path(file)
+    path = PurePosixPath(file)
     ends = {0: 0}  # line number -> byte offset where it ends; only the last record's lines are kept
 
     def lines() -> Iterator[str]:
-        with path.open("rb") as f:
+        with open_input(fs, file) as f:
             for n, raw in enumerate(f, 1):
                 ends[n] = ends[n - 1] + len(raw)
                 yield _utf8_line(raw, n, path)
@@ -283,7 +312,7 @@ def _csv(root: Path, file: str, cfg: DatasetConfig) -> Iterator[tuple[int, int, 
         ) from None
 
 
-def _utf8_line(raw: bytes, n: int, path: Path) -> str:
+def _utf8_line(raw: bytes, n: int, path: PurePosixPath) -> str:
     try:
         return raw.decode("utf-8-sig" if n == 1 else "utf-8")
     except UnicodeDecodeError as err:
@@ -292,18 +321,18 @@ def _utf8_line(raw: bytes, n: int, path: Path) -> str:
 
 def _csv_header(f: Any, file: str) -> list[str]:
     f.seek(0)
-    return next(csv.reader([_utf8_line(f.readline(), 1, Path(file))]))
+    return next(csv.reader([_utf8_line(f.readline(), 1, PurePosixPath(file))]))
 
 
 def _csv_record(raw: bytes, header: list[str]) -> dict[str, Any]:
     return next(csv.DictReader(io.StringIO(raw.decode("utf-8"), newline=""), fieldnames=header, strict=True))
 
 
-def _text_dir(root: Path, file: str, cfg: DatasetConfig) -> Iterator[tuple[int, int, int, Item]]:
+def _text_dir(fs: pafs.FileSystem, root: str, file: str, cfg: DatasetConfig) -> Iterator[tuple[int, int, int, Item]]:
     """One row per file, subdirectories included; a row's id is its path below ``root`` without the suffix."""
-    where = Path(file)
+    where = PurePosixPath(file)
     row_id = where.with_suffix("").as_posix()
-    data = (root / file).read_bytes()
+    data = read_bytes(fs, f"{root}/{file}")
     if b"\x00" in data:
         yield 0, 0, 0, ({cfg.id_field: row_id}, f"{where}: a binary file, not text (it holds NUL bytes)")
         return
@@ -319,11 +348,11 @@ MASKBENCH_PROMPT = (
 )
 
 
-def _maskbench(root: Path, file: str, cfg: DatasetConfig) -> Iterator[tuple[int, int, int, Item]]:
+def _maskbench(fs: pafs.FileSystem, root: str, file: str, cfg: DatasetConfig) -> Iterator[tuple[int, int, int, Item]]:
     """One row per MaskBench file (``schema``, ``tests``, ``meta.features``): generation prompts each schema."""
-    path = root / file
+    path = PurePosixPath(root, file)
     try:
-        suite = json.loads(path.read_text(encoding="utf-8"))
+        suite = json.loads(read_bytes(fs, str(path)).decode("utf-8"))
     except json.JSONDecodeError as err:
         yield 0, 0, 0, f"{path.name}: not valid JSON ({err.msg})"
         return
@@ -339,7 +368,7 @@ def _maskbench(root: Path, file: str, cfg: DatasetConfig) -> Iterator[tuple[int,
     }
 
 
-def _checked(cfg: DatasetConfig, path: Path, index: int, item: Item) -> Row:
+def _checked(cfg: DatasetConfig, path: PurePosixPath, index: int, item: Item) -> Row:
     fallback_id = f"row-{index}"
     if isinstance(item, str):
         return Row(fallback_id, index, problem=item)
@@ -380,7 +409,7 @@ def _surrogate(value: Any) -> bool:
     return False
 
 
-def _check_unique(table: pa.Table, path: Path, id_field: str) -> None:
+def _check_unique(table: pa.Table, path: str, id_field: str) -> None:
     """Sort the ids and compare neighbours: a few bytes a row (the sorted copy and its order), never the rows."""
     ids = table.column("id")
     if len(ids) < 2:
@@ -392,6 +421,6 @@ def _check_unique(table: pa.Table, path: Path, id_field: str) -> None:
     row_id = ordered[pc.index(same, True).as_py()].as_py()
     first, second = table.filter(pc.equal(ids, row_id)).column("index").to_pylist()[:2]
     raise ConfigError(
-        f"{path.name}: rows {first} and {second} share the id {row_id!r} in field {id_field!r}; "
+        f"{PurePosixPath(path).name}: rows {first} and {second} share the id {row_id!r} in field {id_field!r}; "
         "ids must be unique so that every row is accounted for exactly once"
     )

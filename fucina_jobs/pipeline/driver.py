@@ -1,15 +1,17 @@
 """The job flow: scan the rows, check everything, plan shards, fan them out to replicas, count.
 
     scan (ids, digests, locations; no row content) -> checks (config, prompts,
-         constraint on the tokenizer alone) -> lock output.dir
-         -> keep committed shards whose rows are unchanged -> shard the rest
-         -> Ray replicas read their slices, decode, validate and write
-            records | rejects, one stats row per shard (the commit) -> manifest
+         constraint on the tokenizer alone) -> lock output.dir, this config's version
+         -> keep committed shards (of every run partition) whose rows are unchanged
+         -> shard the rest -> Ray replicas read their slices, decode, validate and
+            write records | rejects, one stats row per shard (the commit), into
+            this run's partition -> manifest
 
 Shards are keyed by their rows' ids and content digests (``rundir.py``), so
-a rerun after a kill, a reshard or an edited dataset decodes exactly the rows
-that no committed shard holds, and a shard that failed is retried. Every
-check that can fail runs before any model loads.
+a rerun after a kill, a reshard, an edited or a grown dataset decodes exactly
+the rows that no committed shard holds, and a shard that failed is retried.
+A changed config (``fingerprint``) writes a version of its own. Every check
+that can fail runs before any model loads.
 """
 
 from __future__ import annotations
@@ -32,12 +34,11 @@ from ..engine import GrammarCheck, GrammarError
 from ..grounding import alarm
 from ..models.loading import ModelNotFound, load_tokenizer, resolve_device, resolve_source
 from .config import ConfigError, JobConfig, read_text_option
-from .dataset import Slice, read_slice, scan
+from .dataset import Slice, dataset_hash, read_slice, scan
 from .progress import Progress
 from .replica import job_constraint
 from .rundir import Committed, RunDir, shard_key
 from .shard_writer import ShardSummary, ShardWriter
-from .sink import write_json
 
 log = logging.getLogger(__name__)
 
@@ -88,13 +89,12 @@ class Job:
         self.cfg = cfg
         self.base = base
         _check_engine(cfg)
-        self.out = (base / cfg.output.dir).resolve()
-        self.dir = RunDir(self.out)
+        self.dir = RunDir.for_config(cfg.output.dir, base, fingerprint(cfg))
         self.resolved = resolved or cfg.model_dump()
         self.index = scan(cfg.dataset, base)
         self.run_id = secrets.token_hex(8)  # replicas commit only while the manifest names this run
         self._check_template()
-        self.writer = ShardWriter(cfg, base, self.out, self.run_id)
+        self.writer = ShardWriter(cfg, base, self.dir, self.run_id)
         self.shards: dict[str, pa.Table] = {}  # this run's shards, by key: their rows' index entries
 
     # -- checks, before any model loads -----------------------------------------
@@ -162,14 +162,14 @@ class Job:
             ids = set(shard.rows.column("id").to_pylist()) & shared if shared else set()
             if shard.failed or unchanged.get(shard.key, 0) != shard.rows.num_rows or ids & claimed:
                 log.info("shard %s is decoded again: %s", shard.key, "it failed" if shard.failed else "its rows changed")
-                self.dir.discard(shard.key)
+                self.dir.discard(shard.key, shard.run)
                 summary.shards_redone += 1
                 continue
             claimed |= ids
-            kept.append(shard.key)
+            kept.append(shard)
             summary.shards_resumed += 1
-            self._count_existing(shard, summary)
-        held = [s.rows.column("id") for s in committed if s.key in set(kept)]
+        self._count_existing(kept, summary)
+        held = [s.rows.column("id") for s in kept]
         todo = self.index.table
         if held:
             todo = todo.filter(pc.invert(pc.is_in(todo.column("id"), value_set=pa.concat_arrays([c.combine_chunks() for c in held]))))
@@ -180,22 +180,26 @@ class Job:
             self.shards[shard_key(chunk.column("id").to_pylist(), chunk.column("digest").to_pylist())] = chunk
         summary.shards = summary.shards_resumed + len(self.shards)
 
-    def _count_existing(self, shard: Committed, summary: JobSummary) -> None:
-        import pyarrow.parquet as pq
+    def _count_existing(self, kept: list[Committed], summary: JobSummary) -> None:
+        import pyarrow.dataset as ds
 
-        summary.records += shard.records
-        summary.rejects += shard.rejects
-        summary.count(Counter(pq.read_table(self.dir.file("rejects", shard.key), columns=["reason"]).column("reason").to_pylist()))
+        summary.records += sum(s.records for s in kept)
+        summary.rejects += sum(s.rejects for s in kept)
+        files = [self.dir.file("rejects", s.key, s.run) for s in kept if s.rejects]
+        if files:
+            reasons = ds.dataset(files, format="parquet", filesystem=self.dir.store.fs).to_table(columns=["reason"]).column("reason")
+            summary.count(Counter(reasons.to_pylist()))
 
     def _manifest(self, started: str, summary: JobSummary, model_path: str, status: str, error: str | None = None) -> dict[str, Any]:
         c = self.cfg
+        committed = self.dir.shard_files("stats")
         manifest = {
             "name": c.name,
             "fingerprint": fingerprint(c),
             "config": self.resolved,
             "seed": c.decoding.seed,
             "hashes": {
-                "dataset": file_hash(self.index.root if len(self.index.files) == 1 or self.index.root.is_dir() else [Path(f) for f in self.index.files]),
+                "dataset": dataset_hash(self.cfg.dataset, self.index),
                 "constraint": file_hash(self.base / getattr(c.constraint, c.constraint.kind)) if c.constraint.kind else None,
                 "model": file_hash(Path(model_path)) if Path(model_path).exists() else model_path,
             },
@@ -203,7 +207,10 @@ class Job:
             "started": started,
             "run_id": self.run_id,
             "status": status,
-            "shards": sorted(p.stem[len("shard-"):] for p in (self.out / "stats").glob("shard-*.parquet")),
+            "version": self.dir.version,
+            "run": self.dir.run if self.shards else None,  # this run's partition; None when it decoded nothing
+            "runs": sorted({f.run for f in committed if f.run}),
+            "shards": sorted(f.key for f in committed if f.key),
         }
         if status != "running":
             manifest |= {"ended": utc_now(), "totals": summary.__dict__}
@@ -219,9 +226,9 @@ class Job:
         model_path = self._check_model()
         with self.dir.locked():
             self.dir.claim(self.cfg.output.fresh)
-            self._check_fingerprint()
+            self.dir.start_run()
             summary = JobSummary(rows=len(self.index))
-            write_json(self.out / "manifest.json", self._manifest(started, summary, model_path, "running"))  # before any shard changes
+            self.dir.write_manifest(self._manifest(started, summary, model_path, "running"))  # before any shard changes
             status, error = "interrupted", "stopped by Ctrl-C; rerun the same command to resume"
             try:
                 self._plan(summary)
@@ -239,18 +246,13 @@ class Job:
 
     def _close(self, started: str, summary: JobSummary, model_path: str, status: str, error: str | None) -> None:
         try:
+            if self.dir.run_id() != self.run_id:  # an object store has no lock: a run that took over keeps its manifest
+                log.error("another run took %s over; this run's end (%s) is not recorded", self.dir.manifest_path, status)
+                return
             self.dir.remove_leftovers()  # also frees what a half-written shard took on a full disk
-            write_json(self.out / "manifest.json", self._manifest(started, summary, model_path, status, error))
+            self.dir.write_manifest(self._manifest(started, summary, model_path, status, error))
         except OSError as err:
-            log.error("could not record the run's end (%s) in %s: %s", status, self.out / "manifest.json", err)
-
-    def _check_fingerprint(self) -> None:
-        manifest_path = self.out / "manifest.json"
-        if manifest_path.exists() and json.loads(manifest_path.read_text()).get("fingerprint") != fingerprint(self.cfg):
-            raise ConfigError(
-                f"output.dir {self.out} holds a run of a different config; "
-                "rerun with output.fresh=true to replace it, or choose another output.dir"
-            )
+            log.error("could not record the run's end (%s) in %s: %s", status, self.dir.manifest_path, err)
 
     def _decode(self, model_path: str, summary: JobSummary, on_dispatch: Callable[[int, Any], None] | None) -> None:
         progress = Progress(total=len(self.index), done=len(self.index) - sum(t.num_rows for t in self.shards.values()))
@@ -263,7 +265,7 @@ class Job:
                 def payload(shard: int) -> tuple[str, Slice]:  # built when sent: a million rows' slices never sit in the driver at once
                     return keys[shard], self.index.slice(self.shards[keys[shard]])
 
-                with ReplicaPool(self.cfg, model_path, str(self.base), str(self.out), self.run_id) as pool:
+                with ReplicaPool(self.cfg, model_path, str(self.base), self.dir, self.run_id) as pool:
                     try:
                         for index, result, error in pool.map(deque(range(len(keys))), payload, self.cfg.runtime.max_retries, on_dispatch):
                             if result is None:  # every replica failed it: its rows become rejects that carry the error
@@ -276,13 +278,10 @@ class Job:
             progress.close()
 
     def _alarm(self) -> alarm.RunAlarm:
-        """The run's alarm, from every committed shard's counts and record digests (resumed shards too)."""
-        import pyarrow.dataset as ds
-
-        files = sorted(str(p) for p in (self.out / "stats").glob("shard-*.parquet"))
-        if not files:
+        """The run's alarm, from every committed shard's counts and record digests (resumed shards too, all partitions)."""
+        table = self.dir.read("stats", columns=["alarm_counts", "record_digests"])
+        if not table.num_rows:
             return alarm.combine([], [])
-        table = ds.dataset(files, format="parquet").to_table(columns=["alarm_counts", "record_digests"])
         counts = [json.loads(c) for c in table.column("alarm_counts").to_pylist() if c]
         return alarm.combine(counts, pc.list_flatten(table.column("record_digests")))
 

@@ -21,6 +21,7 @@ from ray.exceptions import ActorDiedError, ActorUnavailableError, GetTimeoutErro
 
 from .config import ConfigError, JobConfig
 from .replica import ShardWorker
+from .rundir import RunDir
 from .shard_writer import ShardSummary
 
 log = logging.getLogger(__name__)
@@ -29,7 +30,7 @@ ACTOR_PREFIX = "fucina-replica-"
 
 
 class ReplicaPool:
-    def __init__(self, cfg: JobConfig, model_path: str, base: str, out: str, run_id: str):
+    def __init__(self, cfg: JobConfig, model_path: str, base: str, out: RunDir, run_id: str):
         self.cfg = cfg
         self.args = (cfg.model_dump(), model_path, base, out, run_id)
         self.retries = 0

@@ -29,6 +29,7 @@ from ..grounding.grammar import grounded_lark
 from ..models.loading import load_model
 from .config import JobConfig, NullEngineConfig, VLLMEngineConfig, read_text_option
 from .dataset import Row, Slice, read_slice
+from .rundir import RunDir
 from .shard_writer import ShardSummary, ShardWriter
 
 log = logging.getLogger(__name__)
@@ -85,12 +86,12 @@ def schema_constraint(engine: Engine, cfg: JobConfig, schema: dict[str, Any], na
 
 
 class ShardWorker:
-    def __init__(self, cfg: dict[str, Any], model_path: str, base: str, out: str, run_id: str, replica: int):
+    def __init__(self, cfg: dict[str, Any], model_path: str, base: str, out: RunDir, run_id: str, replica: int):
         self.cfg = JobConfig.model_validate(cfg)
         self.base = Path(base)
         self.replica = replica
-        _log_to_file(Path(out) / "logs" / f"replica-{replica}.log")
-        self.writer = ShardWriter(self.cfg, self.base, Path(out), run_id)
+        _log_to_file(out.log_path(replica))
+        self.writer = ShardWriter(self.cfg, self.base, out, run_id)
         self.engine = build_engine(self.cfg, model_path)
         self.constraint, self.relaxations = job_constraint(self.engine, self.cfg, self.base)
         c = self.cfg.constraint  # the job's schema (grounded rows build their grammar from it) or regex (its groups carry confidence)

@@ -1,4 +1,20 @@
-"""The output directory of a job: who holds it, which shards it has committed, what a run may delete.
+"""The layout of a job's outputs: versions, run partitions, the manifest, and which shards are committed.
+
+    output.dir/                               a local path or a URI (storage.py)
+      .lock                                   local outputs: one run at a time
+      logs/replica-N.log                      local outputs (URI outputs: see ``log_path``)
+      version=<fingerprint[:12]>/             one per config; a config change starts a new one
+        manifest.json                         this version's last run
+        records/run=<UTC start>/shard-<key>.parquet
+        rejects/run=<UTC start>/shard-<key>.parquet
+        stats/run=<UTC start>/shard-<key>.parquet    the commit marker
+
+Every run that decodes anything writes into a partition of its own, named by
+its UTC start (``run=20261130T120501Z``), and counts the committed shards of
+every earlier partition of its version as done. So a nightly run over a grown
+dataset decodes only the new rows, into a new partition, and
+``pyarrow.dataset.dataset(".../records", partitioning="hive")`` reads every
+partition as one table with a ``run`` column.
 
 A shard is named by the ids and content digests of its rows, so resharding
 or editing the dataset between runs can never make two files claim one row.
@@ -7,32 +23,39 @@ and rejects, and removed before them. Records or rejects without stats are
 leftovers of a stopped run, and the next run removes them.
 
 A run only touches a directory that is empty of outputs or holds a manifest
-of ours, and holds an exclusive lock on it while it runs, so two runs never
-mix their shards.
+of ours. On a local disk it holds an exclusive lock while it runs, so two
+runs never mix their shards. An object store has no such lock: there the
+manifest's ``run_id``, checked before every commit, is the guard; a second
+run takes the manifest over, and the first one's shards stop committing.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import fcntl
 import hashlib
-import json
 import logging
 import os
+import tempfile
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Any, Iterator, NamedTuple, Sequence
 
 import pyarrow as pa
-import pyarrow.parquet as pq
+import pyarrow.fs as pafs
 
 from .config import ConfigError
+from .storage import Storage
 
 log = logging.getLogger(__name__)
 
 KINDS = ("records", "rejects", "stats")
 MANIFEST = "manifest.json"
 LOCK = ".lock"
+VERSION = "version="
+RUN = "run="
 
 
 @dataclass(frozen=True)
@@ -40,10 +63,18 @@ class Committed:
     """A finished shard as its stats file describes it."""
 
     key: str
+    run: str | None  # its partition (None: a run written before partitions)
     rows: pa.Table  # id, digest: Arrow, so a rerun over a million committed rows stays small
     failed: bool
     records: int
     rejects: int
+
+
+class ShardFile(NamedTuple):
+    kind: str
+    run: str | None
+    key: str | None  # None for a temporary of a killed write
+    path: str
 
 
 def shard_key(ids: Sequence[str], digests: Sequence[str]) -> str:
@@ -54,28 +85,118 @@ def shard_key(ids: Sequence[str], digests: Sequence[str]) -> str:
     return digest.hexdigest()[:16]
 
 
-class RunDir:
-    def __init__(self, path: Path):
-        self.path = path
+def run_name(now: dt.datetime | None = None) -> str:
+    """A run partition's name: its UTC start to the second, sortable as text."""
+    return (now or dt.datetime.now(dt.timezone.utc)).strftime("%Y%m%dT%H%M%SZ")
 
-    def file(self, kind: str, key: str) -> Path:
-        return self.path / kind / f"shard-{key}.parquet"
+
+class RunDir:
+    """One version of a job's outputs (``path``), and the run partition this process writes (``run``)."""
+
+    def __init__(self, store: Storage, path: str, run: str | None = None):
+        self.store = store
+        self.path = path
+        self.run = run
+
+    @classmethod
+    def for_config(cls, location: str, base: Path, fingerprint: str) -> "RunDir":
+        """The version of ``output.dir`` that a config with this fingerprint writes."""
+        store = Storage.at(location, base)
+        return cls(store, store.join(f"{VERSION}{fingerprint[:12]}"))
+
+    @classmethod
+    def open(cls, location: str | Path, base: Path = Path(".")) -> "RunDir":
+        """For readers: ``location`` itself when it holds a manifest (a version, or a run written before versions),
+        else its newest version (by the manifest's start), else ``location`` (empty)."""
+        store = Storage.at(str(location), base)
+        if store.exists(store.join(MANIFEST)):
+            return cls(store, store.root)
+        infos = store.fs.get_file_info(pafs.FileSelector(store.root, allow_not_found=True))
+        versions = [i.path for i in infos if i.type == pafs.FileType.Directory and i.base_name.startswith(VERSION)]
+        started = {v: str((store.read_json(f"{v}/{MANIFEST}") or {}).get("started", "")) for v in versions}
+        return cls(store, max(versions, key=lambda v: (started[v], v))) if versions else cls(store, store.root)
+
+    # -- layout ---------------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        """This version's location as a user finds it: a local path, or a URI (without its query)."""
+        return self.store.name(self.path)
+
+    @property
+    def version(self) -> str:
+        return self.path.rsplit("/", 1)[-1].removeprefix(VERSION)
+
+    @property
+    def manifest_path(self) -> str:
+        return f"{self.path}/{MANIFEST}"
+
+    def folder(self, kind: str) -> str:
+        """Where every partition of one kind lives: what ``pyarrow.dataset`` reads with ``partitioning="hive"``."""
+        return f"{self.path}/{kind}"
+
+    def file(self, kind: str, key: str, run: str | None = None) -> str:
+        """A shard's file in partition ``run`` (this process's run by default)."""
+        run = run or self.run
+        if run is None:
+            raise RuntimeError("no run partition: call start_run() before writing shards")
+        return f"{self.path}/{kind}/{RUN}{run}/shard-{key}.parquet"
+
+    def log_path(self, replica: int) -> Path:
+        """A replica's log: in ``output.dir/logs`` when it is local, else in the replica node's temporary folder
+        (``$TMPDIR/fucina_jobs/logs/version=<v>/``), since a log appended line by line is no object."""
+        if self.store.local:
+            return Path(self.store.root) / "logs" / f"replica-{replica}.log"
+        return Path(tempfile.gettempdir()) / "fucina_jobs" / "logs" / f"{VERSION}{self.version}" / f"replica-{replica}.log"
+
+    def shard_files(self, kind: str | None = None) -> list[ShardFile]:
+        """This version's shard files (and temporaries of killed writes), in every partition."""
+        files = []
+        for path in self.store.list(self.path):
+            parts = path[len(self.path) + 1:].split("/")
+            if parts[0] not in KINDS or (kind and parts[0] != kind) or len(parts) not in (2, 3):
+                continue
+            run = parts[1][len(RUN):] if len(parts) == 3 and parts[1].startswith(RUN) else None
+            name = parts[-1]
+            if name.startswith(".shard-"):
+                files.append(ShardFile(parts[0], run, None, path))
+            elif name.startswith("shard-") and name.endswith(".parquet"):
+                files.append(ShardFile(parts[0], run, name[len("shard-"):-len(".parquet")], path))
+        return files
+
+    def start_run(self) -> str:
+        """Name this process's partition: its UTC start, unused by any earlier run of this version."""
+        taken = {f.run for f in self.shard_files()}
+        name = run_name()
+        while name in taken:  # two runs within one second
+            time.sleep(0.25)
+            name = run_name()
+        self.run = name
+        return name
+
+    # -- who holds it ---------------------------------------------------------------
 
     @contextmanager
     def locked(self) -> Iterator[None]:
-        """Hold ``.lock`` exclusively; a second run on the same directory stops at once, naming the first."""
+        """Locally, hold ``output.dir/.lock`` exclusively; a second run stops at once, naming the first.
+
+        An object store has no lock: the manifest's ``run_id``, checked before each commit, guards it."""
+        if not self.store.local:
+            yield
+            return
+        root = Path(self.store.root)
         try:
-            self.path.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.path / LOCK, os.O_RDWR | os.O_CREAT, 0o666)
+            root.mkdir(parents=True, exist_ok=True)
+            fd = os.open(root / LOCK, os.O_RDWR | os.O_CREAT, 0o666)
         except OSError as err:
-            raise ConfigError(f"output.dir {self.path} is not writable ({err.strerror}); choose another output.dir") from None
+            raise ConfigError(f"output.dir {root} is not writable ({err.strerror}); choose another output.dir") from None
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
                 raise ConfigError(
-                    f"output.dir {self.path} is in use by another run (pid {holder}); wait for it to end or choose another output.dir"
+                    f"output.dir {root} is in use by another run (pid {holder}); wait for it to end or choose another output.dir"
                 ) from None
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
@@ -83,61 +204,82 @@ class RunDir:
         finally:
             os.close(fd)  # closing releases the lock; the kernel releases it too when the process dies
 
+    def read_manifest(self) -> dict[str, Any] | None:
+        return self.store.read_json(self.manifest_path)
+
+    def write_manifest(self, manifest: dict[str, Any]) -> None:
+        self.store.write_json(self.manifest_path, manifest)
+
     def run_id(self) -> str | None:
         """The run the manifest names: the only one whose shards may commit."""
-        try:
-            return json.loads((self.path / MANIFEST).read_text()).get("run_id")
-        except (OSError, ValueError):
-            return None
-
-    def has_manifest(self) -> bool:
-        return (self.path / MANIFEST).exists()
-
-    def ours(self) -> list[Path]:
-        """Every file a run of ours writes here (the lock aside)."""
-        files = [p for kind in KINDS for p in (self.path / kind).glob("shard-*.parquet")]
-        files += list((self.path / "logs").glob("replica-*.log"))
-        if self.has_manifest():
-            files.append(self.path / MANIFEST)
-        return files
+        return (self.read_manifest() or {}).get("run_id")
 
     def claim(self, fresh: bool) -> None:
-        """Refuse a directory holding outputs that no run of ours made; with ``fresh``, delete our last run's files."""
-        foreign = [p for kind in (*KINDS, "logs") if (self.path / kind).is_dir() for p in (self.path / kind).iterdir()]
-        if foreign and not self.has_manifest():
+        """Refuse an output.dir holding outputs that no run of ours made; with ``fresh``, delete this version's files."""
+        store = self.store
+        foreign = [p for kind in (*KINDS, "logs") for p in store.list(store.join(kind))]
+        ours = store.exists(store.join(MANIFEST)) or store.exists(self.manifest_path) or any(
+            i.type == pafs.FileType.Directory and i.base_name.startswith(VERSION)
+            for i in store.fs.get_file_info(pafs.FileSelector(store.root, allow_not_found=True)))
+        if foreign and not ours:
             raise ConfigError(
-                f"output.dir {self.path} holds {len(foreign)} file(s) under records/, rejects/, stats/ or logs/ but no {MANIFEST}: "
+                f"output.dir {store.location} holds {len(foreign)} file(s) under records/, rejects/, stats/ or logs/ but no {MANIFEST}: "
                 "it is not a run of fucina_jobs, so nothing there is resumed or deleted; choose another output.dir"
             )
         if fresh:
-            for path in self.ours():
-                path.unlink(missing_ok=True)
+            logs = [p for p in store.list(store.join("logs")) if p.rsplit("/", 1)[-1].startswith("replica-")]
+            for path in [f.path for f in self.shard_files()] + logs + [self.manifest_path]:
+                store.delete(path)
+
+    # -- shards ---------------------------------------------------------------------
 
     def committed(self) -> list[Committed]:
+        """Every committed shard of this version, in every partition."""
         shards = []
-        for path in sorted((self.path / "stats").glob("shard-*.parquet")):
-            key = path.stem[len("shard-"):]
-            stats = pq.read_table(path)
+        for f in self.shard_files("stats"):
+            if f.key is None:
+                continue
+            stats = self.store.read_table(f.path)
             if "row_ids" not in stats.column_names:  # written before shards carried their rows: redo it
-                self.discard(key)
+                self.discard(f.key, f.run)
                 continue
             rows = pa.table({"id": stats.column("row_ids")[0].values, "digest": stats.column("row_digests")[0].values})
             scalar = {name: stats.column(name)[0].as_py() for name in ("failed", "records", "rejects")}
-            shards.append(Committed(key, rows, bool(scalar["failed"]), scalar["records"], scalar["rejects"]))
+            shards.append(Committed(f.key, f.run, rows, bool(scalar["failed"]), scalar["records"], scalar["rejects"]))
         return shards
 
-    def discard(self, key: str) -> None:
+    def write_outputs(self, key: str, records: pa.Table, rejects: pa.Table) -> None:
+        """A shard's records and rejects, before its commit."""
+        self.store.write_table(self.file("records", key), records)
+        self.store.write_table(self.file("rejects", key), rejects)
+
+    def commit(self, key: str, stats: pa.Table) -> None:
+        self.store.write_table(self.file("stats", key), stats)
+
+    def discard(self, key: str, run: str | None) -> None:
         """Uncommit a shard: its stats go first, so a stop half-way leaves only leftovers."""
         for kind in ("stats", "records", "rejects"):
-            self.file(kind, key).unlink(missing_ok=True)
+            self.store.delete(self.file(kind, key, run) if run else f"{self.path}/{kind}/shard-{key}.parquet")
 
     def remove_leftovers(self) -> int:
-        """Delete records and rejects of shards that never committed; return how many files went."""
-        committed = {p.stem for p in (self.path / "stats").glob("shard-*.parquet")}
-        leftovers = [p for kind in ("records", "rejects") for p in (self.path / kind).glob("shard-*.parquet") if p.stem not in committed]
-        leftovers += [p for kind in KINDS for p in (self.path / kind).glob(".shard-*")]  # temporaries of a killed write
+        """Delete records and rejects of shards that never committed, and temporaries; return how many files went."""
+        files = self.shard_files()
+        committed = {(f.run, f.key) for f in files if f.kind == "stats" and f.key is not None}
+        leftovers = [f.path for f in files if f.key is None or (f.kind != "stats" and (f.run, f.key) not in committed)]
         for path in leftovers:
-            path.unlink(missing_ok=True)
+            self.store.delete(path)
         if leftovers:
             log.info("removed %d file(s) of shards that never committed", len(leftovers))
         return len(leftovers)
+
+    def read(self, kind: str, columns: list[str] | None = None) -> pa.Table:
+        """Every shard file of one kind, all partitions, as one table with a ``run`` column (schemas may differ: stats)."""
+        tables = []
+        for f in self.shard_files(kind):
+            if f.key is None:
+                continue
+            table = self.store.read_table(f.path)
+            if columns is not None:
+                table = table.select([c for c in columns if c in table.column_names])
+            tables.append(table.append_column("run", pa.array([f.run] * table.num_rows, pa.string())))
+        return pa.concat_tables(tables, promote_options="permissive") if tables else pa.table({})

@@ -1,6 +1,7 @@
 """A shard's outputs: validate its completions into records and rejects, write them, commit.
 
-The replica that decoded a shard writes it, straight to ``output.dir``, and
+The replica that decoded a shard writes it, straight into its run's partition
+of ``output.dir`` (``rundir.py``: a local path or a URI), and
 sends the driver only a ``ShardSummary``; the driver writes a shard itself
 only when every replica failed it (all its rows become rejects carrying the
 error). The driver builds a ``ShardWriter`` too, before any model loads, so a
@@ -34,7 +35,7 @@ from .config import ConfigError, JobConfig, read_text_option
 from .dataset import Row
 from .flags import record_flags
 from .rundir import RunDir
-from .sink import Outcome, Validator, json_schema_fields, record_schema, write_outcomes, write_table
+from .sink import Outcome, Validator, json_schema_fields, outcome_tables, record_schema
 
 #: The decoder statistics the driver's progress line adds up.
 _PROGRESS_KEYS = ("drafted_forced", "drafted_ngram", "accepted_forced", "accepted_ngram")
@@ -57,10 +58,10 @@ class RunSuperseded(RuntimeError):
 
 
 class ShardWriter:
-    def __init__(self, cfg: JobConfig, base: Path, out: Path, run_id: str):
+    def __init__(self, cfg: JobConfig, base: Path, out: RunDir, run_id: str):
         self.cfg = cfg
         self.base = base
-        self.dir = RunDir(out)
+        self.dir = out
         self.run_id = run_id
         self.schema_source = self._schema_source()
         self._check_grounding()
@@ -125,14 +126,16 @@ class ShardWriter:
               stats: dict[str, Any], error: str | None = None) -> ShardSummary:
         """Write and commit a shard; ``completions`` None means it failed with ``error`` and every row is a reject."""
         outcomes = self._outcomes(rows, completions, error)
-        records, rejects = write_outcomes(self.dir.path, key, outcomes, self.record_schema, self._record_id)
+        records_table, rejects_table = outcome_tables(outcomes, self.record_schema, self._record_id)
+        self.dir.write_outputs(key, records_table, rejects_table)
+        records, rejects = records_table.num_rows, rejects_table.num_rows
         counts, digests = alarm.shard_counts(self._judged(rows, outcomes), self.prompt)
         row = {"shard": shard, "replica": replica, "rows": len(rows), "records": records, "rejects": rejects} | stats
         row |= {"failed": completions is None, "row_ids": [r.id for r in rows], "row_digests": [r.digest for r in rows],
                 "alarm_counts": json.dumps(counts), "record_digests": digests}
         if self.dir.run_id() != self.run_id:
             raise RunSuperseded(f"{self.dir.path} belongs to another run now; shard {key} is left uncommitted")
-        write_table(self.dir.file("stats", key), pa.Table.from_pylist([row]))  # the commit
+        self.dir.commit(key, pa.Table.from_pylist([row]))
         reasons = Counter(o.reason for o in outcomes if o.reason)
         return ShardSummary(len(rows), records, rejects, completions is None, dict(reasons), {k: stats.get(k, 0) for k in _PROGRESS_KEYS})
 

@@ -1,25 +1,20 @@
-"""Validate completions into records or rejects, and write Parquet atomically.
+"""Validate completions into records or rejects, as Arrow tables.
 
 Every row of a shard leaves here exactly once: as a record (it parsed and
-validated) or as a reject carrying its reason. Files are written to a hidden
-temporary name, fsynced and renamed, so a reader never sees half a shard and
-a rerun simply overwrites.
+validated) or as a reject carrying its reason. ``rundir.RunDir`` writes the
+tables, atomically (``storage.py``).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
-import os
 import re
-import secrets
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable, Iterable
 
 import jsonschema
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from ..confidence import Confidence
 
@@ -184,8 +179,8 @@ def _typed(record: dict[str, Any], fields: list[pa.Field]) -> dict[str, Any]:
     return row
 
 
-def write_outcomes(root: Path, shard: str, outcomes: Iterable[Outcome], schema: pa.Schema, record_id: Callable[[str], str]) -> tuple[int, int]:
-    """Write a shard's records and rejects; return their counts."""
+def outcome_tables(outcomes: Iterable[Outcome], schema: pa.Schema, record_id: Callable[[str], str]) -> tuple[pa.Table, pa.Table]:
+    """A shard's records and rejects as Arrow tables (``rundir.RunDir`` writes them)."""
     typed_fields = [f for f in schema if f.name not in {m.name for m in META_FIELDS}]
     records, rejects = [], []
     for o in outcomes:
@@ -198,36 +193,4 @@ def write_outcomes(root: Path, shard: str, outcomes: Iterable[Outcome], schema: 
             records.append(meta | _typed(o.record, typed_fields))
         else:
             rejects.append({"record_id": rid, "row_id": o.row_id, "reason": o.reason, "text": o.text, "error": o.error, "relaxations": o.relaxations})
-    write_table(root / "records" / f"shard-{shard}.parquet", pa.Table.from_pylist(records, schema=schema))
-    write_table(root / "rejects" / f"shard-{shard}.parquet", pa.Table.from_pylist(rejects, schema=REJECT_SCHEMA))
-    return len(records), len(rejects)
-
-
-def write_table(path: Path, table: pa.Table) -> None:
-    _atomic(path, lambda f: pq.write_table(table, f))
-
-
-def write_json(path: Path, value: Any) -> None:
-    _atomic(path, lambda f: f.write(json.dumps(value, indent=2, sort_keys=True, default=str).encode()))
-
-
-def _atomic(path: Path, write: Callable[[Any], None]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.parent / f".{path.name}.{secrets.token_hex(4)}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # 0666 minus the umask, as any file the user makes
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException as err:
-        Path(tmp).unlink(missing_ok=True)
-        if isinstance(err, OSError) and err.filename is None:  # pyarrow names no file: name it, for the one-line message
-            raise OSError(err.errno, err.strerror or str(err), str(path)) from err
-        raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    return pa.Table.from_pylist(records, schema=schema), pa.Table.from_pylist(rejects, schema=REJECT_SCHEMA)

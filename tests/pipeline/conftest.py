@@ -1,8 +1,9 @@
 import os
 from pathlib import Path
 
-import pyarrow.parquet as pq
 import pytest
+
+from fucina_jobs.pipeline.rundir import RunDir
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -26,10 +27,21 @@ def job_dict(out: Path, **sections) -> dict:
     return raw
 
 
-def read_dir(path: Path) -> list[dict]:
-    return [row for f in sorted(path.glob("*.parquet")) for row in pq.read_table(f).to_pylist()]
+def read_dir(out: Path | str, kind: str) -> list[dict]:
+    """Every row of one kind (records, rejects, stats) of output.dir's newest version, all run partitions (with ``run``)."""
+    return RunDir.open(out).read(kind).to_pylist()
 
 
-def assert_exactly_once(out: Path, expected_ids: set[str]) -> None:
-    ids = [r["row_id"] for r in read_dir(out / "records")] + [r["row_id"] for r in read_dir(out / "rejects")]
+def shard_files(out: Path | str, kind: str) -> list[Path]:
+    """The shard files of one kind in output.dir's newest version, every partition (no temporaries)."""
+    return [Path(f.path) for f in RunDir.open(out).shard_files(kind) if f.key is not None]
+
+
+def manifest(out: Path | str) -> dict | None:
+    """The manifest of output.dir's newest version."""
+    return RunDir.open(out).read_manifest()
+
+
+def assert_exactly_once(out: Path | str, expected_ids: set[str]) -> None:
+    ids = [r["row_id"] for r in read_dir(out, "records")] + [r["row_id"] for r in read_dir(out, "rejects")]
     assert sorted(ids) == sorted(expected_ids), "every input row must appear exactly once in records plus rejects"

@@ -1,0 +1,158 @@
+"""Where a job reads and writes: a local path, or a ``pyarrow.fs`` URI (``s3://``, ``gs://``, ``file://``).
+
+A location with ``://`` goes to ``pyarrow.fs.FileSystem.from_uri`` (so an S3
+endpoint can ride in the URI: ``s3://bucket/out?endpoint_override=host:port&scheme=http``,
+or come from ``AWS_ENDPOINT_URL``); any other location is a local path,
+relative to the config's base folder.
+
+Writes are atomic on both. Locally a file is written to a hidden temporary
+name, fsynced and renamed, then its folder is fsynced. On an object store a
+PUT (a multipart upload included) makes the object appear whole or not at
+all, so the object is written in place. Readers skip names that start with
+``.`` or ``_``, so a local temporary is never read as data.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO, Callable
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+
+def resolve(location: str, base: Path) -> tuple[pafs.FileSystem, str]:
+    """The filesystem and the path on it: a URI through ``from_uri``, anything else local below ``base``."""
+    if "://" in location:
+        try:
+            return pafs.FileSystem.from_uri(location)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as err:
+            from .config import ConfigError
+
+            raise ConfigError(f"{location}: not a usable filesystem URI ({str(err).splitlines()[0]})") from None
+    return pafs.LocalFileSystem(), str((base / location).resolve())
+
+
+def is_local(fs: pafs.FileSystem) -> bool:
+    return isinstance(fs, pafs.LocalFileSystem)
+
+
+def open_input(fs: pafs.FileSystem, path: str) -> BinaryIO:
+    """A buffered, seekable binary file: lines for the scan, ``seek``/``read`` for a replica's byte ranges (ranged GETs on S3)."""
+    return io.BufferedReader(fs.open_input_file(path), buffer_size=1 << 20)
+
+
+def read_bytes(fs: pafs.FileSystem, path: str) -> bytes:
+    with fs.open_input_stream(path) as f:
+        return f.read()
+
+
+def list_files(fs: pafs.FileSystem, folder: str) -> list[str]:
+    """Every file below ``folder`` (recursive), sorted; none when it does not exist."""
+    infos = fs.get_file_info(pafs.FileSelector(folder, recursive=True, allow_not_found=True))
+    return sorted(i.path for i in infos if i.type == pafs.FileType.File)
+
+
+@dataclass(frozen=True)
+class Storage:
+    """An output location: atomic writes, listing, reading and deleting, the same on a local disk and an object store."""
+
+    fs: pafs.FileSystem
+    root: str  # the location's path on ``fs``
+    location: str  # as the user wrote it, for messages
+
+    @classmethod
+    def at(cls, location: str, base: Path) -> "Storage":
+        fs, root = resolve(location, base)
+        return cls(fs, root.rstrip("/"), location if "://" in location else root)
+
+    @property
+    def local(self) -> bool:
+        return is_local(self.fs)
+
+    def join(self, *parts: str) -> str:
+        return "/".join([self.root, *parts])
+
+    def name(self, path: str) -> str:
+        """``path`` as a user can find it: a local path, or the URI's scheme and path."""
+        if self.local:
+            return path
+        return f"{self.location.split('://', 1)[0]}://{path}"
+
+    def write_table(self, path: str, table: pa.Table) -> None:
+        self._write(path, lambda f: pq.write_table(table, f))
+
+    def write_json(self, path: str, value: Any) -> None:
+        self._write(path, lambda f: f.write(_json_bytes(value)))
+
+    def _write(self, path: str, write: Callable[[Any], None]) -> None:
+        if self.local:
+            atomic(Path(path), write)
+            return
+        with self.fs.open_output_stream(path) as f:  # the object appears when the stream closes, whole
+            write(f)
+
+    def read_table(self, path: str, columns: list[str] | None = None) -> pa.Table:
+        return pq.read_table(path, columns=columns, filesystem=self.fs)
+
+    def read_json(self, path: str) -> Any | None:
+        """The JSON at ``path``, or None when it is missing or unreadable."""
+        try:
+            return json.loads(read_bytes(self.fs, path))
+        except (OSError, ValueError):
+            return None
+
+    def exists(self, path: str) -> bool:
+        return self.fs.get_file_info(path).type != pafs.FileType.NotFound
+
+    def list(self, folder: str) -> list[str]:
+        return list_files(self.fs, folder)
+
+    def delete(self, path: str) -> None:
+        try:
+            self.fs.delete_file(path)
+        except FileNotFoundError:
+            pass
+
+
+def _json_bytes(value: Any) -> bytes:
+    return json.dumps(value, indent=2, sort_keys=True, default=str).encode()
+
+
+def write_table(path: Path, table: pa.Table) -> None:
+    """Write a local Parquet file atomically."""
+    atomic(path, lambda f: pq.write_table(table, f))
+
+
+def write_json(path: Path, value: Any) -> None:
+    """Write a local JSON file atomically."""
+    atomic(path, lambda f: f.write(_json_bytes(value)))
+
+
+def atomic(path: Path, write: Callable[[Any], None]) -> None:
+    """Write to a hidden temporary, fsync, rename over ``path``, fsync the folder: a reader sees all or nothing."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.parent / f".{path.name}.{secrets.token_hex(4)}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # 0666 minus the umask, as any file the user makes
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException as err:
+        Path(tmp).unlink(missing_ok=True)
+        if isinstance(err, OSError) and err.filename is None:  # pyarrow names no file: name it, for the one-line message
+            raise OSError(err.errno, err.strerror or str(err), str(path)) from err
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
