@@ -158,7 +158,7 @@ def _batch(pending: list[tuple]) -> pa.RecordBatch:
 
 def _files(cfg: DatasetConfig, fs: pafs.FileSystem, root: str) -> list[str]:
     """The dataset's files: one path, a glob (``data/*.jsonl``), a parquet folder, or a text_dir/maskbench folder's documents."""
-    if any(ch in cfg.path for ch in "*?["):
+    if any(ch in root for ch in "*?["):  # the path, not the location: a URI's query has a '?'
         matches = _glob(fs, root)
         if not matches:
             raise ConfigError(f"dataset.path {cfg.path} matches no file")

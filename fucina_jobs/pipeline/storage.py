@@ -26,6 +26,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from .config import ConfigError
 
 def resolve(location: str, base: Path) -> tuple[pafs.FileSystem, str]:
     """The filesystem and the path on it: a URI through ``from_uri``, anything else local below ``base``."""
@@ -33,8 +34,6 @@ def resolve(location: str, base: Path) -> tuple[pafs.FileSystem, str]:
         try:
             return pafs.FileSystem.from_uri(location)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as err:
-            from .config import ConfigError
-
             raise ConfigError(f"{location}: not a usable filesystem URI ({str(err).splitlines()[0]})") from None
     return pafs.LocalFileSystem(), str((base / location).resolve())
 

@@ -10,7 +10,6 @@ import json
 import subprocess
 import sys
 
-import pyarrow.parquet as pq
 import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
@@ -20,6 +19,7 @@ from fucina_jobs.eval.evaluate import evaluate
 from fucina_jobs.pipeline.cli import CONF_DIR
 from fucina_jobs.pipeline.config import validate
 
+from ..pipeline.conftest import read_dir
 from .conftest import REPO
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("local_ray")]
@@ -35,8 +35,9 @@ def test_shipped_invoice_eval_on_4_rows(tmp_path):
     out = tmp_path / "inv"
     resolved = shipped("eval_invoices", "dataset.limit=4", "runtime.replicas=2", "runtime.streams=2", "runtime.shard_size=2", f"output.dir={out}")
     result = evaluate(validate(resolved), REPO, resolved)
-    assert result.ok and result.run_dir == out
-    scores = json.loads((out / "scores.json").read_text())
+    run = result.run_dir  # scores and reports go next to the version's manifest
+    assert result.ok and run.parent == out and run.name.startswith("version=")
+    scores = json.loads((run / "scores.json").read_text())
     assert scores["conformance"]["rows"] == 4 and scores["conformance"]["validate_rate"] is not None
     acc = scores["accuracy"]
     assert acc["rows_scored"] == 4 and acc["gold_not_in_run"] == 20
@@ -46,14 +47,14 @@ def test_shipped_invoice_eval_on_4_rows(tmp_path):
     e = scores["efficiency"]
     assert e["shards"] == 2 and e["tokens_per_forward"] > 1 and e["acceptance"]["forced"]["rate"] > 0 and e["tok_s"] > 0
     fields = set(acc["fields"])
-    for record in pq.read_table(out / "records").to_pylist():  # per-field confidence, in [0, 1]
+    for record in read_dir(out, "records"):  # per-field confidence, in [0, 1]
         low, mean = dict(record["field_confidence_min"]), dict(record["field_confidence_mean"])
         assert set(low) == set(mean) and fields <= set(low)
         assert all(0.0 <= low[k] <= mean[k] <= 1.0 for k in low) and record["record_confidence"] == min(mean.values())
     c = scores["confidence"]
     assert c["fields_scored"] == 36 and (c["auroc"] is None or 0.0 <= c["auroc"] <= 1.0)
     assert sum(b["fields"] for b in c["bins"]) == 36 and set(c["per_field"]) == fields
-    md, page = (out / "report.md").read_text(), (out / "report.html").read_text()
+    md, page = (run / "report.md").read_text(), (run / "report.html").read_text()
     for title in ("Accuracy against gold", "Confidence calibration", "Efficiency", "Conformance"):
         assert title in md and title in page
     assert page.count("data:image/png;base64,") == 4  # accuracy per field, calibration, acceptance and tok/s per shard
@@ -89,7 +90,7 @@ def test_outputs_do_not_depend_on_replicas_streams_or_speculation(tmp_path, temp
     assert ra.ok and rb.ok
     assert ra.scores["content_hash"] == rb.scores["content_hash"], compare(a, b).records
     assert ra.scores["efficiency"]["shards"] == rb.scores["efficiency"]["shards"] == 2
-    confidence = [{r["row_id"]: r["record_confidence"] for r in pq.read_table(run / "records").to_pylist()} for run in (a, b)]
+    confidence = [{r["row_id"]: r["record_confidence"] for r in read_dir(run, "records")} for run in (a, b)]
     assert confidence[0] == pytest.approx(confidence[1], rel=1e-3)  # fp32 forwards, batched differently: close, not bitwise
     res = _cli_compare(a, b)
     assert res.returncode == 0 and "identical outputs" in res.stdout, res.stdout + res.stderr
@@ -111,7 +112,7 @@ def test_maskbench_generate_mode_reports_coverage_validity_and_features(tmp_path
     assert scores["schema_coverage"]["schemas"] == 4 and scores["schema_coverage"]["coverage"] == 1.0
     valid = scores["conformance"]["validated"]
     assert sum(f["valid"] for f in scores["by_feature"].values()) >= valid and "additionalProperties" in scores["by_feature"]
-    assert "Valid outputs, top" in (out / "report.md").read_text()
+    assert "Valid outputs, top" in (result.run_dir / "report.md").read_text()
 
 
 def test_relaxed_schemas_decode_and_post_validation_rejects_what_the_original_forbids(tmp_path):
@@ -128,11 +129,11 @@ def test_relaxed_schemas_decode_and_post_validation_rejects_what_the_original_fo
     c = evaluate(cfg, REPO).scores["conformance"]
     assert c["rejects_by_reason"] == {"schema_violation": 1}
     assert c["relaxed"] == {"rows": 2, "records": 1, "rejects_by_reason": {"schema_violation": 1}, "rows_by_cause": {"not": 2}}
-    records = {r["row_id"]: r for r in pq.read_table(out / "records").to_pylist()}
-    (reject,) = pq.read_table(out / "rejects").to_pylist()
+    records = {r["row_id"]: r for r in read_dir(out, "records")}
+    (reject,) = read_dir(out, "rejects")
     assert reject["row_id"] == "a" and reject["text"] == '"x"' and reject["relaxations"] == ["not"] and "should not be valid" in reject["error"]
     assert records["b"]["text"] == '"y"' and records["b"]["relaxations"] == ["not"] and records["c"]["relaxations"] == []
-    assert pq.read_table(out / "stats").column("relaxed_rows").to_pylist() == [2]
+    assert [s["relaxed_rows"] for s in read_dir(out, "stats")] == [2]
     # With constraint.relax=off the same rows are refused before decoding, as llguidance refuses them.
     strict = validate({**cfg.model_dump(), "constraint": {"relax": "off"}, "output": {"dir": str(tmp_path / "strict")}})
     assert evaluate(strict, REPO).scores["conformance"]["rejects_by_reason"] == {"error": 2}

@@ -7,7 +7,7 @@ import pytest
 from fucina_jobs.pipeline.config import validate
 from fucina_jobs.pipeline.driver import Job
 
-from ..pipeline.conftest import REPO, assert_exactly_once, job_dict, read_dir
+from ..pipeline.conftest import REPO, assert_exactly_once, job_dict, manifest, read_dir
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("local_ray")]
 ONE_REPLICA = {"replicas": 1, "streams": 2, "shard_size": 2}
@@ -35,7 +35,7 @@ def test_a_value_the_document_does_not_write_is_rejected_as_ungrounded(tmp_path,
     raw["constraint"] = {"json_schema": str(tmp_path / "schema.json")} if where == "job_schema" else {}
     summary = Job(validate(raw), REPO).run()
     assert_exactly_once(tmp_path / "out", {"written", "unwritten"})
-    records, rejects = read_dir(tmp_path / "out/records"), read_dir(tmp_path / "out/rejects")
+    records, rejects = read_dir(tmp_path / "out", "records"), read_dir(tmp_path / "out", "rejects")
     assert [r["row_id"] for r in records] == ["written"]
     assert json.loads(records[0]["text"])["total"] == 572.34  # the only number written: the grammar forces it
     # No number to take: the grammar falls back to the schema, the model writes one, the post-check rejects it.
@@ -55,5 +55,4 @@ def test_the_alarm_fires_on_a_run_that_copies_its_example(tmp_path):
     assert summary.records == 4
     assert summary.alarm["shares"]["prompt_copies"] > 0.05
     assert any("copied from the prompt" in w for w in summary.alarm["warnings"])
-    manifest = json.loads((tmp_path / "out/manifest.json").read_text())
-    assert manifest["totals"]["alarm"]["warnings"] == summary.alarm["warnings"]
+    assert manifest(tmp_path / "out")["totals"]["alarm"]["warnings"] == summary.alarm["warnings"]

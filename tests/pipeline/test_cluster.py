@@ -29,4 +29,4 @@ def test_job_runs_across_two_nodes(two_nodes, tmp_path):
     summary = Job(cfg, REPO).run()
     assert summary.ok
     assert_exactly_once(out, {"inv-001", "inv-002"})
-    assert {s["replica"] for s in read_dir(out / "stats")} == {0, 1}
+    assert {s["replica"] for s in read_dir(out, "stats")} == {0, 1}

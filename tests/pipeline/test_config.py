@@ -7,7 +7,7 @@ import pytest
 
 from fucina_jobs.pipeline.config import ConfigError, validate
 
-from .conftest import REPO, job_dict
+from .conftest import REPO, job_dict, manifest
 
 
 def test_valid_config_has_defaults(tmp_path):
@@ -67,7 +67,7 @@ def test_cli_rejects_bad_override_before_loading_a_model(tmp_path):
     bad = _cli("run", "conf=extract_invoices", "decoding.top_p=2", f"output.dir={tmp_path}")
     assert bad.returncode == 2
     assert "decoding.top_p=2" in bad.stderr and "less than or equal to 1" in bad.stderr
-    assert not (tmp_path / "manifest.json").exists()
+    assert manifest(tmp_path) is None
 
 
 def test_cli_engine_group_lists_its_options():
@@ -82,7 +82,7 @@ def test_cli_engine_vllm_without_the_extra_says_how_to_install(tmp_path):
     res = _cli("run", "conf=extract_invoices", "engine=vllm", f"output.dir={tmp_path}")
     assert res.returncode == 2 and "Traceback" not in res.stderr
     assert "bash scripts/setup.sh --with-vllm" in res.stderr and "fucina_jobs[vllm]" in res.stderr
-    assert not (tmp_path / "manifest.json").exists()
+    assert manifest(tmp_path) is None
 
 
 def test_cli_without_job_says_what_to_do():
@@ -96,5 +96,5 @@ def test_multirun_sweeps_overrides_into_their_own_output_dirs(tmp_path):
                f"output.dir={tmp_path}/t${{decoding.max_tokens}}", "runtime.replicas=1")
     assert res.returncode == 0, res.stderr[-2000:]
     for budget in (8, 12):
-        manifest = json.loads((tmp_path / f"t{budget}" / "manifest.json").read_text())
-        assert manifest["config"]["decoding"]["max_tokens"] == budget and manifest["totals"]["rows"] == 1
+        recorded = manifest(tmp_path / f"t{budget}")
+        assert recorded["config"]["decoding"]["max_tokens"] == budget and recorded["totals"]["rows"] == 1

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from .conftest import REPO, assert_exactly_once
+from .conftest import REPO, assert_exactly_once, shard_files
 
 pytestmark = pytest.mark.slow
 
@@ -22,12 +22,12 @@ def test_driver_killed_and_restarted_resumes_completed_shards(tmp_path):
     out = tmp_path / "run"
     proc = subprocess.Popen(_command(out), cwd=REPO, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 600
-    while not list(out.glob("stats/shard-*.parquet")) and proc.poll() is None and time.monotonic() < deadline:
+    while not shard_files(out, "stats") and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.5)
-    assert list(out.glob("stats/shard-*.parquet")), "the first shard never finished"
+    assert shard_files(out, "stats"), "the first shard never finished"
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
-    done_before = len(list((out / "stats").glob("*.parquet")))
+    done_before = len(shard_files(out, "stats"))
     assert done_before < 3, "the driver was killed before the job ended"
 
     rerun = subprocess.run(_command(out), cwd=REPO, capture_output=True, text=True, timeout=900)

@@ -2,9 +2,9 @@ import datetime as dt
 import json
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
-from fucina_jobs.pipeline.sink import Outcome, Validator, json_schema_fields, record_schema, write_outcomes
+from fucina_jobs.pipeline.rundir import RunDir
+from fucina_jobs.pipeline.sink import Outcome, Validator, json_schema_fields, outcome_tables, record_schema
 
 from .conftest import REPO
 
@@ -46,16 +46,21 @@ def test_regex_validator_gives_named_groups():
     assert v("nobody", "stop", None)[1] == "schema_violation"
 
 
-def test_write_outcomes_types_and_accounts(tmp_path):
+def test_outcomes_are_typed_and_accounted_then_written_into_the_run_partition(tmp_path):
     schema = record_schema(json_schema_fields(INVOICE))
     outcomes = [
         Outcome("inv-001", json.dumps(GOOD), "stop", 10, 5, record=GOOD),
         Outcome("inv-002", "{", "length", 10, 5, reason="length", error="budget"),
     ]
-    assert write_outcomes(tmp_path, "00003", outcomes, schema, lambda r: "id-" + r) == (1, 1)
-    record = pq.read_table(tmp_path / "records/shard-00003.parquet").to_pylist()[0]
+    records, rejects = outcome_tables(outcomes, schema, lambda r: "id-" + r)
+    assert (records.num_rows, rejects.num_rows) == (1, 1)
+    out = RunDir.for_config(str(tmp_path), REPO, "f" * 64)
+    run = out.start_run()
+    out.write_outputs("00003", records, rejects)
+    (record,) = out.read("records").to_pylist()
     assert record["record_id"] == "id-inv-001" and isinstance(record["invoice_date"], dt.date) and record["total"] == GOOD["total"]
-    reject = pq.read_table(tmp_path / "rejects/shard-00003.parquet").to_pylist()[0]
+    assert record["run"] == run
+    (reject,) = out.read("rejects").to_pylist()
     assert reject["reason"] == "length" and reject["text"] == "{"
     assert not [p for p in tmp_path.rglob(".*") if p.is_file()], "no temporary files are left behind"
 
@@ -93,9 +98,11 @@ def test_a_shard_commits_only_while_the_manifest_names_its_run(tmp_path):
 
     cfg = validate(job_dict(tmp_path))
     rows = [Row("a", 0, {"text": "x"}, "a problem")]
-    (tmp_path / "manifest.json").write_text(json.dumps({"run_id": "new-run"}))
+    out = RunDir.for_config(str(tmp_path), REPO, "f" * 64)
+    out.start_run()
+    out.write_manifest({"run_id": "new-run"})
     with pytest.raises(RunSuperseded):
-        ShardWriter(cfg, REPO, tmp_path, "old-run").write("k1", 0, 0, rows, [], {})
-    assert not (tmp_path / "stats" / "shard-k1.parquet").exists()
-    summary = ShardWriter(cfg, REPO, tmp_path, "new-run").write("k1", 0, 0, rows, [], {})
-    assert summary.rejects == 1 and (tmp_path / "stats" / "shard-k1.parquet").exists()
+        ShardWriter(cfg, REPO, out, "old-run").write("k1", 0, 0, rows, [], {})
+    assert not out.committed()
+    summary = ShardWriter(cfg, REPO, out, "new-run").write("k1", 0, 0, rows, [], {})
+    assert summary.rejects == 1 and [s.key for s in out.committed()] == ["k1"]

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from ..pipeline.conftest import REPO, assert_exactly_once, job_dict, read_dir  # noqa: F401  (test modules import them from here)
+from ..pipeline.conftest import REPO, assert_exactly_once, job_dict, manifest, read_dir, shard_files  # noqa: F401  (test modules import them from here)
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -31,10 +31,6 @@ def small_job(out: Path, dataset: Path, **sections) -> dict:
     for key, value in sections.items():
         raw[key] = {**raw.get(key, {}), **value}
     return raw
-
-
-def manifest(out: Path) -> dict:
-    return json.loads((out / "manifest.json").read_text())
 
 
 def cli(*args: str, timeout: float = 900, **popen) -> subprocess.CompletedProcess:

@@ -5,6 +5,7 @@ reaches the replica pool, and leave no manifest behind.
 """
 
 import json
+from pathlib import Path
 
 import pytest
 import ray
@@ -14,7 +15,7 @@ from fucina_jobs.pipeline.config import ConfigError, validate
 from fucina_jobs.pipeline.driver import Job
 from fucina_jobs.pipeline.rundir import RunDir
 
-from .conftest import REPO, cli, job_dict, write_jsonl
+from .conftest import REPO, cli, job_dict, manifest, write_jsonl
 
 SCHEMAS = {
     "bad_pattern.json": {"type": "object", "properties": {"a": {"type": "string", "pattern": "(("}}},
@@ -62,7 +63,7 @@ def test_config_errors_come_before_any_model_loads(files, sections, words):
     assert "\n" not in message
     for word in words:
         assert word in message, message
-    assert not ray.is_initialized() and not (files / "out" / "manifest.json").exists()
+    assert not ray.is_initialized() and manifest(files / "out") is None
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
@@ -88,23 +89,26 @@ def test_fresh_refuses_a_folder_that_holds_no_run_of_ours(tmp_path):
     assert (out / "records" / "mine.txt").read_text() == "keep me" and (out / "logs" / "mine.txt").exists()
 
 
-def test_fresh_deletes_only_what_a_run_of_ours_wrote(tmp_path):
+def test_fresh_deletes_only_what_a_run_of_ours_wrote_in_this_version(tmp_path):
     out = tmp_path / "out"
-    ours = [out / "records" / "shard-0123456789abcdef.parquet", out / "logs" / "replica-0.log", out / "manifest.json"]
-    for path in ours + [out / "records" / "notes.txt"]:
+    version, other = (RunDir.for_config(str(out), tmp_path, fingerprint * 64) for fingerprint in "ab")
+    version.run = other.run = "20261130T120501Z"
+    ours = [Path(version.file("records", "0123456789abcdef")), Path(version.manifest_path), out / "logs" / "replica-0.log"]
+    kept = [Path(version.folder("records")) / "notes.txt", Path(other.file("records", "0123456789abcdef")), Path(other.manifest_path)]
+    for path in ours + kept:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("x")
-    RunDir(out).claim(fresh=True)
-    assert not any(p.exists() for p in ours) and (out / "records" / "notes.txt").exists()
+    version.claim(fresh=True)
+    assert not any(p.exists() for p in ours) and all(p.exists() for p in kept)
 
 
 def test_a_second_run_on_a_locked_output_dir_stops_naming_the_first(tmp_path):
     """Defect 4: two runs at once on one output.dir mixed their shards."""
     out = tmp_path / "out"
-    with RunDir(out).locked():
+    with RunDir.open(out).locked():
         with pytest.raises(ConfigError, match=r"output.dir .* is in use by another run \(pid \d+\)"):
             Job(validate(job_dict(out)), REPO).run()
-    assert not (out / "manifest.json").exists()
+    assert manifest(out) is None
 
 
 def test_dataset_problems_are_one_line_errors(tmp_path):

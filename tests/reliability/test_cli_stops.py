@@ -16,7 +16,7 @@ import pytest
 from fucina_jobs.pipeline.config import ConfigError, validate
 from fucina_jobs.pipeline.driver import Job
 
-from .conftest import REPO, assert_exactly_once, invoice_rows, manifest, small_job, write_jsonl
+from .conftest import REPO, assert_exactly_once, invoice_rows, manifest, shard_files, small_job, write_jsonl
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("local_ray")]
 IDS = ["a", "b", "c", "d", "e", "f", "g", "h"]
@@ -39,11 +39,11 @@ def test_busy_output_dir_then_ctrl_c_then_rerun(tmp_path):
                             start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # as under a terminal, even if pytest runs in the background
     try:
-        _wait_for(lambda: (out / "manifest.json").exists(), proc, "manifest")
+        _wait_for(lambda: manifest(out) is not None, proc, "manifest")
         with pytest.raises(ConfigError, match=rf"in use by another run \(pid {proc.pid}\)"):
             Job(validate(small_job(out, data)), REPO).run()
 
-        _wait_for(lambda: list(out.glob("stats/*.parquet")), proc, "committed shard")
+        _wait_for(lambda: shard_files(out, "stats"), proc, "committed shard")
         os.killpg(proc.pid, signal.SIGINT)
         _, stderr = proc.communicate(timeout=120)
     finally:

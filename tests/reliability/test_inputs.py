@@ -10,7 +10,7 @@ import pytest
 from fucina_jobs.pipeline.config import ConfigError, DatasetConfig
 from fucina_jobs.pipeline.dataset import read_rows
 from fucina_jobs.pipeline.flags import COPIED_FROM_DOCUMENT, record_flags
-from fucina_jobs.pipeline.sink import write_json, write_table
+from fucina_jobs.pipeline.storage import write_json, write_table
 
 
 def _read(path, **kw):

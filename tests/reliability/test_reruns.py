@@ -16,7 +16,7 @@ from fucina_jobs.pipeline.config import ConfigError, validate
 from fucina_jobs.pipeline.driver import Job, file_hash
 from fucina_jobs.pipeline.flags import COPIED_FROM_DOCUMENT
 
-from .conftest import REPO, assert_exactly_once, invoice_rows, manifest, read_dir, small_job, write_jsonl
+from .conftest import REPO, assert_exactly_once, invoice_rows, manifest, read_dir, shard_files, small_job, write_jsonl
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("local_ray")]
 
@@ -29,7 +29,7 @@ def _run(raw: dict, on_dispatch=None):
 
 
 def _rejects(out) -> dict[str, dict]:
-    return {r["row_id"]: r for r in read_dir(out / "rejects")}
+    return {r["row_id"]: r for r in read_dir(out, "rejects")}
 
 
 def test_hostile_rows_each_end_once_and_the_rest_of_their_shard_decodes(tmp_path):
@@ -54,7 +54,7 @@ def test_hostile_rows_each_end_once_and_the_rest_of_their_shard_decodes(tmp_path
     assert "not valid Unicode" in rejects["s\\ud800"]["error"] and "field 'text' is not valid Unicode" in rejects["t"]["error"]
     assert "exceeds the model's context of 8192 tokens" in rejects["long"]["error"]
     assert rejects.get("short", {}).get("reason") != "error" and rejects.get("inv", {}).get("reason") != "error"
-    records = {r["row_id"]: r for r in read_dir(out / "records")}
+    records = {r["row_id"]: r for r in read_dir(out, "records")}
     for row_id, record in records.items():
         copied = all(json.loads(record["text"]).get(k) == v for k, v in FAKE.items())
         assert (COPIED_FROM_DOCUMENT in record["flags"]) == copied, row_id
@@ -67,7 +67,7 @@ def test_reshard_after_a_kill_then_an_edited_dataset(tmp_path):
     out = tmp_path / "out"
     assert _run(small_job(out, data)).shards == 2
     # A driver killed between a shard's records and its commit leaves exactly this: records and rejects, no stats.
-    victim = sorted((out / "stats").glob("*.parquet"))[0]
+    victim = sorted(shard_files(out, "stats"))[0]
     victim.unlink()
 
     resharded = _run(small_job(out, data, runtime={"shard_size": 3}))
@@ -84,7 +84,7 @@ def test_reshard_after_a_kill_then_an_edited_dataset(tmp_path):
     assert_exactly_once(out, {"x1", "x2", "y3", "y4"})
     m = manifest(out)
     assert m["status"] == "complete" and m["hashes"]["dataset"] == file_hash(data) and m["totals"]["records"] + m["totals"]["rejects"] == 4
-    assert sorted(m["shards"]) == sorted(p.stem[len("shard-"):] for p in (out / "stats").glob("*.parquet"))
+    assert sorted(m["shards"]) == sorted(p.stem[len("shard-"):] for p in shard_files(out, "stats"))
 
 
 def _kill_first_dispatch(killed: list):
@@ -104,14 +104,14 @@ def test_a_rerun_retries_the_shards_that_failed(tmp_path):
     failed = _run(small_job(out, data, runtime={"max_retries": 0}), _kill_first_dispatch(killed))
     # With no retries the killed replica stays dead, so both shards fail.
     assert killed and failed.shards_failed == 2 and manifest(out)["status"] == "failed"
-    errors = [r["error"] for r in read_dir(out / "rejects") if r["reason"] == "error"]
+    errors = [r["error"] for r in read_dir(out, "rejects") if r["reason"] == "error"]
     assert len(errors) == 4 and all("\x1b" not in e and "rerun to retry it" in e for e in errors)
     assert any("The actor died unexpectedly" in e for e in errors), errors
 
     rerun = _run(small_job(out, data))
     assert rerun.ok and rerun.shards_redone == 2 and rerun.shards_resumed == 0
     assert_exactly_once(out, {"a", "b", "c", "d"})
-    assert manifest(out)["status"] == "complete" and not [r for r in read_dir(out / "rejects") if r["reason"] == "error"]
+    assert manifest(out)["status"] == "complete" and not [r for r in read_dir(out, "rejects") if r["reason"] == "error"]
 
 
 def test_ctrl_c_leaves_an_interrupted_manifest_and_the_rerun_resumes(tmp_path):

