@@ -1,0 +1,68 @@
+"""Issue 13 point 6: a job reads ``s3://`` and writes ``s3://``, on moto's S3 server on 127.0.0.1.
+
+The endpoint rides in the URIs' query (``endpoint_override``, ``scheme``), so
+the replicas' filesystems reach the same server; the dummy credentials come
+from the environment, which Ray's workers inherit from this process.
+"""
+
+import os
+import socket
+
+import pyarrow.fs as pafs
+import pytest
+
+from fucina_jobs.bench.pipeline import generate, job_config
+from fucina_jobs.pipeline.config import validate
+from fucina_jobs.pipeline.driver import Job
+
+from .conftest import REPO, assert_exactly_once, manifest, read_dir
+
+pytestmark = pytest.mark.slow
+moto_server = pytest.importorskip("moto.server", reason="moto[server] is in the test extra")
+
+_ENV = {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION": "us-east-1"}
+
+
+@pytest.fixture(scope="module")
+def s3():
+    """A bucket on a private moto server; yields a function that turns a key into an ``s3://`` URI for it."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    saved = {k: os.environ.get(k) for k in _ENV}
+    os.environ.update(_ENV)  # before Ray starts, so its workers inherit them
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    query = f"endpoint_override=127.0.0.1:{port}&scheme=http"
+    fs, _ = pafs.FileSystem.from_uri(f"s3://bucket?{query}&allow_bucket_creation=true")
+    fs.create_dir("bucket")
+    yield lambda key: f"s3://bucket/{key}?{query}"
+    server.stop()
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+def test_a_job_reads_and_writes_s3_and_a_rerun_decodes_nothing(s3, tmp_path, local_ray):
+    local = tmp_path / "in.jsonl"
+    generate(local, 25)
+    data, out = s3("data/in.jsonl"), s3("runs/nightly")
+    fs, path = pafs.FileSystem.from_uri(data)
+    with fs.open_output_stream(path) as f:
+        f.write(local.read_bytes())
+
+    raw = job_config(data, out, 2, 10)
+    first = Job(validate(raw), REPO).run()
+    assert first.ok and first.rows == 25 and first.shards == 3
+    ids = {f"r{i:08d}" for i in range(25)}
+    assert_exactly_once(out, ids)
+    m = manifest(out)
+    assert m["status"] == "complete" and m["run"] and len(m["shards"]) == 3
+    assert {s["replica"] for s in read_dir(out, "stats")} <= {0, 1}
+
+    again = Job(validate(raw), REPO).run()
+    assert again.ok and again.shards_resumed == 3 and again.shards == 3
+    assert manifest(out)["run"] is None, "a rerun with nothing new decodes nothing and writes no partition"
+    assert_exactly_once(out, ids)
