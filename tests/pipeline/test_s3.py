@@ -48,15 +48,17 @@ def s3():
 def test_a_job_reads_and_writes_s3_and_a_rerun_decodes_nothing(s3, tmp_path, local_ray):
     local = tmp_path / "in.jsonl"
     generate(local, 25)
-    data, out = s3("data/in.jsonl"), s3("runs/nightly")
-    fs, path = pafs.FileSystem.from_uri(data)
-    with fs.open_output_stream(path) as f:
-        f.write(local.read_bytes())
+    parts = {"data/part-0.jsonl": local.read_bytes(), "data/part-1.jsonl": b'{"id": "extra", "text": "Invoice E-1 from Acme"}\n'}
+    for key, body in parts.items():
+        fs, path = pafs.FileSystem.from_uri(s3(key))
+        with fs.open_output_stream(path) as f:
+            f.write(body)
+    data, out = s3("data/part-*.jsonl"), s3("runs/nightly")  # a glob, listed on the object store
 
     raw = job_config(data, out, 2, 10)
     first = Job(validate(raw), REPO).run()
-    assert first.ok and first.rows == 25 and first.shards == 3
-    ids = {f"r{i:08d}" for i in range(25)}
+    assert first.ok and first.rows == 26 and first.shards == 3
+    ids = {f"r{i:08d}" for i in range(25)} | {"extra"}
     assert_exactly_once(out, ids)
     m = manifest(out)
     assert m["status"] == "complete" and m["run"] and len(m["shards"]) == 3
