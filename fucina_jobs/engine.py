@@ -41,12 +41,59 @@ class Completion:
     token_spans: list[tuple[int, int]] = field(default_factory=list)
 
 
+class Session(Protocol):
+    """A running decoder that takes prompts at any time: a replica feeds it shard after shard, so it never drains.
+
+    ``width`` is how many streams the last step decoded (its occupancy), or None
+    where the engine cannot say."""
+
+    width: int | None
+
+    def add(self, prompt: Prompt) -> None: ...
+
+    @property
+    def busy(self) -> bool: ...
+
+    def step(self) -> list[Completion]: ...
+
+
 class Engine(Protocol):
     """What the job pipeline needs from a decoder; ``constraint`` returns an opaque handle for ``Prompt.constraint``."""
 
     def constraint(self, *, json_schema: Any = None, lark: Any = None, regex: Any = None, whitespace_flexible: bool = False) -> Any: ...
 
+    def session(self, on_step: Callable[[], Any] | None = None) -> Session: ...
+
     def generate(self, prompts: Iterable[Prompt], on_step: Callable[[], Any] | None = None) -> Iterator[Completion]: ...
+
+
+def drain(session: Session, prompts: Iterable[Prompt]) -> Iterator[Completion]:
+    """Every prompt's completion, in the order they finish: a session fed once and stepped until it is idle."""
+    for prompt in prompts:
+        session.add(prompt)
+    while session.busy:
+        yield from session.step()
+
+
+class BatchSession:
+    """A session over an engine that decodes whole batches: each step decodes every prompt added since the last."""
+
+    width = None
+
+    def __init__(self, generate: Callable[[list[Prompt]], Iterable[Completion]]):
+        self.generate = generate
+        self.pending: list[Prompt] = []
+
+    def add(self, prompt: Prompt) -> None:
+        self.pending.append(prompt)
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.pending)
+
+    def step(self) -> list[Completion]:
+        batch, self.pending = self.pending, []
+        return list(self.generate(batch))
 
 
 def constraint_kind(json_schema: Any = None, lark: Any = None, regex: Any = None) -> tuple[str, Any]:
@@ -156,31 +203,47 @@ class FucinaEngine:
         return compile_constraint(self.tokenizer, vocab_size=self.runner.vocab_size, json_schema=json_schema, lark=lark, regex=regex,
                                   whitespace_flexible=whitespace_flexible)
 
+    def session(self, on_step: Callable[[], Any] | None = None) -> "FucinaSession":
+        return FucinaSession(self, BatchDecoder(self.runner, self.stops, self.params, self.spec, self.streams, on_step))
+
     def generate(self, prompts: Iterable[Prompt], on_step: Callable[[], Any] | None = None) -> Iterator[Completion]:
         """Completions in the order they finish; a prompt that cannot fit the context comes back at once as an error."""
-        decoder = BatchDecoder(self.runner, self.stops, self.params, self.spec, self.streams, on_step)
-        refused: list[Completion] = []
-
-        def requests() -> Iterator[Request]:
-            for p in prompts:
-                ids = encode_chat(self.tokenizer, p.text, p.system)
-                problem = context_overflow(len(ids), p.max_tokens, self.context)
-                if problem:
-                    refused.append(Completion(p.id, "", [], "error", StreamStats(prompt_tokens=len(ids)), error=problem))
-                    continue
-                yield Request(p.id, ids, p.constraint.clone() if p.constraint else None, p.seed, p.max_tokens)
-
-        for gen in decoder.run(requests()):
-            yield from _drain(refused)
-            text, spans = completion_text(self.tokenizer, gen.tokens)
-            yield Completion(gen.id, text, gen.tokens, gen.finish_reason, gen.stats, gen.error, gen.token_probs, spans)
-        yield from _drain(refused)
+        return drain(self.session(on_step), prompts)
 
     def complete(self, text: str, constraint: Constraint | None = None, system: str | None = None, max_tokens: int = 256) -> Completion:
         """One prompt, one completion: the simplest way in."""
         return next(self.generate([Prompt("0", text, system, constraint, max_tokens=max_tokens)]))
 
 
-def _drain(items: list[Completion]) -> Iterator[Completion]:
-    while items:
-        yield items.pop(0)
+class FucinaSession:
+    """The fucina decoder as a session: prompts are encoded and checked against the context as they are added."""
+
+    def __init__(self, engine: FucinaEngine, decoder: BatchDecoder):
+        self.engine, self.decoder = engine, decoder
+        self.refused: list[Completion] = []
+        self.width: int | None = 0
+
+    def add(self, p: Prompt) -> None:
+        ids = encode_chat(self.engine.tokenizer, p.text, p.system)
+        problem = context_overflow(len(ids), p.max_tokens, self.engine.context)
+        if problem:
+            self.refused.append(Completion(p.id, "", [], "error", StreamStats(prompt_tokens=len(ids)), error=problem))
+            return
+        self.decoder.add(Request(p.id, ids, p.constraint.clone() if p.constraint else None, p.seed, p.max_tokens))
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.refused) or self.decoder.busy
+
+    def step(self) -> list[Completion]:
+        done, self.refused = self.refused, []
+        self.width = 0
+        if self.decoder.busy:
+            generations = self.decoder.step()
+            self.width = len(self.decoder.live) + len(generations)
+            done += [self._completion(gen) for gen in generations]
+        return done
+
+    def _completion(self, gen: Any) -> Completion:
+        text, spans = completion_text(self.engine.tokenizer, gen.tokens)
+        return Completion(gen.id, text, gen.tokens, gen.finish_reason, gen.stats, gen.error, gen.token_probs, spans)

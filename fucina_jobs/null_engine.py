@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable, Iterator
 
-from .engine import Completion, Prompt
+from .engine import BatchSession, Completion, Prompt
 
 
 class NullEngine:
@@ -19,6 +19,9 @@ class NullEngine:
     def constraint(self, **kw: Any) -> None:
         """No decoder, so nothing to compile; the driver has already checked the constraint on the tokenizer."""
         return None
+
+    def session(self, on_step: Callable[[], Any] | None = None) -> BatchSession:
+        return BatchSession(self.generate)
 
     def generate(self, prompts: Iterable[Prompt], on_step: Callable[[], Any] | None = None) -> Iterator[Completion]:
         for p in prompts:

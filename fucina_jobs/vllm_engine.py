@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterable, Iterator
 from .decoding.batch import SpecConfig, StreamStats
 from .decoding.constraint import Constraint, read_schema, read_source
 from .decoding.sampler import SamplingParams
-from .engine import Completion, Prompt, completion_text, constraint_kind, context_overflow, encode_chat, stop_tokens
+from .engine import BatchSession, Completion, Prompt, completion_text, constraint_kind, context_overflow, encode_chat, stop_tokens
 from .models.loading import DEFAULT_MODEL, load_tokenizer, resolve_source
 
 INSTALL_HINT = (
@@ -105,6 +105,9 @@ class VLLMEngine:
         text, name = read_source(source)
         getattr(Constraint, kind)(text, self.tokenizer, name=name)
         return StructuredOutputsParams(grammar=text) if kind == "lark" else StructuredOutputsParams(regex=text.strip())
+
+    def session(self, on_step: Callable[[], Any] | None = None) -> BatchSession:
+        return BatchSession(self.generate)
 
     def generate(self, prompts: Iterable[Prompt], on_step: Callable[[], Any] | None = None) -> Iterator[Completion]:
         """All prompts in one ``LLM.generate`` call; vLLM schedules ``streams`` of them at a time.

@@ -203,20 +203,34 @@ class BatchDecoder:
         self.on_step = on_step
         self.prefill_chunk = prefill_chunk
         self.prefixes = PrefixCache(runner)
+        self.waiting: deque[Request] = deque()
+        self.live: list[Stream] = []  # at most ``streams``, in admission order
 
     def run(self, requests: Iterable[Request]) -> Iterator[Generation]:
         """Yield one ``Generation`` per request, in completion order."""
-        queue = deque(requests)
-        live: list[Stream] = []
-        while queue or live:
-            newcomers = [queue.popleft() for _ in range(min(len(queue), self.streams - len(live)))]
-            if newcomers:
-                _check_unshared(live, newcomers)
-                live += [Stream(request, self.params, self.spec) for request in newcomers]
-            self._step(live)
-            for stream in [s for s in live if s.finish]:
-                live.remove(stream)
-                yield stream.result()
+        for request in requests:
+            self.add(request)
+        while self.busy:
+            yield from self.step()
+
+    def add(self, request: Request) -> None:
+        """Queue a request; it takes a stream at the next step with a free one, so callers can feed a running decoder."""
+        self.waiting.append(request)
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.waiting or self.live)
+
+    def step(self) -> list[Generation]:
+        """Fill free streams from the queue, run one forward, and return the generations that finished."""
+        newcomers = [self.waiting.popleft() for _ in range(min(len(self.waiting), self.streams - len(self.live)))]
+        if newcomers:
+            _check_unshared(self.live, newcomers)
+            self.live += [Stream(request, self.params, self.spec) for request in newcomers]
+        self._step(self.live)
+        done = [s for s in self.live if s.finish]
+        self.live = [s for s in self.live if not s.finish]
+        return [s.result() for s in done]
 
     def _step(self, live: list[Stream]) -> None:
         """One forward: every decoding stream's feed, plus the next chunk of one newcomer's prompt."""

@@ -78,12 +78,10 @@ def shard_counts(outputs: Iterable[Output], prompt: str) -> tuple[dict[str, list
     digests are all it needs to count duplicates across the run."""
     counts = {k: [0, 0] for k in ("ungrounded_values", "prompt_copies")}
     copies = _PromptCopies(prompt)
+    known: dict[int, tuple[Any, list]] = {}  # a job's rows share one schema object: read its declaration once
     digests = []
     for out in outputs:
-        try:
-            fields = grounded_fields(out.schema)
-        except GroundingError:
-            fields = []  # the row was rejected for it already
+        fields = _grounded(out.schema, known)
         checked, misses = ungrounded_values(out.value, fields, out.text)
         counts["ungrounded_values"][0] += len(misses)
         counts["ungrounded_values"][1] += checked
@@ -110,14 +108,31 @@ def combine(shards: Iterable[dict[str, list[int]]], digests: Sequence[int] | Any
     return alarm
 
 
+def _grounded(schema: Any, known: dict[int, tuple[Any, list]]) -> list:
+    if id(schema) not in known:
+        try:
+            known[id(schema)] = (schema, grounded_fields(schema))
+        except GroundingError:
+            known[id(schema)] = (schema, [])  # the row was rejected for it already
+    return known[id(schema)][1]
+
+
 class _PromptCopies:
     def __init__(self, prompt: str):
         self.prompt = _norm(prompt)
         self.numbers = numbers_in(prompt)
         self.dates = set(dates_in(prompt))
+        self._exempt: dict[int, tuple[Any, list[Any]]] = {}  # per schema object, kept with it so its id is not reused
+
+    def exempt(self, schema: Any) -> list[Any]:
+        if id(schema) not in self._exempt:
+            self._exempt[id(schema)] = (schema, _schema_values(schema))
+        return self._exempt[id(schema)][1]
 
     def count(self, out: Output) -> tuple[int, int]:
-        exempt = _schema_values(out.schema)
+        """(values copied from the prompt, values considered); the source's dates and numbers are parsed only
+        when a value is in the prompt, since parsing them costs more than the rest of the check."""
+        exempt = self.exempt(out.schema)
         source, numbers, dates = _norm(out.text), None, None
         copied = considered = 0
         for value in _leaf_values(out.value):
@@ -125,16 +140,15 @@ class _PromptCopies:
                 continue
             if isinstance(value, str) and len(_norm(value)) >= 3:
                 considered += 1
-                if dates is None:
-                    dates = set(dates_in(out.text))
-                in_prompt = _norm(value) in self.prompt or value in self.dates
-                copied += in_prompt and _norm(value) not in source and value not in dates
+                if (_norm(value) in self.prompt or value in self.dates) and _norm(value) not in source:
+                    dates = set(dates_in(out.text)) if dates is None else dates
+                    copied += value not in dates
             elif isinstance(value, (int, float)) and not isinstance(value, bool):
                 considered += 1
-                if numbers is None:
-                    numbers = numbers_in(out.text)
                 number = Decimal(str(value))
-                copied += number in self.numbers and number not in numbers
+                if number in self.numbers:
+                    numbers = numbers_in(out.text) if numbers is None else numbers
+                    copied += number not in numbers
         return copied, considered
 
 

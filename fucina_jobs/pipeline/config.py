@@ -122,6 +122,7 @@ class RuntimeConfig(_Section):
     streams: int = Field(4, ge=1, le=256)
     ray_address: str | None = Field(None, description="null starts a local Ray; 'auto' or host:port joins a cluster")
     shard_size: int = Field(1000, ge=1, description="rows per shard: one records, rejects and stats file each, and the unit of retry and resume")
+    shards_in_flight: int = Field(2, ge=1, description="shards each replica holds at once: 2 or more keep its decoder busy across shard boundaries; 1 drains it at each shard's end")
     max_retries: int = Field(2, ge=0, description="times a failed shard is retried before its rows become rejects")
     replica_timeout_s: float = Field(600.0, gt=0, description="seconds to wait for replicas to start")
 

@@ -1,4 +1,7 @@
-"""Replica actors on Ray: shards go to whichever replica is free.
+"""Replica actors on Ray: shards go to whichever replica has a free slot.
+
+Each replica holds ``runtime.shards_in_flight`` shards at once, so its decoder
+has the next shard's rows before the last one's finish (``decode_loop.py``).
 
 On GPUs a replica asks for one GPU. On CPUs it asks for one unit of a custom
 ``replica`` resource and no CPU, so Ray's own tasks never starve behind model
@@ -42,7 +45,8 @@ class ReplicaPool:
         options = self._placement()
         worker = ray.remote(ShardWorker)
         self.actors = [
-            worker.options(name=f"{ACTOR_PREFIX}{i}", max_restarts=self.cfg.runtime.max_retries, max_task_retries=0, **options)
+            worker.options(name=f"{ACTOR_PREFIX}{i}", max_restarts=self.cfg.runtime.max_retries, max_task_retries=0,
+                           max_concurrency=self.cfg.runtime.shards_in_flight + 1, **options)  # + 1: ping answers while shards run
             .remote(*self.args, i)
             for i in range(self.cfg.runtime.replicas)
         ]
@@ -96,7 +100,8 @@ class ReplicaPool:
         self, shards: deque[int], payload: Callable[[int], tuple], max_retries: int, on_dispatch: Callable[[int, Any], None] | None = None
     ) -> Iterator[tuple[int, ShardSummary | None, str | None]]:
         """Run ``ShardWorker.run(shard, *payload(shard))``; yield (shard, summary, None) or, after its retries, (shard, None, error)."""
-        queue, free = deque(shards), deque(range(len(self.actors)))
+        # A slot per shard a replica may hold; round-robin, so every replica gets its first shard before any its second.
+        queue, free = deque(shards), deque(r for _ in range(self.cfg.runtime.shards_in_flight) for r in range(len(self.actors)))
         attempts: Counter[int] = Counter()
         pending: dict[Any, tuple[int, int]] = {}
         while queue or pending:

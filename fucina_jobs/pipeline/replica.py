@@ -1,9 +1,10 @@
 """One model replica: it owns an engine, reads its shards' rows, decodes them and writes the outputs.
 
 ``ShardWorker`` is plain Python so it can be tested without Ray; the driver
-wraps it in a Ray actor. The driver sends a shard as a ``Slice`` (where its
-rows live, not the rows) and gets back a ``ShardSummary`` (counts, not
-records): rows and records never pass through the driver.
+wraps it in a Ray actor that runs several shards at once, each in a thread of
+its own, all feeding one ``DecodeLoop``. The driver sends a shard as a
+``Slice`` (where its rows live, not the rows) and gets back a ``ShardSummary``
+(counts, not records): rows and records never pass through the driver.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from ..grounding.grammar import grounded_lark
 from ..models.loading import load_model
 from .config import JobConfig, NullEngineConfig, VLLMEngineConfig, read_text_option
 from .dataset import Row, Slice, read_slice
+from .decode_loop import DecodeLoop
 from .rundir import RunDir
 from .shard_writer import ShardSummary, ShardWriter
 
@@ -96,10 +98,12 @@ class ShardWorker:
         self.constraint, self.relaxations = job_constraint(self.engine, self.cfg, self.base)
         c = self.cfg.constraint  # the job's schema (grounded rows build their grammar from it) or regex (its groups carry confidence)
         self.schema = read_schema(self.base / c.json_schema)[0] if c.kind == "json_schema" else None
+        self.grounded = bool(grounded_fields(self.schema))  # the job schema's, read once: rows without a schema of their own share it
         self.regex = re.compile((self.base / c.regex).read_text(encoding="utf-8").strip()) if c.kind == "regex" else None
         self.system = read_text_option(self.cfg.prompt.system, self.base) or None
         self.template = read_text_option(self.cfg.prompt.template, self.base)
         self._row_constraints: dict[str, tuple[Any, list[str]]] = {}
+        self.loop = DecodeLoop(self.engine, self.cfg.runtime.streams)
         log.info("replica %d ready: %s with the %s engine", replica, model_path, self.cfg.engine.name)
 
     def ping(self) -> int:
@@ -109,49 +113,50 @@ class ShardWorker:
         """Read, decode, validate, write and commit one shard."""
         start = time.perf_counter()
         rows = read_slice(self.cfg.dataset, piece)
-        refused, prompts, relaxed = [], [], {}
-        self._grammar_s = 0.0
+        refused, prompts, relaxed, grammar_s = [], [], {}, 0.0
         for row in (r for r in rows if r.problem is None):  # the writer rejects the others with their problem
-            prompt, problem, relaxed[row.id] = self._prompt(row)
+            prompt, problem, relaxed[row.id], seconds = self._prompt(row)
+            grammar_s += seconds
             if problem:
                 refused.append({"row_id": row.id, "text": "", "finish_reason": "error", "error": problem})
             else:
                 prompts.append(prompt)
-        completions = list(self.engine.generate(prompts))
+        completions, occupancy = self.loop.decode(prompts)
         kind = self.cfg.constraint.kind
-        decoded = [_as_dict(c, output_values(c.text, kind, self.regex)) | {"relaxations": relaxed[c.id]} for c in completions]
+        decoded = [_as_dict(c, output_values(c.text, kind, self.regex) if c.token_probs else None) | {"relaxations": relaxed[c.id]}
+                   for c in completions]
         stats = shard_stats(completions, time.perf_counter() - start)
         stats["relaxed_rows"] = sum(bool(relaxed[c.id]) for c in completions)
-        stats["grounded_grammar_s"] = self._grammar_s  # building and compiling per-row grounded grammars
+        stats["grounded_grammar_s"] = grammar_s  # building and compiling per-row grounded grammars
+        stats["occupancy"] = occupancy  # mean live streams per step over runtime.streams, while the shard was held
         summary = self.writer.write(key, shard, self.replica, rows, refused + decoded, stats)
         log.info("replica %d committed shard %d: %d rows in %.1fs", self.replica, shard, len(rows), time.perf_counter() - start)
         return summary
 
-    def _prompt(self, row: Row) -> tuple[Prompt | None, str | None, list[str]]:
-        """The row's prompt, or the problem that keeps it from being decoded; and its schema's relaxations."""
+    def _prompt(self, row: Row) -> tuple[Prompt | None, str | None, list[str], float]:
+        """The row's prompt, or the problem that keeps it from being decoded; its schema's relaxations; grammar seconds."""
         try:
             text = self.template.format_map(row.fields)
         except KeyError as err:
-            return None, f"row {row.id!r}: prompt.template uses field {err} that the row does not have", []
+            return None, f"row {row.id!r}: prompt.template uses field {err} that the row does not have", [], 0.0
+        start = time.perf_counter()
         try:
-            constraint, relaxations = self._constraint(row)
+            constraint, relaxations, grounded = self._constraint(row)
         except (GrammarError, GroundingError, json.JSONDecodeError) as err:
-            return None, f"row {row.id!r}: its schema does not compile: {err}", []
+            return None, f"row {row.id!r}: its schema does not compile: {err}", [], 0.0
         d = self.cfg.decoding
-        return Prompt(row.id, text, self.system, constraint, record_seed(d.seed, row.id), d.max_tokens), None, relaxations
+        seconds = time.perf_counter() - start if grounded else 0.0
+        return Prompt(row.id, text, self.system, constraint, record_seed(d.seed, row.id), d.max_tokens), None, relaxations, seconds
 
-    def _constraint(self, row: Row) -> tuple[Any, list[str]]:
-        """The row's own grounded grammar where its schema grounds fields, else the shared constraint; with its relaxations."""
+    def _constraint(self, row: Row) -> tuple[Any, list[str], bool]:
+        """The row's own grounded grammar where its schema grounds fields, else the shared constraint; its relaxations; grounded or not."""
         field_name = self.cfg.dataset.schema_field
         schema = row.fields[field_name] if field_name else self.schema
         schema = json.loads(schema) if isinstance(schema, str) else schema
-        if grounded_fields(schema):
-            start = time.perf_counter()
+        if (grounded_fields(schema) if field_name else self.grounded):
             source = str(row.fields.get(self.cfg.dataset.text_field, ""))
-            constraint = self.engine.constraint(lark=grounded_lark(schema, source))
-            self._grammar_s += time.perf_counter() - start
-            return constraint, []
-        return self._row_constraint(row) if field_name else (self.constraint, self.relaxations)
+            return self.engine.constraint(lark=grounded_lark(schema, source)), [], True
+        return *(self._row_constraint(row) if field_name else (self.constraint, self.relaxations)), False
 
     def _row_constraint(self, row: Row) -> tuple[Any, list[str]]:
         # Compile each distinct schema once; every stream still gets its own clone.

@@ -37,6 +37,10 @@ from .flags import record_flags
 from .rundir import RunDir
 from .sink import Outcome, Validator, json_schema_fields, outcome_tables, record_schema
 
+#: Stats columns whose type a single None or empty value would hide.
+_STATS_TYPES = {"occupancy": pa.float64(), "record_digests": pa.list_(pa.int64()), "row_ids": pa.list_(pa.string()),
+                "row_digests": pa.list_(pa.string())}
+
 #: The decoder statistics the driver's progress line adds up.
 _PROGRESS_KEYS = ("drafted_forced", "drafted_ngram", "accepted_forced", "accepted_ngram")
 
@@ -64,7 +68,7 @@ class ShardWriter:
         self.dir = out
         self.run_id = run_id
         self.schema_source = self._schema_source()
-        self._check_grounding()
+        self.grounded = self._grounded_fields()
         self.prompt = alarm.prompt_text(read_text_option(cfg.prompt.system, base), read_text_option(cfg.prompt.template, base))
         self.validator = self._validator()
         self.record_schema = self._record_schema()
@@ -92,13 +96,14 @@ class ShardWriter:
             raise ConfigError(f"constraint.json_schema: {path} is not a valid JSON Schema at {where}: {err.message}") from None
         return schema
 
-    def _check_grounding(self) -> None:
-        """Reject a malformed ``x-grounded`` declaration before any model loads."""
-        if self.cfg.constraint.kind == "json_schema":
-            try:
-                grounded_fields(self.schema_source)
-            except GroundingError as err:
-                raise ConfigError(f"constraint.json_schema: {self.cfg.constraint.json_schema}: {err}") from None
+    def _grounded_fields(self) -> list:
+        """The job schema's grounded fields; a malformed ``x-grounded`` declaration is a config error before any model loads."""
+        if self.cfg.constraint.kind != "json_schema":
+            return []
+        try:
+            return grounded_fields(self.schema_source)
+        except GroundingError as err:
+            raise ConfigError(f"constraint.json_schema: {self.cfg.constraint.json_schema}: {err}") from None
 
     def _validator(self) -> Validator:
         c = self.cfg.constraint
@@ -135,7 +140,7 @@ class ShardWriter:
                 "alarm_counts": json.dumps(counts), "record_digests": digests}
         if self.dir.run_id() != self.run_id:
             raise RunSuperseded(f"{self.dir.path} belongs to another run now; shard {key} is left uncommitted")
-        self.dir.commit(key, pa.Table.from_pylist([row]))
+        self.dir.commit(key, _stats_table(row))
         reasons = Counter(o.reason for o in outcomes if o.reason)
         return ShardSummary(len(rows), records, rejects, completions is None, dict(reasons), {k: stats.get(k, 0) for k in _PROGRESS_KEYS})
 
@@ -160,7 +165,7 @@ class ShardWriter:
     def _grounded(self, row: Row, record: dict, row_schema: dict | None) -> tuple[dict | None, str | None, str | None]:
         """A record whose grounded values are all in the row's text stays; otherwise the row is rejected."""
         try:
-            fields = grounded_fields(row_schema or self.schema_source)
+            fields = grounded_fields(row_schema) if row_schema else self.grounded
         except GroundingError as err:
             return None, "error", f"row {row.id!r}: its schema: {err}"
         _, misses = ungrounded_values(record, fields, self._source(row))
@@ -192,6 +197,12 @@ class ShardWriter:
 
     def _record_id(self, row_id: str) -> str:
         return hashlib.sha256(f"{self.cfg.name}:{row_id}".encode()).hexdigest()[:16]
+
+
+def _stats_table(row: dict[str, Any]) -> pa.Table:
+    """One stats row, with the types inference cannot see in a value that is None or empty fixed."""
+    table = pa.Table.from_pylist([row])
+    return table.cast(pa.schema([pa.field(f.name, _STATS_TYPES.get(f.name, f.type)) for f in table.schema]))
 
 
 def _import(dotted: str) -> type:

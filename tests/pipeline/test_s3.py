@@ -55,7 +55,7 @@ def test_a_job_reads_and_writes_s3_and_a_rerun_decodes_nothing(s3, tmp_path, loc
             f.write(body)
     data, out = s3("data/part-*.jsonl"), s3("runs/nightly")  # a glob, listed on the object store
 
-    raw = job_config(data, out, 2, 10)
+    raw = job_config(local, out, 2, 10) | {"dataset": {"path": data}}  # the local file only places the job's schema
     first = Job(validate(raw), REPO).run()
     assert first.ok and first.rows == 26 and first.shards == 3
     ids = {f"r{i:08d}" for i in range(25)} | {"extra"}
