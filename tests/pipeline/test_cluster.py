@@ -1,9 +1,10 @@
-"""The same job on a simulated 2-node Ray cluster (one replica per node)."""
+"""The same job on a simulated 2-node Ray cluster (one replica per node), into a local folder and into S3."""
 
 import pytest
 import ray
 from ray.cluster_utils import Cluster
 
+from fucina_jobs.bench.pipeline import generate, job_config
 from fucina_jobs.pipeline.config import validate
 from fucina_jobs.pipeline.driver import Job
 
@@ -13,7 +14,7 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def two_nodes():
+def two_nodes(s3):  # s3 first: the nodes' workers inherit its credentials
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "resources": {"replica": 1}, "include_dashboard": False})
     cluster.add_node(num_cpus=1, resources={"replica": 1})
     ray.init(address=cluster.address, log_to_driver=False)
@@ -29,4 +30,15 @@ def test_job_runs_across_two_nodes(two_nodes, tmp_path):
     summary = Job(cfg, REPO).run()
     assert summary.ok
     assert_exactly_once(out, {"inv-001", "inv-002"})
+    assert {s["replica"] for s in read_dir(out, "stats")} == {0, 1}
+
+
+def test_two_nodes_write_to_one_s3_output(two_nodes, s3, tmp_path):
+    data = tmp_path / "in.jsonl"
+    generate(data, 8)
+    out = s3("cluster/run")
+    raw = job_config(data, out, 2, 2) | {"runtime": {"replicas": 2, "shard_size": 2, "ray_address": "auto"}}
+    summary = Job(validate(raw), REPO).run()
+    assert summary.ok and summary.shards == 4
+    assert_exactly_once(out, {f"r{i:08d}" for i in range(8)})
     assert {s["replica"] for s in read_dir(out, "stats")} == {0, 1}
