@@ -106,11 +106,9 @@ class RunDir:
 
     @classmethod
     def open(cls, location: str | Path, base: Path = Path(".")) -> "RunDir":
-        """For readers: ``location`` itself when it holds a manifest (a version, or a run written before versions),
-        else its newest version (by the manifest's start), else ``location`` (empty)."""
+        """For readers: the newest version in ``location`` (by its manifest's start), else ``location`` itself
+        (a version folder, a run written before versions, or nothing)."""
         store = Storage.at(str(location), base)
-        if store.exists(store.join(MANIFEST)):
-            return cls(store, store.root)
         infos = store.fs.get_file_info(pafs.FileSelector(store.root, allow_not_found=True))
         versions = [i.path for i in infos if i.type == pafs.FileType.Directory and i.base_name.startswith(VERSION)]
         started = {v: str((store.read_json(f"{v}/{MANIFEST}") or {}).get("started", "")) for v in versions}
