@@ -59,7 +59,7 @@ class VLLMEngine:
         self,
         source: str = DEFAULT_MODEL,
         params: SamplingParams = SamplingParams(),
-        spec: SpecConfig | None = SpecConfig(max_draft=4),
+        spec: SpecConfig | None = SpecConfig(),
         streams: int = 1,
         dtype: str = "float32",
         whitespace_flexible: bool = False,

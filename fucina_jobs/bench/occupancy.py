@@ -24,9 +24,6 @@ from typing import Any
 from .inputs import DEFAULT_JOB
 from .tables import format_table
 
-_CONF = DEFAULT_JOB.parents[1] / "conf"
-
-
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("occupancy", help="stream occupancy per shard, one shard held per replica vs two",
                        description=__doc__.split("\n\n")[1].replace("\n", " "))
@@ -66,16 +63,12 @@ def _rows(path: Path, n: int) -> None:
 
 
 def _job(data: Path, out: Path, held: int) -> Any:
-    from hydra import compose, initialize_config_dir
-    from omegaconf import OmegaConf
-
+    from ..pipeline.cli import CONF_DIR, compose
     from ..pipeline.config import validate
     from ..pipeline.driver import Job
 
-    overrides = [f"dataset.path={data}", f"output.dir={out}", f"runtime.shards_in_flight={held}"]
-    with initialize_config_dir(config_dir=str(_CONF), version_base="1.3"):
-        raw = OmegaConf.to_container(compose(config_name="extract_invoices", overrides=overrides), resolve=True)
-    return Job(validate(raw), _CONF.parent, raw)
+    raw = compose("extract_invoices", [f"dataset.path={data}", f"output.dir={out}", f"runtime.shards_in_flight={held}"])
+    return Job(validate(raw), CONF_DIR.parent, raw)
 
 
 def _occupancies(out: Path) -> list[float]:

@@ -44,7 +44,7 @@ class PromptLookup:
 
     name = "ngram"
 
-    def __init__(self, max_ngram: int = 4, min_ngram: int = 2):
+    def __init__(self, max_ngram: int, min_ngram: int):
         self.max_ngram = max_ngram
         self.min_ngram = min_ngram
 
