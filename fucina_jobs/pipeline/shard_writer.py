@@ -25,6 +25,7 @@ from typing import Any, Iterator
 
 import pyarrow as pa
 
+from ..engine import DRAFT_SOURCES
 from ..grounding import alarm
 from ..grounding.check import ungrounded_values
 from ..grounding.declaration import GroundingError, grounded_fields
@@ -40,7 +41,7 @@ _STATS_TYPES = {"occupancy": pa.float64(), "record_digests": pa.list_(pa.int64()
                 "row_digests": pa.list_(pa.string())}
 
 #: The decoder statistics the driver's progress line adds up.
-_PROGRESS_KEYS = ("drafted_forced", "drafted_ngram", "accepted_forced", "accepted_ngram")
+_PROGRESS_KEYS = tuple(f"{what}_{source}" for what in ("drafted", "accepted") for source in DRAFT_SOURCES)
 
 
 @dataclass
