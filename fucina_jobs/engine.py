@@ -12,10 +12,20 @@ from typing import Any, Callable, Iterable, Iterator, Protocol
 
 from .confidence import token_spans
 from .decoding.batch import BatchDecoder, Request, SpecConfig, StreamStats
-from .decoding.constraint import Constraint, GrammarError  # noqa: F401  (GrammarError: what constraint() raises)
+from .decoding.constraint import Constraint, GrammarError
+from .decoding.drafting import DRAFT_SOURCES
+from .decoding.relaxation import compile_json_schema
 from .decoding.sampler import SamplingParams
 from .models.hf_runner import HFRunner
-from .models.loading import DEFAULT_MODEL, LoadedModel, load_model
+from .models.loading import DEFAULT_MODEL, LoadedModel, ModelNotFound, load_model, load_tokenizer, resolve_device, resolve_source
+
+#: What callers outside the decoder (the job pipeline) use, so they never import ``decoding`` or ``models``:
+#: the settings and stats types, the error ``constraint()`` raises, schema relaxation and model resolution.
+__all__ = [
+    "DRAFT_SOURCES", "BatchSession", "Completion", "Engine", "FucinaEngine", "GrammarCheck", "GrammarError", "ModelNotFound", "Prompt",
+    "SamplingParams", "Session", "SpecConfig", "StreamStats", "compile_json_schema", "drain", "load_model",
+    "load_tokenizer", "resolve_device", "resolve_source",
+]
 
 
 @dataclass

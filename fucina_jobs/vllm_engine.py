@@ -21,6 +21,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 from .decoding.batch import SpecConfig, StreamStats
 from .decoding.constraint import Constraint, read_schema, read_source
+from .decoding.drafting import NGRAM
 from .decoding.sampler import SamplingParams
 from .engine import BatchSession, Completion, Prompt, completion_text, constraint_kind, context_overflow, encode_chat, stop_tokens
 from .models.loading import DEFAULT_MODEL, load_tokenizer, resolve_source
@@ -59,7 +60,7 @@ class VLLMEngine:
         self,
         source: str = DEFAULT_MODEL,
         params: SamplingParams = SamplingParams(),
-        spec: SpecConfig | None = SpecConfig(max_draft=4),
+        spec: SpecConfig | None = SpecConfig(),
         streams: int = 1,
         dtype: str = "float32",
         whitespace_flexible: bool = False,
@@ -158,7 +159,7 @@ class VLLMEngine:
         metrics = out.spec_decode_metrics
         accepted = sum(j * n for j, n in enumerate(metrics.histogram)) if metrics else 0
         if metrics:
-            stats.count("ngram", metrics.num_draft_tokens, accepted)
+            stats.count(NGRAM, metrics.num_draft_tokens, accepted)
         # Every forward over a request samples one token plus the drafts it accepts.
         stats.forwards = len(sampled) - accepted
         text, spans = completion_text(self.tokenizer, tokens)

@@ -159,13 +159,21 @@ def test_padded_vocab_end_to_end(tokenizer, padded_runner):
     ],
 )
 def test_invalid_grammar_raises_with_name_and_diagnostic(tokenizer, tmp_path, kind, text, diagnostic):
+    """A file (a ``Path``; a JSON schema's path may be a ``str`` too) names itself in the error."""
     path = tmp_path / f"bad.{kind}"
     path.write_text(text)
     factory = {"json": Constraint.json_schema, "lark": Constraint.lark, "regex": Constraint.regex}[kind]
     with pytest.raises(GrammarError) as info:
-        factory(str(path), tokenizer)
+        factory(str(path) if kind == "json" else path, tokenizer)
     assert str(path) in str(info.value)
     assert diagnostic in str(info.value)
+
+
+def test_a_str_is_the_grammar_itself_never_a_path_guessed_from_its_length(tokenizer, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "yes").write_text('start: "no"')
+    assert Constraint.regex("yes", tokenizer, stop_token=STOP).name == "<inline>"
+    assert Constraint.lark(tmp_path / "yes", tokenizer, stop_token=STOP).name == str(tmp_path / "yes")
 
 
 def test_invalid_inline_grammar_names_inline(tokenizer):

@@ -17,35 +17,35 @@ from fucina_jobs.decoding.sampler import SamplingParams
 
 
 def test_prompt_lookup_continues_the_match():
-    draft = PromptLookup().propose([1, 2, 3, 4, 9, 9, 1, 2, 3], 3)
+    draft = PromptLookup(max_ngram=4, min_ngram=2).propose([1, 2, 3, 4, 9, 9, 1, 2, 3], 3)
     assert draft.tokens == [4, 9, 9] and draft.source == "ngram" and draft.certain == 0
 
 
 def test_prompt_lookup_takes_the_latest_match():
-    assert PromptLookup().propose([1, 2, 5, 1, 2, 6, 1, 2], 2).tokens == [6, 1]
+    assert PromptLookup(max_ngram=4, min_ngram=2).propose([1, 2, 5, 1, 2, 6, 1, 2], 2).tokens == [6, 1]
 
 
 def test_prompt_lookup_prefers_the_longest_ngram():
     A, B = 40, 50
     history = [7, 1, 2, A, 8, 1, 2, B, 7, 1, 2]
-    assert PromptLookup(max_ngram=3).propose(history, 1).tokens == [A]
-    assert PromptLookup(max_ngram=2).propose(history, 1).tokens == [B]
+    assert PromptLookup(max_ngram=3, min_ngram=2).propose(history, 1).tokens == [A]
+    assert PromptLookup(max_ngram=2, min_ngram=2).propose(history, 1).tokens == [B]
 
 
 def test_prompt_lookup_runs_to_the_end_of_history():
     # The continuation may overlap the suffix itself; it never reads past the history.
-    assert PromptLookup().propose([5, 6, 5, 6], 8).tokens == [5, 6]
+    assert PromptLookup(max_ngram=4, min_ngram=2).propose([5, 6, 5, 6], 8).tokens == [5, 6]
 
 
 @pytest.mark.parametrize("history", [[], [1], [1, 2, 3, 4], [1, 2, 3, 1]])
 def test_prompt_lookup_empty_without_a_match(history):
-    assert PromptLookup(min_ngram=2).propose(history, 4).tokens == []
+    assert PromptLookup(max_ngram=4, min_ngram=2).propose(history, 4).tokens == []
 
 
 def test_prompt_lookup_min_ngram():
     history = [1, 2, 3, 1]
-    assert PromptLookup(min_ngram=1).propose(history, 2).tokens == [2, 3]
-    assert PromptLookup(min_ngram=2).propose(history, 2).tokens == []
+    assert PromptLookup(max_ngram=4, min_ngram=1).propose(history, 2).tokens == [2, 3]
+    assert PromptLookup(max_ngram=4, min_ngram=2).propose(history, 2).tokens == []
 
 
 # -- fakes ------------------------------------------------------------------------
@@ -317,7 +317,7 @@ def test_constrained_source_over_a_real_constraint(tokenizer):
         "additionalProperties": False,
     }
     c = Constraint.json_schema(schema, tokenizer, stop_token=STOP)
-    source = ConstrainedSource(Cascade([PromptLookup()]), c)
+    source = ConstrainedSource(Cascade([PromptLookup(max_ngram=4, min_ngram=2)]), c)
     forced = c.forced_tokens()
     draft = source.propose([], 8)
     assert draft.tokens == forced and draft.certain == len(forced) > 0 and draft.source == "forced"
@@ -328,7 +328,7 @@ def test_constrained_source_over_a_real_constraint(tokenizer):
     for token in value:
         c.commit(token)
     history = tokenizer.encode('city "Oslo", and', add_special_tokens=False) + value
-    guess = PromptLookup().propose(history, 8).tokens
+    guess = PromptLookup(max_ngram=4, min_ngram=2).propose(history, 8).tokens
     assert tokenizer.decode(guess[:2]) == '", and'
     draft = source.propose(history, 8)
     assert draft.certain == 0 and draft.tokens == guess[:1]

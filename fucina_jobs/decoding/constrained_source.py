@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from .drafting import Draft, DraftSource
+from .drafting import FORCED, Draft, DraftSource
 from .processor import LogitProcessor
 
 
@@ -32,7 +32,7 @@ class ConstrainedSource:
         self._inner_len = max(0, valid - len(forced))
         if guess.tokens and self._inner_len < len(guess.tokens):
             self.inner.truncate_pending(self._inner_len)
-        return Draft(tokens[:valid], guess.source or "forced", certain=min(len(forced), valid))
+        return Draft(tokens[:valid], guess.source or FORCED, certain=min(len(forced), valid))
 
     def truncate_pending(self, n: int) -> None:
         inner_kept = max(0, n - self._certain)

@@ -44,19 +44,19 @@ def tokenizer_bridge(hf_tokenizer: Any, vocab_size: int, stop_token: int) -> llg
 
 
 def read_source(source: str | Path) -> tuple[str, str]:
-    """Return (text, name) for an inline grammar or a path to one."""
-    if isinstance(source, Path) or (len(str(source)) < 4096 and "\n" not in str(source) and Path(str(source)).is_file()):
-        return Path(source).read_text(encoding="utf-8"), str(source)
-    return str(source), "<inline>"  # grammar text: it has line breaks (a path has none)
+    """Return (text, name): a ``Path`` is a file to read, a ``str`` the grammar itself."""
+    if isinstance(source, Path):
+        return source.read_text(encoding="utf-8"), str(source)
+    return source, "<inline>"
 
 
 def read_schema(schema: dict | str | Path | type, name: str | None = None) -> tuple[dict, str]:
-    """Return (schema dict, name) from a dict, a JSON file or text, or a pydantic model class."""
+    """Return (schema dict, name) from a dict, a pydantic model class, JSON text (a str starting with ``{``) or a file."""
     if isinstance(schema, type) and hasattr(schema, "model_json_schema"):
         return schema.model_json_schema(), name or schema.__name__
     if isinstance(schema, dict):
         return schema, name or "<schema>"
-    text, source = read_source(schema)
+    text, source = read_source(schema if isinstance(schema, Path) or schema.lstrip().startswith("{") else Path(schema))
     try:
         return json.loads(text), name or source
     except json.JSONDecodeError as err:

@@ -14,6 +14,10 @@ from typing import Protocol, Sequence
 
 import numpy as np
 
+#: The draft sources, as stats name them: the grammar's forced tokens, and prompt-lookup n-grams.
+FORCED, NGRAM = "forced", "ngram"
+DRAFT_SOURCES = (FORCED, NGRAM)
+
 
 @dataclass
 class Draft:
@@ -42,9 +46,9 @@ class PromptLookup:
     Longer n-grams are tried first: they are rarer and more often right.
     """
 
-    name = "ngram"
+    name = NGRAM
 
-    def __init__(self, max_ngram: int = 4, min_ngram: int = 2):
+    def __init__(self, max_ngram: int, min_ngram: int):
         self.max_ngram = max_ngram
         self.min_ngram = min_ngram
 

@@ -20,9 +20,10 @@ from typing import Any
 import pyarrow as pa
 
 from ..pipeline.config import ConfigError, JobConfig, validate
-from ..pipeline.driver import Job, file_hash, fingerprint, package_version, utc_now
+from ..pipeline.driver import Job
 from ..pipeline.sink import META_FIELDS
 from ..pipeline.storage import write_json, write_table
+from ..run_info import file_hash, fingerprint, package_versions, utc_now
 from . import calibration, scoring
 from .runs import VERDICT_SCHEMA, VERDICTS, Run, content_hash, read_run
 
@@ -150,7 +151,7 @@ def _grammar(cfg: JobConfig, base: Path, resolved: dict[str, Any] | None) -> Eva
     write_json(out / "manifest.json", {
         "name": cfg.name, "mode": "grammar", "fingerprint": fingerprint(cfg), "config": resolved or cfg.model_dump(),
         "hashes": {"dataset": file_hash(suite), "tokenizer": _tokenizer_hash(Path(model_path)) if Path(model_path).is_dir() else model_path},
-        "versions": {p: package_version(p) for p in ("fucina_jobs", "llguidance", "transformers", "tokenizers")},
+        "versions": package_versions(("fucina_jobs", "llguidance", "transformers", "tokenizers")),
         "started": started, "ended": utc_now(), "status": "complete", "totals": {"files": report["files"], "instances": report["instances"]},
     })
     run = read_run(out)

@@ -16,6 +16,8 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from ..decoding.drafting import DRAFT_SOURCES
+
 # -- field matching -------------------------------------------------------------
 
 _DATE_FORMATS = ("%Y-%m-%d", "%Y/%m/%d", "%Y.%m.%d", "%d.%m.%Y", "%d %B %Y", "%d %b %Y", "%B %d, %Y", "%b %d, %Y", "%B %d %Y", "%b %d %Y")
@@ -207,7 +209,7 @@ def efficiency(stats: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     rows, generated, forwards, wall = total("rows"), total("generated_tokens"), total("forward_passes"), total("wall_s")
     committed = sum(float(s.get("tokens_per_forward") or 0) * float(s.get("forward_passes") or 0) for s in shards)
     acceptance = {}
-    for source in ("forced", "ngram"):
+    for source in DRAFT_SOURCES:
         drafted, accepted = total(f"drafted_{source}"), total(f"accepted_{source}")
         acceptance[source] = {"drafted": int(drafted), "accepted": int(accepted), "rate": accepted / drafted if drafted else None}
     drafted_all = sum(a["drafted"] for a in acceptance.values())

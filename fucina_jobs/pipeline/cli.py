@@ -15,6 +15,8 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
+from .config import register_defaults
+
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 log = logging.getLogger("fucina_jobs")
 
@@ -44,6 +46,7 @@ def hydra_command(name: str, argv: list[str], task: Callable[[Any, dict[str, Any
         sys.stderr.write(f"say which job to {name}: conf=NAME, one of {', '.join(jobs)}\n")
         return 2
     sys.argv = [f"python -m fucina_jobs {name}", *argv]
+    register_defaults()
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises instead of printing a traceback; the messages below say it in a line
     try:
         hydra.main(config_path=str(CONF_DIR), config_name=None, version_base="1.3")(_validated(task))()
@@ -59,6 +62,17 @@ def hydra_command(name: str, argv: list[str], task: Callable[[Any, dict[str, Any
     except KeyboardInterrupt:
         return _fail("interrupted: rerun the same command to resume", 130)
     return _exit_code
+
+
+def compose(name: str, overrides: list[str]) -> dict[str, Any]:
+    """``conf/NAME.yaml`` with ``overrides``, composed and resolved as ``run`` composes it (for benchmarks and tests)."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from omegaconf import OmegaConf
+
+    register_defaults()
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return OmegaConf.to_container(hydra_compose(config_name=name, overrides=overrides), resolve=True)
 
 
 def _fail(message: str, code: int) -> int:

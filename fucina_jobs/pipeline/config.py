@@ -1,9 +1,11 @@
 """The job configuration surface, validated before any model loads.
 
-Hydra composes ``conf/NAME.yaml`` with the command-line overrides; these
-pydantic models then check every key (unknown keys are errors) and every
-range, and turn a failure into one message per bad key that names the key,
-the value given and what is allowed.
+These pydantic models are the one place every setting and its default is
+spelled. Hydra composes ``conf/NAME.yaml`` over them (``register_defaults``
+hands Hydra the defaults as the ``settings`` config and the ``engine`` group) with
+the command-line overrides; the models then check every key (unknown keys are
+errors) and every range, and turn a failure into one message per bad key that
+names the key, the value given and what is allowed.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from ..engine import SpecConfig
 
 
 class ConfigError(ValueError):
@@ -93,11 +97,13 @@ class PromptConfig(_Section):
 
 
 class SpeculativeConfig(_Section):
+    """Speculation settings; their defaults are the decoder's own (``SpecConfig``), so a job and the Python API agree."""
+
     enabled: bool = True
-    max_draft: int = Field(8, ge=1, le=64)
-    grammar_drafting: bool = True
-    max_ngram: int = Field(4, ge=1, le=16)
-    min_ngram: int = Field(2, ge=1, le=16)
+    max_draft: int = Field(SpecConfig.max_draft, ge=1, le=64, description="draft tokens per stream and step (vLLM: speculative tokens)")
+    grammar_drafting: bool = Field(SpecConfig.grammar_drafting, description="draft the grammar's forced tokens (no vLLM counterpart)")
+    max_ngram: int = Field(SpecConfig.max_ngram, ge=1, le=16, description="longest prompt-lookup n-gram")
+    min_ngram: int = Field(SpecConfig.min_ngram, ge=1, le=16, description="shortest prompt-lookup n-gram")
 
     @model_validator(mode="after")
     def _ngram_window(self) -> "SpeculativeConfig":
@@ -158,6 +164,32 @@ class JobConfig(_Section):
         if self.constraint.kind is None and self.dataset.schema_field is None:
             raise ValueError("set one of constraint.json_schema, constraint.lark, constraint.regex or dataset.schema_field")
         return self
+
+
+#: Where a Hydra run writes when the job's config names no output.dir (``name`` is the job's).
+DEFAULT_OUTPUT_DIR = "outputs/${name}"
+ENGINES = {"fucina": FucinaEngineConfig, "vllm": VLLMEngineConfig, "null": NullEngineConfig}
+
+
+def register_defaults() -> None:
+    """Give Hydra the defaults as configs: ``settings`` (every section but the engine) and one ``engine`` entry per engine.
+
+    ``conf/base.yaml``, which every job lists first, pulls in both; ``engine=vllm`` picks another engine."""
+    from hydra.core.config_store import ConfigStore
+
+    store = ConfigStore.instance()
+    settings = {name: _defaults(field.annotation, field) for name, field in JobConfig.model_fields.items() if name != "engine"}
+    settings["output"]["dir"] = DEFAULT_OUTPUT_DIR
+    store.store(name="settings", node=settings)
+    for name, model in ENGINES.items():
+        store.store(group="engine", name=name, node=model.model_construct(name=name).model_dump())
+
+
+def _defaults(annotation: Any, field: Any) -> Any:
+    """A field's default as plain data; a section's, key by key; '???' (Hydra's "required") where there is none."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return {name: _defaults(f.annotation, f) for name, f in annotation.model_fields.items()}
+    return "???" if field.is_required() else field.get_default(call_default_factory=True)
 
 
 def validate(raw: dict[str, Any]) -> JobConfig:

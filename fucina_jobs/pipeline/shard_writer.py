@@ -19,21 +19,21 @@ from __future__ import annotations
 import hashlib
 import importlib
 import json
-import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-import jsonschema
 import pyarrow as pa
 
+from ..engine import DRAFT_SOURCES
 from ..grounding import alarm
 from ..grounding.check import ungrounded_values
 from ..grounding.declaration import GroundingError, grounded_fields
 from .config import ConfigError, JobConfig, read_text_option
 from .dataset import Row
 from .flags import record_flags
+from .job_constraint import JobConstraint
 from .rundir import RunDir
 from .sink import Outcome, Validator, json_schema_fields, outcome_tables, record_schema
 
@@ -42,7 +42,7 @@ _STATS_TYPES = {"occupancy": pa.float64(), "record_digests": pa.list_(pa.int64()
                 "row_digests": pa.list_(pa.string())}
 
 #: The decoder statistics the driver's progress line adds up.
-_PROGRESS_KEYS = ("drafted_forced", "drafted_ngram", "accepted_forced", "accepted_ngram")
+_PROGRESS_KEYS = tuple(f"{what}_{source}" for what in ("drafted", "accepted") for source in DRAFT_SOURCES)
 
 
 @dataclass
@@ -62,39 +62,19 @@ class RunSuperseded(RuntimeError):
 
 
 class ShardWriter:
-    def __init__(self, cfg: JobConfig, base: Path, out: RunDir, run_id: str):
+    def __init__(self, cfg: JobConfig, constraint: JobConstraint | None, base: Path, out: RunDir, run_id: str):
         self.cfg = cfg
+        self.constraint = constraint
         self.base = base
         self.dir = out
         self.run_id = run_id
-        self.schema_source = self._schema_source()
+        self.schema_source = constraint.schema if constraint and constraint.kind == "json_schema" else None
         self.grounded = self._grounded_fields()
         self.prompt = alarm.prompt_text(read_text_option(cfg.prompt.system, base), read_text_option(cfg.prompt.template, base))
         self.validator = self._validator()
         self.record_schema = self._record_schema()
 
     # -- built once, checked before any model loads ----------------------------
-
-    def _schema_source(self) -> Any:
-        c = self.cfg.constraint
-        if c.kind is None:
-            return None
-        path = self.base / getattr(c, c.kind)
-        if not path.is_file():
-            raise ConfigError(f"constraint.{c.kind}: {path} does not exist")
-        text = path.read_text(encoding="utf-8")
-        if c.kind != "json_schema":
-            return text.strip()
-        try:
-            schema = json.loads(text)
-        except json.JSONDecodeError as err:
-            raise ConfigError(f"constraint.json_schema: {path} is not valid JSON: {err}") from None
-        try:
-            jsonschema.Draft202012Validator.check_schema(schema)
-        except jsonschema.SchemaError as err:
-            where = "/".join(str(p) for p in err.absolute_path) or "<root>"
-            raise ConfigError(f"constraint.json_schema: {path} is not a valid JSON Schema at {where}: {err.message}") from None
-        return schema
 
     def _grounded_fields(self) -> list:
         """The job schema's grounded fields; a malformed ``x-grounded`` declaration is a config error before any model loads."""
@@ -106,24 +86,22 @@ class ShardWriter:
             raise ConfigError(f"constraint.json_schema: {self.cfg.constraint.json_schema}: {err}") from None
 
     def _validator(self) -> Validator:
-        c = self.cfg.constraint
-        model = _import(c.pydantic_model) if c.pydantic_model else None
-        try:
-            return Validator(c.kind or "json_schema", self.schema_source, model)
-        except re.error as err:
-            raise ConfigError(f"constraint.regex: {c.regex} is not a valid regex: {err}") from None
+        c = self.constraint
+        model = _import(self.cfg.constraint.pydantic_model) if self.cfg.constraint.pydantic_model else None
+        return Validator(c.kind if c else "json_schema", c.pattern.pattern if c and c.pattern else self.schema_source, model)
 
     def _record_schema(self) -> pa.Schema:
-        if isinstance(self.schema_source, dict):
+        c = self.constraint
+        if self.schema_source is not None:
             fields = json_schema_fields(self.schema_source)
-        elif self.cfg.constraint.kind == "regex":
-            fields = [pa.field(name, pa.string()) for name in re.compile(self.schema_source).groupindex]
+        elif c and c.pattern:
+            fields = [pa.field(name, pa.string()) for name in c.pattern.groupindex]
         else:
             fields = []
         try:
             return record_schema(fields)
         except ValueError as err:
-            raise ConfigError(f"constraint.{self.cfg.constraint.kind}: {err}") from None
+            raise ConfigError(f"constraint.{c.kind}: {err}") from None
 
     # -- one shard -------------------------------------------------------------
 

@@ -11,12 +11,9 @@ import subprocess
 import sys
 
 import pytest
-from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
-
 from fucina_jobs.eval.compare import compare
 from fucina_jobs.eval.evaluate import evaluate
-from fucina_jobs.pipeline.cli import CONF_DIR
+from fucina_jobs.pipeline.cli import compose
 from fucina_jobs.pipeline.config import validate
 
 from ..pipeline.conftest import read_dir
@@ -27,8 +24,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("local_ray")]
 
 def shipped(name: str, *overrides: str) -> dict:
     """A shipped conf/NAME.yaml composed by Hydra, as ``eval`` composes it."""
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return OmegaConf.to_container(compose(config_name=name, overrides=list(overrides)), resolve=True)
+    return compose(name, list(overrides))
 
 
 def test_shipped_invoice_eval_on_4_rows(tmp_path):

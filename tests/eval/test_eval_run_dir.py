@@ -9,7 +9,7 @@ import pytest
 from fucina_jobs.eval.evaluate import evaluate, load_gold
 from fucina_jobs.pipeline.config import ConfigError, validate
 from fucina_jobs.pipeline.dataset import read_rows
-from fucina_jobs.pipeline.driver import fingerprint
+from fucina_jobs.run_info import fingerprint
 
 from .conftest import REPO, make_run
 

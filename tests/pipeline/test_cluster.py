@@ -1,4 +1,7 @@
-"""The same job on a simulated 2-node Ray cluster (one replica per node), into a local folder and into S3."""
+"""The same job on a simulated 2-node Ray cluster (one replica per node), into a local folder and into S3, and the loss of a node."""
+
+import threading
+import time
 
 import pytest
 import ray
@@ -42,3 +45,22 @@ def test_two_nodes_write_to_one_s3_output(two_nodes, s3, tmp_path):
     assert summary.ok and summary.shards == 4
     assert_exactly_once(out, {f"r{i:08d}" for i in range(8)})
     assert {s["replica"] for s in read_dir(out, "stats")} == {0, 1}
+
+
+
+def test_losing_a_node_mid_run_loses_no_row(two_nodes, tmp_path):
+    """The worker node dies while its replica holds shards: they are retried on the head's replica, exactly once."""
+    worker = next(n for n in two_nodes.worker_nodes)
+    lost = []
+
+    def on_dispatch(shard, actor):
+        if not lost:
+            lost.append(shard)
+            threading.Thread(target=lambda: (time.sleep(2.0), two_nodes.remove_node(worker, allow_graceful=False)), daemon=True).start()
+
+    out = tmp_path / "run"
+    runtime = {"shard_size": 1, "ray_address": "auto", "replica_timeout_s": 20}
+    summary = Job(validate(job_dict(out, dataset={"limit": 4}, decoding={"max_tokens": 48}, runtime=runtime)), REPO).run(on_dispatch)
+    assert lost and summary.ok and summary.retries >= 1
+    assert_exactly_once(out, {"inv-001", "inv-002", "inv-003", "inv-004"})
+    assert {s["replica"] for s in read_dir(out, "stats")} <= {0, 1}

@@ -29,10 +29,11 @@ def test_null_engine_run_writes_one_file_per_kind_per_shard_and_a_rerun_decodes_
     assert_exactly_once(out, {f"r{i:08d}" for i in range(2500)} | {f"new{i}" for i in range(10)})
 
 
-def test_records_do_not_depend_on_shard_size_or_replicas(tmp_path):
-    """Tiny shards on two replicas and one big shard on one replica give the same content hash."""
+def test_records_do_not_depend_on_the_data_path(tmp_path):
+    """Shards of one row on two replicas, one shard held at a time (the data path before issue 13), and shards of
+    two rows held together by one replica's continuous decoder give the same content hash."""
     runs = []
-    for name, runtime in (("small", {"shard_size": 1, "replicas": 2}), ("big", {"shard_size": 1000, "replicas": 1})):
+    for name, runtime in (("before", {"shard_size": 1, "replicas": 2, "shards_in_flight": 1}), ("after", {"shard_size": 2, "replicas": 1})):
         out = tmp_path / name
         assert Job(validate(job_dict(out, decoding={"max_tokens": 24}, runtime=runtime)), REPO).run().ok
         runs.append(content_hash(read_run(out)))

@@ -92,17 +92,19 @@ def test_a_shard_commits_only_while_the_manifest_names_its_run(tmp_path):
 
     from fucina_jobs.pipeline.config import validate
     from fucina_jobs.pipeline.dataset import Row
+    from fucina_jobs.pipeline.job_constraint import resolve
     from fucina_jobs.pipeline.shard_writer import RunSuperseded, ShardWriter
 
     from .conftest import job_dict
 
     cfg = validate(job_dict(tmp_path))
+    constraint = resolve(cfg.constraint, REPO)
     rows = [Row("a", 0, {"text": "x"}, "a problem")]
     out = RunDir.for_config(str(tmp_path), REPO, "f" * 64)
     out.start_run()
     out.write_manifest({"run_id": "new-run"})
     with pytest.raises(RunSuperseded):
-        ShardWriter(cfg, REPO, out, "old-run").write("k1", 0, 0, rows, [], {})
+        ShardWriter(cfg, constraint, REPO, out, "old-run").write("k1", 0, 0, rows, [], {})
     assert not out.committed()
-    summary = ShardWriter(cfg, REPO, out, "new-run").write("k1", 0, 0, rows, [], {})
+    summary = ShardWriter(cfg, constraint, REPO, out, "new-run").write("k1", 0, 0, rows, [], {})
     assert summary.rejects == 1 and [s.key for s in out.committed()] == ["k1"]

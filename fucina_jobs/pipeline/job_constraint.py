@@ -1,0 +1,95 @@
+"""The job's constraint, read once by the driver into one value that travels to every replica.
+
+The driver reads ``constraint.json_schema``, ``.lark`` or ``.regex`` from disk
+and checks it before any model loads; replicas get the text itself, not a
+path, so they need no copy of the config's files (on a cluster they have
+none) and cannot read a file that changed mid-run. Its digest is the
+constraint's hash in the manifest.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import re
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+
+from ..engine import Engine, compile_json_schema
+from .config import ConfigError, ConstraintConfig
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class JobConstraint:
+    kind: str  # json_schema | lark | regex
+    text: str  # the file's content
+    name: str  # the config value it was read from, for messages
+
+    @property
+    def digest(self) -> str:
+        return hashlib.sha256(f"{self.kind}\0{self.text}".encode()).hexdigest()
+
+    @cached_property
+    def schema(self) -> dict[str, Any] | None:
+        return json.loads(self.text) if self.kind == "json_schema" else None
+
+    @cached_property
+    def pattern(self) -> re.Pattern | None:
+        return re.compile(self.text.strip()) if self.kind == "regex" else None
+
+    def compile(self, engine: Engine, c: ConstraintConfig) -> tuple[Any, list[str]]:
+        """Compile for ``engine``; return the handle and the relaxations its schema needed (none for Lark or regex)."""
+        if self.kind == "json_schema":
+            return compile_schema(engine, c, self.schema, self.name)
+        return engine.constraint(**{self.kind: self.text.strip() if self.kind == "regex" else self.text}), []
+
+
+def compile_schema(engine: Engine, c: ConstraintConfig, schema: dict[str, Any], name: str = "<schema>") -> tuple[Any, list[str]]:
+    """Compile a JSON schema for ``engine``, relaxed where llguidance refuses it (``constraint.relax=auto``).
+
+    The engine gets the relaxed schema, so both engines decode under the same
+    grammar; the relaxations go with every row so its record says what the
+    grammar left to post-validation."""
+    compiled = compile_json_schema(schema, whitespace_flexible=c.whitespace_flexible, relax_schema=c.relax == "auto", name=name)
+    relaxations = [str(r) for r in compiled.relaxations]
+    if relaxations:
+        log.info("schema %s relaxed to compile: %s", name, ", ".join(relaxations))
+    return engine.constraint(json_schema=compiled.schema, whitespace_flexible=c.whitespace_flexible), relaxations
+
+
+def resolve(c: ConstraintConfig, base: Path) -> JobConstraint | None:
+    """Read and check the configured constraint file; None when rows carry their own schema."""
+    if c.kind is None:
+        return None
+    value = getattr(c, c.kind)
+    path = base / value
+    if not path.is_file():
+        raise ConfigError(f"constraint.{c.kind}: {path} does not exist")
+    constraint = JobConstraint(c.kind, path.read_text(encoding="utf-8"), value)
+    if c.kind == "json_schema":
+        _check_schema(constraint, path)
+    elif c.kind == "regex":
+        try:
+            constraint.pattern
+        except re.error as err:
+            raise ConfigError(f"constraint.regex: {value} is not a valid regex: {err}") from None
+    return constraint
+
+
+def _check_schema(constraint: JobConstraint, path: Path) -> None:
+    try:
+        schema = constraint.schema
+    except json.JSONDecodeError as err:
+        raise ConfigError(f"constraint.json_schema: {path} is not valid JSON: {err}") from None
+    try:
+        jsonschema.Draft202012Validator.check_schema(schema)
+    except jsonschema.SchemaError as err:
+        where = "/".join(str(p) for p in err.absolute_path) or "<root>"
+        raise ConfigError(f"constraint.json_schema: {path} is not a valid JSON Schema at {where}: {err.message}") from None
