@@ -255,9 +255,9 @@ class RunDir:
         self.store.write_table(self.file("stats", key), stats)
 
     def discard(self, key: str, run: str | None) -> None:
-        """Uncommit a shard: its stats go first, so a stop half-way leaves only leftovers."""
+        """Uncommit a shard of partition ``run``: its stats go first, so a stop half-way leaves only leftovers."""
         for kind in ("stats", "records", "rejects"):
-            self.store.delete(self.file(kind, key, run) if run else f"{self.path}/{kind}/shard-{key}.parquet")
+            self.store.delete(self.file(kind, key, run))
 
     def remove_leftovers(self) -> int:
         """Delete records and rejects of shards that never committed, and temporaries; return how many files went."""
