@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-import pyarrow.parquet as pq
+from fucina_jobs.pipeline.rundir import RunDir
 
 REPO = Path(__file__).resolve().parents[1]
 IDS = [f"r{i:02d}" for i in range(1, 9)]
@@ -81,7 +81,10 @@ class Case:
         return self.finish(self.start(*overrides))
 
     def committed(self) -> int:
-        return len(list(self.out.glob("stats/shard-*.parquet")))
+        return sum(f.key is not None for f in RunDir.open(self.out).shard_files("stats"))
+
+    def manifest(self) -> dict:
+        return RunDir.open(self.out).read_manifest() or {}
 
     def wait(self, proc: subprocess.Popen, predicate: Callable[[], bool], timeout: float = 600) -> None:
         deadline = time.monotonic() + timeout
@@ -133,7 +136,7 @@ def replica_pid(proc: subprocess.Popen) -> int | None:
 
 def kill9_at_start(c: Case) -> None:
     proc = c.start()
-    c.wait(proc, lambda: (c.out / "manifest.json").exists())
+    c.wait(proc, lambda: bool(c.manifest()))
     c.kill(proc)
     c.note = f"killed once the manifest said running, {c.committed()} of 4 shards committed"
     c.run()
@@ -198,7 +201,7 @@ def full_disk(c: Case) -> None:
         return
     try:
         c.run()
-        status = json.loads((c.out / "manifest.json").read_text()).get("status", "-") if (c.out / "manifest.json").exists() else "-"
+        status = c.manifest().get("status", "-")
         c.note = f"first run (manifest {status}): " + _last_line(c.out.parent / "run-0.log")
         subprocess.run(["mount", "-o", "remount,size=4m", str(c.out)], check=True)  # the user frees space
         c.run()
@@ -241,11 +244,9 @@ def _last_line(path: Path) -> str:
 
 def count(c: Case) -> Outcome:
     expected = [json.loads(line)["id"] for line in c.dataset.read_text().splitlines()]
-    seen = collections.Counter(
-        row_id for kind in ("records", "rejects") for f in sorted(c.out.glob(f"{kind}/*.parquet"))
-        for row_id in pq.read_table(f, columns=["row_id"]).column("row_id").to_pylist()
-    )
-    manifest = json.loads((c.out / "manifest.json").read_text()) if (c.out / "manifest.json").exists() else {}
+    run_dir = RunDir.open(c.out)
+    seen = collections.Counter(row_id for kind in ("records", "rejects") for row_id in run_dir.read(kind, ["row_id"]).column("row_id").to_pylist())
+    manifest = c.manifest()
     return Outcome(c.name, len(expected), sum(seen.values()), sum(n - 1 for n in seen.values() if n > 1),
                    sum(1 for i in expected if i not in seen), c.exits, manifest.get("status", "-"), c.note)
 

@@ -280,4 +280,6 @@ class RunDir:
             if columns is not None:
                 table = table.select([c for c in columns if c in table.column_names])
             tables.append(table.append_column("run", pa.array([f.run] * table.num_rows, pa.string())))
-        return pa.concat_tables(tables, promote_options="permissive") if tables else pa.table({})
+        if not tables:  # nothing written yet: the columns asked for, empty
+            return pa.table({name: pa.array([], pa.null()) for name in [*(columns or []), "run"]})
+        return pa.concat_tables(tables, promote_options="permissive")
