@@ -26,6 +26,7 @@ from typing import Sequence
 import torch
 import torch.nn.functional as F
 from transformers import AttentionInterface
+from transformers.models.llama.modeling_llama import LlamaAttention, LlamaMLP, apply_rotary_pos_emb
 
 _ATTENTION = "fucina_slots"
 #: Sequences with more new tokens (prompt chunks, long drafts) attend on their own in batched mode:
@@ -178,9 +179,72 @@ def _grid_attention(query: torch.Tensor, keys: torch.Tensor, values: torch.Tenso
     return out.reshape(grid.slots * grid.queries, heads, dim).index_select(0, grid.cells)
 
 
-# Not registered with AttentionMaskInterface on purpose: transformers then builds no mask at all.
 # torch.compile leaves it out of its graphs: it plans over Python lists of spans, and SDPA is one kernel already.
-AttentionInterface.register(_ATTENTION, torch.compiler.disable(_slotted_attention))
+_attend = torch.compiler.disable(_slotted_attention)
+# Not registered with AttentionMaskInterface on purpose: transformers then builds no mask at all.
+AttentionInterface.register(_ATTENTION, _attend)
+
+
+def _fused_linear(parts: list[torch.nn.Linear]) -> torch.nn.Linear:
+    """One ``Linear`` computing ``parts`` side by side; each part's weight becomes a view of it.
+
+    One GEMM rather than two or three: at a decode step's few dozen rows each
+    call has a fixed cost (and, with two threads, a parallel region to wake),
+    and oneDNN's rows come out bit for bit the same as the parts' rows.
+    """
+    first = parts[0]
+    fused = torch.nn.Linear(first.in_features, sum(p.out_features for p in parts), bias=first.bias is not None, device="meta")
+    fused.weight = torch.nn.Parameter(torch.cat([p.weight for p in parts]), requires_grad=False)
+    if first.bias is not None:
+        fused.bias = torch.nn.Parameter(torch.cat([p.bias for p in parts]), requires_grad=False)
+    start = 0
+    for p in parts:  # the model keeps one copy of its weights
+        p.weight = torch.nn.Parameter(fused.weight[start : start + p.out_features], requires_grad=False)
+        if p.bias is not None:
+            p.bias = torch.nn.Parameter(fused.bias[start : start + p.out_features], requires_grad=False)
+        start += p.out_features
+    return fused
+
+
+class _FusedAttention(LlamaAttention):
+    """Llama attention with q, k and v in one linear, in the runner's forwards.
+
+    Anywhere else (the model called on its own) it is transformers' own,
+    over the same weights.
+    """
+
+    qkv_proj: torch.nn.Linear
+
+    def forward(self, hidden_states, position_embeddings=None, attention_mask=None, **kwargs):
+        if "slot_step" not in kwargs:
+            return super().forward(hidden_states, position_embeddings, attention_mask, **kwargs)
+        shape = (*hidden_states.shape[:-1], -1, self.head_dim)
+        sizes = [self.q_proj.out_features, self.k_proj.out_features, self.v_proj.out_features]
+        query, key, value = (t.view(shape).transpose(1, 2) for t in self.qkv_proj(hidden_states).split(sizes, -1))
+        query, key = apply_rotary_pos_emb(query, key, *position_embeddings)
+        out, _ = _attend(self, query, key, value, None, self.scaling, slot_step=kwargs["slot_step"])
+        return self.o_proj(out.reshape(*hidden_states.shape[:-1], -1)), None
+
+
+class _FusedMLP(LlamaMLP):
+    """Llama MLP with gate and up in one linear."""
+
+    gate_up_proj: torch.nn.Linear
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate, up = self.gate_up_proj(x).chunk(2, -1)
+        return self.down_proj(self.act_fn(gate) * up)
+
+
+def _fuse_projections(model: torch.nn.Module) -> None:
+    """Fuse each Llama layer's q/k/v and gate/up projections (other architectures stay as they are)."""
+    for module in list(model.modules()):
+        if type(module) is LlamaAttention:
+            module.qkv_proj = _fused_linear([module.q_proj, module.k_proj, module.v_proj])
+            module.__class__ = _FusedAttention
+        elif type(module) is LlamaMLP:
+            module.gate_up_proj = _fused_linear([module.gate_proj, module.up_proj])
+            module.__class__ = _FusedMLP
 
 
 class _OneDNNLinear(torch.nn.Linear):
@@ -249,6 +313,7 @@ class HFRunner:
         self.device = torch.device(device)
         self.batched_attention = self.device.type == "cuda" if batched_attention is None else batched_attention
         self.vocab_size = model.config.vocab_size
+        _fuse_projections(model)
         onednn = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
         if self.device.type == "cpu" and model.dtype == torch.float32 and onednn:
             _use_onednn_linears(model)
