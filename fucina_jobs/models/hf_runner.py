@@ -8,7 +8,10 @@ writes each layer's new keys and values into their slots, then attends in one
 of two ways, both over views of the store, so no cache is ever copied:
 
 - per sequence: one SDPA call per sequence over its own slot. Exact (no
-  padding) and, on a CPU, as fast as anything measured (docs/BENCHMARKS.md);
+  padding) and, on a CPU, as fast as anything measured (docs/BENCHMARKS.md).
+  In bfloat16 and float16, the query heads that share a kv head are folded
+  into the query axis of a decode step's short sequences: CPU SDPA runs those
+  precisions one head at a time, slowly;
 - batched: one SDPA call per layer for the whole batch, its queries scattered
   into a ``[slots, queries]`` grid over the range of slots the batch uses and
   masked to each sequence's own keys. A GPU needs it: a loop over 128 streams
@@ -92,7 +95,8 @@ class _Span:
     start: int  # first new token in the packed row
     count: int  # new tokens
     end: int  # the sequence's length once they are written
-    mask: torch.Tensor | None  # bool ``[count, end]``; None when plain causal or a single token
+    mask: torch.Tensor | None  # bool ``[count, end]`` (``[group * count, end]`` folded); None when plain causal or a single token
+    folded: bool  # the query heads that share a kv head are folded into the query axis
 
 
 @dataclass
@@ -139,17 +143,21 @@ def _slotted_attention(
     dim = key.shape[-1]
     keys.view(-1, dim).index_copy_(0, slot_step.rows, key[0].reshape(-1, dim))
     values.view(-1, dim).index_copy_(0, slot_step.rows, value[0].reshape(-1, dim))
-    out = query.new_empty(query.shape[2], query.shape[1], dim)  # [tokens, heads, dim]
+    heads = query.shape[1]
+    out = query.new_empty(query.shape[2], heads, dim)  # [tokens, heads, dim]
     for s in slot_step.spans:
+        q = query[:, :, s.start : s.start + s.count]
+        if s.folded:
+            q = q.reshape(1, keys.shape[1], -1, dim)
         out[s.start : s.start + s.count] = F.scaled_dot_product_attention(
-            query[:, :, s.start : s.start + s.count],
+            q,
             keys[s.slot : s.slot + 1, :, : s.end],
             values[s.slot : s.slot + 1, :, : s.end],
             attn_mask=s.mask,
             is_causal=s.mask is None and s.count > 1,
             scale=scaling,
-            enable_gqa=True,
-        )[0].transpose(0, 1)
+            enable_gqa=not s.folded,
+        ).view(heads, s.count, dim).transpose(0, 1)
     if slot_step.grid is not None:
         out.index_copy_(0, slot_step.grid.tokens, _grid_attention(query, keys, values, scaling, slot_step.grid))
     return out[None], None
@@ -312,6 +320,10 @@ class HFRunner:
         self.model = model
         self.device = torch.device(device)
         self.batched_attention = self.device.type == "cuda" if batched_attention is None else batched_attention
+        # CPU SDPA runs reduced precisions one query head at a time, slowly; folded, a step's attention
+        # takes 40% less (docs/BENCHMARKS.md). float32 and float64 keep the unfolded kernel: the float32
+        # rows of earlier benchmarks stay bit for bit, and the fold saves them only about 3%.
+        self._fold_heads = model.dtype in (torch.bfloat16, torch.float16)
         self.vocab_size = model.config.vocab_size
         _fuse_projections(model)
         onednn = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
@@ -379,15 +391,19 @@ class HFRunner:
         heads = torch.arange(store.keys.shape[2])[:, None]
         rows = ((slots * store.keys.shape[2] + heads) * store.capacity + positions).flatten()
         in_grid = [self.batched_attention and n <= _GRID_QUERIES for n in counts]
+        group = self.model.config.num_attention_heads // self.model.config.num_key_value_heads
         spans, start = [], 0
         for (state, _), n, grid in zip(batch, counts, in_grid):
             end = state.length + n
+            folded = self._fold_heads and n <= _GRID_QUERIES
             mask = None
-            if n > 1 and state.length and not grid:
+            if n > 1 and (state.length or folded) and not grid:
                 keys = torch.arange(end, device=self.device)
                 mask = keys <= torch.arange(state.length, end, device=self.device)[:, None]
+                if folded:
+                    mask = mask.repeat(group, 1)
             if not grid:
-                spans.append(_Span(state.slot, start, n, end, mask))
+                spans.append(_Span(state.slot, start, n, end, mask, folded))
             start += n
         tokens = torch.repeat_interleave(torch.tensor(in_grid), torch.tensor(counts)).nonzero().flatten()
         grid = self._grid(tokens, slots[tokens], [n for n, g in zip(counts, in_grid) if g], positions[tokens]) if len(tokens) else None
