@@ -306,7 +306,9 @@ class HFRunner:
     through ``torch.compile`` with dynamic shapes, so the ragged batches of
     every step share one compiled graph per layer segment; on a CPU the
     compiled graph gives up the oneDNN linears, which do not trace
-    (docs/BENCHMARKS.md: it does not pay there).
+    (docs/BENCHMARKS.md: it does not pay there). A Llama model's q/k/v and
+    gate/up projections are fused in place, once; called on its own, the
+    model still runs transformers' forward over the same weights.
     """
 
     def __init__(
