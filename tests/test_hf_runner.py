@@ -196,3 +196,17 @@ def test_compiled_forward_matches_eager(tiny_model, full):
         rows = runner.forward([(st, s[a:b]) for st, s, (a, b) in zip(states, sequences, cut)])
         for s, r, (a, b) in zip(sequences, rows, cut):
             assert torch.allclose(r, full(s)[a:b], atol=1e-5), (r - full(s)[a:b]).abs().max()
+
+
+def test_folded_heads_match_full_forwards(tiny_model, full):
+    """The fold that bfloat16 and float16 runners use for short sequences (grouped query heads as extra
+    queries, one mask row per head and token) gives the same rows, proved at float64 by forcing it on."""
+    runner = HFRunner(tiny_model)
+    runner._fold_heads = True
+    pasts, news = [0, 5, 11, 3, 0], [4, 1, 6, 1, 20]  # a fresh short sequence, and a chunk too long to fold
+    sequences = [tokens(100 + k, p + n) for k, (p, n) in enumerate(zip(pasts, news))]
+    states = [runner.new_state() for _ in sequences]
+    runner.forward([(st, s[:p]) for st, s, p in zip(states, sequences, pasts) if p], logits=False)
+    rows = runner.forward([(st, s[p:]) for st, s, p in zip(states, sequences, pasts)])
+    for s, r, p in zip(sequences, rows, pasts):
+        assert torch.allclose(r, full(s)[p:], atol=1e-9)

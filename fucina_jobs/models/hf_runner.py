@@ -8,7 +8,10 @@ writes each layer's new keys and values into their slots, then attends in one
 of two ways, both over views of the store, so no cache is ever copied:
 
 - per sequence: one SDPA call per sequence over its own slot. Exact (no
-  padding) and, on a CPU, as fast as anything measured (docs/BENCHMARKS.md);
+  padding) and, on a CPU, as fast as anything measured (docs/BENCHMARKS.md).
+  In bfloat16 and float16, the query heads that share a kv head are folded
+  into the query axis of a decode step's short sequences: CPU SDPA runs those
+  precisions one head at a time, slowly;
 - batched: one SDPA call per layer for the whole batch, its queries scattered
   into a ``[slots, queries]`` grid over the range of slots the batch uses and
   masked to each sequence's own keys. A GPU needs it: a loop over 128 streams
@@ -26,6 +29,7 @@ from typing import Sequence
 import torch
 import torch.nn.functional as F
 from transformers import AttentionInterface
+from transformers.models.llama.modeling_llama import LlamaAttention, LlamaMLP, apply_rotary_pos_emb
 
 _ATTENTION = "fucina_slots"
 #: Sequences with more new tokens (prompt chunks, long drafts) attend on their own in batched mode:
@@ -91,7 +95,8 @@ class _Span:
     start: int  # first new token in the packed row
     count: int  # new tokens
     end: int  # the sequence's length once they are written
-    mask: torch.Tensor | None  # bool ``[count, end]``; None when plain causal or a single token
+    mask: torch.Tensor | None  # bool ``[count, end]`` (``[group * count, end]`` folded); None when plain causal or a single token
+    folded: bool  # the query heads that share a kv head are folded into the query axis
 
 
 @dataclass
@@ -138,17 +143,21 @@ def _slotted_attention(
     dim = key.shape[-1]
     keys.view(-1, dim).index_copy_(0, slot_step.rows, key[0].reshape(-1, dim))
     values.view(-1, dim).index_copy_(0, slot_step.rows, value[0].reshape(-1, dim))
-    out = query.new_empty(query.shape[2], query.shape[1], dim)  # [tokens, heads, dim]
+    heads = query.shape[1]
+    out = query.new_empty(query.shape[2], heads, dim)  # [tokens, heads, dim]
     for s in slot_step.spans:
+        q = query[:, :, s.start : s.start + s.count]
+        if s.folded:
+            q = q.reshape(1, keys.shape[1], -1, dim)
         out[s.start : s.start + s.count] = F.scaled_dot_product_attention(
-            query[:, :, s.start : s.start + s.count],
+            q,
             keys[s.slot : s.slot + 1, :, : s.end],
             values[s.slot : s.slot + 1, :, : s.end],
             attn_mask=s.mask,
             is_causal=s.mask is None and s.count > 1,
             scale=scaling,
-            enable_gqa=True,
-        )[0].transpose(0, 1)
+            enable_gqa=not s.folded,
+        ).view(heads, s.count, dim).transpose(0, 1)
     if slot_step.grid is not None:
         out.index_copy_(0, slot_step.grid.tokens, _grid_attention(query, keys, values, scaling, slot_step.grid))
     return out[None], None
@@ -178,9 +187,72 @@ def _grid_attention(query: torch.Tensor, keys: torch.Tensor, values: torch.Tenso
     return out.reshape(grid.slots * grid.queries, heads, dim).index_select(0, grid.cells)
 
 
-# Not registered with AttentionMaskInterface on purpose: transformers then builds no mask at all.
 # torch.compile leaves it out of its graphs: it plans over Python lists of spans, and SDPA is one kernel already.
-AttentionInterface.register(_ATTENTION, torch.compiler.disable(_slotted_attention))
+_attend = torch.compiler.disable(_slotted_attention)
+# Not registered with AttentionMaskInterface on purpose: transformers then builds no mask at all.
+AttentionInterface.register(_ATTENTION, _attend)
+
+
+def _fused_linear(parts: list[torch.nn.Linear]) -> torch.nn.Linear:
+    """One ``Linear`` computing ``parts`` side by side; each part's weight becomes a view of it.
+
+    One GEMM rather than two or three: at a decode step's few dozen rows each
+    call has a fixed cost (and, with two threads, a parallel region to wake),
+    and oneDNN's rows come out bit for bit the same as the parts' rows.
+    """
+    first = parts[0]
+    fused = torch.nn.Linear(first.in_features, sum(p.out_features for p in parts), bias=first.bias is not None, device="meta")
+    fused.weight = torch.nn.Parameter(torch.cat([p.weight for p in parts]), requires_grad=False)
+    if first.bias is not None:
+        fused.bias = torch.nn.Parameter(torch.cat([p.bias for p in parts]), requires_grad=False)
+    start = 0
+    for p in parts:  # the model keeps one copy of its weights
+        p.weight = torch.nn.Parameter(fused.weight[start : start + p.out_features], requires_grad=False)
+        if p.bias is not None:
+            p.bias = torch.nn.Parameter(fused.bias[start : start + p.out_features], requires_grad=False)
+        start += p.out_features
+    return fused
+
+
+class _FusedAttention(LlamaAttention):
+    """Llama attention with q, k and v in one linear, in the runner's forwards.
+
+    Anywhere else (the model called on its own) it is transformers' own,
+    over the same weights.
+    """
+
+    qkv_proj: torch.nn.Linear
+
+    def forward(self, hidden_states, position_embeddings=None, attention_mask=None, **kwargs):
+        if "slot_step" not in kwargs:
+            return super().forward(hidden_states, position_embeddings, attention_mask, **kwargs)
+        shape = (*hidden_states.shape[:-1], -1, self.head_dim)
+        sizes = [self.q_proj.out_features, self.k_proj.out_features, self.v_proj.out_features]
+        query, key, value = (t.view(shape).transpose(1, 2) for t in self.qkv_proj(hidden_states).split(sizes, -1))
+        query, key = apply_rotary_pos_emb(query, key, *position_embeddings)
+        out, _ = _attend(self, query, key, value, None, self.scaling, slot_step=kwargs["slot_step"])
+        return self.o_proj(out.reshape(*hidden_states.shape[:-1], -1)), None
+
+
+class _FusedMLP(LlamaMLP):
+    """Llama MLP with gate and up in one linear."""
+
+    gate_up_proj: torch.nn.Linear
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate, up = self.gate_up_proj(x).chunk(2, -1)
+        return self.down_proj(self.act_fn(gate) * up)
+
+
+def _fuse_projections(model: torch.nn.Module) -> None:
+    """Fuse each Llama layer's q/k/v and gate/up projections (other architectures stay as they are)."""
+    for module in list(model.modules()):
+        if type(module) is LlamaAttention:
+            module.qkv_proj = _fused_linear([module.q_proj, module.k_proj, module.v_proj])
+            module.__class__ = _FusedAttention
+        elif type(module) is LlamaMLP:
+            module.gate_up_proj = _fused_linear([module.gate_proj, module.up_proj])
+            module.__class__ = _FusedMLP
 
 
 class _OneDNNLinear(torch.nn.Linear):
@@ -234,7 +306,9 @@ class HFRunner:
     through ``torch.compile`` with dynamic shapes, so the ragged batches of
     every step share one compiled graph per layer segment; on a CPU the
     compiled graph gives up the oneDNN linears, which do not trace
-    (docs/BENCHMARKS.md: it does not pay there).
+    (docs/BENCHMARKS.md: it does not pay there). A Llama model's q/k/v and
+    gate/up projections are fused in place, once; called on its own, the
+    model still runs transformers' forward over the same weights.
     """
 
     def __init__(
@@ -248,7 +322,12 @@ class HFRunner:
         self.model = model
         self.device = torch.device(device)
         self.batched_attention = self.device.type == "cuda" if batched_attention is None else batched_attention
+        # CPU SDPA runs reduced precisions one query head at a time, slowly; folded, a step's attention
+        # takes 40% less (docs/BENCHMARKS.md). float32 and float64 keep the unfolded kernel: the float32
+        # rows of earlier benchmarks stay bit for bit, and the fold saves them only about 3%.
+        self._fold_heads = model.dtype in (torch.bfloat16, torch.float16)
         self.vocab_size = model.config.vocab_size
+        _fuse_projections(model)
         onednn = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
         if self.device.type == "cpu" and model.dtype == torch.float32 and onednn:
             _use_onednn_linears(model)
@@ -314,15 +393,19 @@ class HFRunner:
         heads = torch.arange(store.keys.shape[2])[:, None]
         rows = ((slots * store.keys.shape[2] + heads) * store.capacity + positions).flatten()
         in_grid = [self.batched_attention and n <= _GRID_QUERIES for n in counts]
+        group = self.model.config.num_attention_heads // self.model.config.num_key_value_heads
         spans, start = [], 0
         for (state, _), n, grid in zip(batch, counts, in_grid):
             end = state.length + n
+            folded = self._fold_heads and n <= _GRID_QUERIES
             mask = None
-            if n > 1 and state.length and not grid:
+            if n > 1 and (state.length or folded) and not grid:
                 keys = torch.arange(end, device=self.device)
                 mask = keys <= torch.arange(state.length, end, device=self.device)[:, None]
+                if folded:
+                    mask = mask.repeat(group, 1)
             if not grid:
-                spans.append(_Span(state.slot, start, n, end, mask))
+                spans.append(_Span(state.slot, start, n, end, mask, folded))
             start += n
         tokens = torch.repeat_interleave(torch.tensor(in_grid), torch.tensor(counts)).nonzero().flatten()
         grid = self._grid(tokens, slots[tokens], [n for n, g in zip(counts, in_grid) if g], positions[tokens]) if len(tokens) else None

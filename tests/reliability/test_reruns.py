@@ -125,8 +125,8 @@ def test_ctrl_c_leaves_an_interrupted_manifest_and_the_rerun_resumes(tmp_path):
         if len(dispatched) == 3:
             raise KeyboardInterrupt
 
-    with pytest.raises(KeyboardInterrupt):
-        _run(small_job(out, data), ctrl_c_on_third_dispatch)
+    with pytest.raises(KeyboardInterrupt):  # one shard held at a time: the third is sent once two have committed
+        _run(small_job(out, data, runtime={"shards_in_flight": 1}), ctrl_c_on_third_dispatch)
     m = manifest(out)
     assert m["status"] == "interrupted" and "rerun" in m["error"] and len(m["shards"]) == 2
     assert not [p for p in out.rglob("*.parquet") if p.stem not in {f"shard-{k}" for k in m["shards"]}]

@@ -1,0 +1,47 @@
+"""GFLOPS of one linear layer on this CPU, by rows, float32 and bfloat16, one thread by default.
+
+The decode step and prefill targets are arithmetic: a SmolLM2-135M row costs
+269 MFLOP of linears (212 without the LM head). This prints the rate that
+arithmetic runs at, for the 576 -> 3072 gate/up shape, on oneDNN's linear
+(what the runner uses in float32) and on ``F.linear``.
+
+    python bench/linear_gflops.py [--threads 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+import torch.nn.functional as F
+
+
+def _seconds(fn, repeats: int = 20) -> float:
+    for _ in range(3):
+        fn()
+    start = time.perf_counter()
+    for _ in range(repeats):
+        fn()
+    return (time.perf_counter() - start) / repeats
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--threads", type=int, default=1)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    onednn = torch.ops.mkldnn._linear_pointwise
+    print(f"GFLOPS, {args.threads} thread(s), [rows, 576] x [576, 3072]")
+    print(f"{'rows':>5}  {'oneDNN f32':>10}  {'F.linear f32':>12}  {'oneDNN bf16':>11}  {'F.linear bf16':>13}")
+    for rows in (1, 8, 33, 128, 650):
+        flops = 2 * rows * 576 * 3072
+        rates = []
+        for dtype in (torch.float32, torch.bfloat16):
+            x, w = torch.randn(rows, 576, dtype=dtype), torch.randn(3072, 576, dtype=dtype)
+            rates += [flops / _seconds(lambda: onednn(x, w, None, "none", [], "")) / 1e9, flops / _seconds(lambda: F.linear(x, w)) / 1e9]
+        print(f"{rows:>5}  {rates[0]:>10.0f}  {rates[1]:>12.0f}  {rates[2]:>11.0f}  {rates[3]:>13.0f}")
+
+
+if __name__ == "__main__":
+    main()
