@@ -8,7 +8,7 @@ import jsonschema
 import pytest
 import ray
 
-from fucina_jobs.pipeline.config import ConfigError, validate
+from fucina_jobs.pipeline.config import validate
 from fucina_jobs.pipeline.driver import Job
 
 from .conftest import REPO, assert_exactly_once, job_dict, manifest, read_dir, shard_files
