@@ -17,9 +17,13 @@ def test_gpu_check_dry_run_passes_reference_and_prints_table():
                          cwd=REPO, capture_output=True, text=True, timeout=300, env=env)
     assert run.returncode == 0, run.stderr[-2000:]
     lines = run.stdout.strip().splitlines()
-    assert lines[0].split() == ["streams", "spec", "forward", "tok/s", "tok/fwd"]
-    assert [line.split()[:3] for line in lines[1:-1]] == [
-        [n, spec, forward] for n in ("1", "2") for spec in ("off", "on") for forward in ("eager", "compiled")
+    assert lines[0].split() == ["streams", "arm", "forward", "tok/s", "tok/fwd", "ms/step", "fwd%", "proc%"]
+    rows = [line.split() for line in lines[1:-1]]
+    assert [row[:3] for row in rows] == [
+        [n, arm, forward] for n in ("1", "2") for arm in ("plain", "ngram", "json") for forward in ("eager", "compiled")
     ]
+    assert all(len(row) == 8 for row in rows), "an arm failed: " + run.stderr[-2000:]
+    processor_share = {(row[0], row[1]): float(row[7]) for row in rows}
+    assert processor_share[("2", "json")] > 0 and processor_share[("2", "plain")] == 0  # only the json arm runs a grammar
     assert lines[-1] == "reference check: PASS"
     assert "first compiled run" in run.stderr and "compile for the table's dtype" in run.stderr

@@ -21,6 +21,7 @@ of two ways, both over views of the store, so no cache is ever copied:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import weakref
 from dataclasses import dataclass
@@ -28,10 +29,15 @@ from typing import Sequence
 
 import torch
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 from transformers import AttentionInterface
 from transformers.models.llama.modeling_llama import LlamaAttention, LlamaMLP, apply_rotary_pos_emb
 
 _ATTENTION = "fucina_slots"
+#: SDPA's CUDA backends but cuDNN's, which builds a new execution plan for every new shape, and the
+#: slotted store's key length grows every step: about 3 ms of host time per call on an H200
+#: (docs/BENCHMARKS.md, "GPU").
+_CUDA_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 #: Sequences with more new tokens (prompt chunks, long drafts) attend on their own in batched mode:
 #: every sequence in the grid is padded to the longest one's queries.
 _GRID_QUERIES = 16
@@ -139,6 +145,12 @@ def _slotted_attention(
     One ``index_copy_`` per tensor writes every sequence's new entries; CPU
     advanced-index assignment takes eight times longer.
     """
+    with sdpa_kernel(_CUDA_BACKENDS) if query.is_cuda else contextlib.nullcontext():
+        return _attend_in_slots(module, query, key, value, scaling, slot_step)
+
+
+def _attend_in_slots(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scaling: float,
+                     slot_step: _Step) -> tuple[torch.Tensor, None]:
     keys, values = slot_step.store.keys[module.layer_idx], slot_step.store.values[module.layer_idx]
     dim = key.shape[-1]
     keys.view(-1, dim).index_copy_(0, slot_step.rows, key[0].reshape(-1, dim))
@@ -284,17 +296,16 @@ def _compiled(model: torch.nn.Module) -> torch.nn.Module:
     return torch.compile(model, dynamic=True)
 
 
-def _rows_to_keep(counts: list[int], wanted: list[bool]) -> int | torch.Tensor:
-    """transformers' ``logits_to_keep``: 0 keeps every row, an int ``k`` the last ``k``, a tensor those rows.
+def _rows_to_keep(counts: list[int], wanted: list[bool]) -> torch.Tensor:
+    """transformers' ``logits_to_keep``: the packed rows whose logits are wanted.
 
-    The LM head is the widest layer: prefill rows skip it.
+    The LM head is the widest layer: prefill rows skip it. Always a tensor:
+    transformers also takes an int, but one that is an int on some steps and a
+    tensor on others makes ``torch.compile`` recompile until it hits its limit
+    (docs/BENCHMARKS.md, "GPU").
     """
-    if all(wanted):
-        return 0
-    if not any(wanted):
-        return 1
     starts = [sum(counts[:i]) for i in range(len(counts))]
-    return torch.cat([torch.arange(start, start + n) for start, n, want in zip(starts, counts, wanted) if want])
+    return torch.tensor([row for start, n, want in zip(starts, counts, wanted) if want for row in range(start, start + n)], dtype=torch.long)
 
 
 class HFRunner:
@@ -370,7 +381,7 @@ class HFRunner:
                 input_ids=ids[None].to(self.device),
                 position_ids=positions[None].to(self.device),
                 use_cache=False,
-                logits_to_keep=_rows_to_keep(counts, wanted),
+                logits_to_keep=_rows_to_keep(counts, wanted).to(self.device),
                 slot_step=step,
             )
         finally:
@@ -389,7 +400,9 @@ class HFRunner:
         runs without a mask, faster; a single token needs no mask either.
         """
         store = self.store
-        slots = torch.repeat_interleave(torch.tensor([state.slot for state, _ in batch]), torch.tensor(counts))
+        # Per-token lists are built in Python: CPU ``repeat_interleave`` wakes every intra-op thread even for
+        # a few hundred elements, milliseconds per call on a 16-core GPU host (docs/BENCHMARKS.md, "GPU").
+        slots = torch.tensor([state.slot for (state, _), n in zip(batch, counts) for _ in range(n)])
         heads = torch.arange(store.keys.shape[2])[:, None]
         rows = ((slots * store.keys.shape[2] + heads) * store.capacity + positions).flatten()
         in_grid = [self.batched_attention and n <= _GRID_QUERIES for n in counts]
@@ -407,7 +420,8 @@ class HFRunner:
             if not grid:
                 spans.append(_Span(state.slot, start, n, end, mask, folded))
             start += n
-        tokens = torch.repeat_interleave(torch.tensor(in_grid), torch.tensor(counts)).nonzero().flatten()
+        token_in_grid = [g for g, n in zip(in_grid, counts) for _ in range(n)]
+        tokens = torch.tensor([i for i, g in enumerate(token_in_grid) if g], dtype=torch.long)
         grid = self._grid(tokens, slots[tokens], [n for n, g in zip(counts, in_grid) if g], positions[tokens]) if len(tokens) else None
         return _Step(store, rows.to(self.device), spans, grid)
 
@@ -420,8 +434,7 @@ class HFRunner:
         """
         first = int(slots.min())
         grid_slots, queries = int(slots.max()) - first + 1, max(counts)
-        starts = torch.repeat_interleave(torch.tensor(counts).cumsum(0) - torch.tensor(counts), torch.tensor(counts))
-        cells = (slots - first) * queries + torch.arange(len(slots)) - starts
+        cells = (slots - first) * queries + torch.tensor([j for n in counts for j in range(n)])
         last_key = torch.zeros(grid_slots * queries, dtype=torch.long)
         last_key[cells] = positions
         keys = int(positions.max()) + 1
