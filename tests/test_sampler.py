@@ -57,6 +57,15 @@ def test_all_tokens_masked_raises():
     assert recorder.commits == []  # nothing was selected, so nothing is committed
 
 
+def test_greedy_takes_the_first_of_tied_maxima_and_fails_loudly_on_nan():
+    row = torch.zeros(V)
+    row[[7, 300, 40]] = 2.0
+    assert Sampler().next(row.clone(), []) == 7
+    row[100] = float("nan")
+    with pytest.raises(AllTokensMasked):
+        Sampler().next(row, [])
+
+
 def test_minus_inf_survives_repeat_penalty():
     row = torch.full((V,), -4.0)
     row[7] = 10.0  # banned but hugely favoured, and in the history (penalty divides/multiplies)
