@@ -140,17 +140,15 @@ def _slotted_attention(
     slot_step: _Step,
     **kwargs,
 ) -> tuple[torch.Tensor, None]:
-    """Store the packed row's keys and values (``[1, heads, tokens, dim]``), then attend.
-
-    One ``index_copy_`` per tensor writes every sequence's new entries; CPU
-    advanced-index assignment takes eight times longer.
-    """
+    """Store the packed row's keys and values (``[1, heads, tokens, dim]``), then attend (on CUDA, without cuDNN)."""
     with sdpa_kernel(_CUDA_BACKENDS) if query.is_cuda else contextlib.nullcontext():
         return _attend_in_slots(module, query, key, value, scaling, slot_step)
 
 
 def _attend_in_slots(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scaling: float,
                      slot_step: _Step) -> tuple[torch.Tensor, None]:
+    """One ``index_copy_`` per tensor writes every sequence's new entries (CPU advanced-index assignment takes
+    eight times longer); then each span attends on its own and the grid in one call."""
     keys, values = slot_step.store.keys[module.layer_idx], slot_step.store.values[module.layer_idx]
     dim = key.shape[-1]
     keys.view(-1, dim).index_copy_(0, slot_step.rows, key[0].reshape(-1, dim))

@@ -126,15 +126,13 @@ class ShardWorker:
         if (grounded_fields(schema) if field_name else self.grounded):
             source = str(row.fields.get(self.cfg.dataset.text_field, ""))
             return self.engine.constraint(lark=grounded_lark(schema, source)), [], True
-        return *(self._row_constraint(row) if field_name else (self.constraint, self.relaxations)), False
+        return *(self._row_constraint(schema) if field_name else (self.constraint, self.relaxations)), False
 
-    def _row_constraint(self, row: Row) -> tuple[Any, list[str]]:
+    def _row_constraint(self, schema: dict[str, Any]) -> tuple[Any, list[str]]:
         # Compile each distinct schema once; every stream still gets its own clone.
-        schema = row.fields[self.cfg.dataset.schema_field]
-        key = schema if isinstance(schema, str) else json.dumps(schema, sort_keys=True)
+        key = json.dumps(schema, sort_keys=True)
         if key not in self._row_constraints:
-            parsed = json.loads(key) if isinstance(schema, str) else schema
-            self._row_constraints[key] = compile_schema(self.engine, self.cfg.constraint, parsed)
+            self._row_constraints[key] = compile_schema(self.engine, self.cfg.constraint, schema)
         return self._row_constraints[key]
 
 
