@@ -1,6 +1,7 @@
 """Prompts that share a prefix compute it once, and decode exactly as if they had not."""
 
 from fucina_jobs.decoding.batch import BatchDecoder, Request
+from fucina_jobs.decoding.prefix_cache import cacheable, shared_prefix
 
 from .conftest import STOPS, RecordingRunner, decode
 
@@ -42,10 +43,33 @@ def test_newcomers_prefill_in_chunks_inside_running_forwards(tiny_runner, tokeni
     long = tokenizer.encode("You extract invoices. Reply with compact JSON and nothing else. " * 4)
     requests = lambda: [Request("short", short, seed=1, max_tokens=24), Request("long", long, seed=2, max_tokens=6)]  # noqa: E731
     runner = RecordingRunner(tiny_runner)
-    together = {g.id: g.tokens for g in BatchDecoder(runner, STOPS, streams=2, prefill_chunk=8).run(requests())}
-    assert all(len(chunk) <= 8 for feed in runner.prefills for chunk in feed)
+    together = {g.id: g.tokens for g in BatchDecoder(runner, STOPS, streams=2, prefill_tokens=8).run(requests())}
+    assert all(sum(len(chunk) for chunk in feed) <= 8 for feed in runner.prefills)
     assert sum(len(chunk) for feed in runner.prefills for chunk in feed) == len(short) - 1 + len(long) - 1
     assert len(runner.prefills) > len(long) // 8
     assert len(runner.feeds) + len(runner.prefills) - runner.calls >= len(long) // 8  # chunks shared forwards with decode steps
     for request in requests():
         assert decode(tiny_runner, [request])[request.id].tokens == together[request.id]
+
+
+def test_newcomers_prefill_together_once_their_shared_prefix_is_cached(tiny_runner, tokenizer):
+    """The first prompt computes the shared prefix alone; the others then prefill only their own tails, in one forward."""
+    shared = tokenizer.encode("You extract invoices. Reply with compact JSON and nothing else. " * 6)
+    prompts = [shared + tokenizer.encode(f" Invoice {k}: total {k}00 EUR.") for k in range(3)]
+    runner = RecordingRunner(tiny_runner)
+    decoder = BatchDecoder(runner, STOPS, streams=3)
+    out = {g.id: g.tokens for g in decoder.run([Request(str(k), p, seed=k, max_tokens=6) for k, p in enumerate(prompts)])}
+    first, second, *rest = runner.prefills
+    assert first == [prompts[0][:-1]]
+    tails = [prompts[k][shared_prefix(cacheable(prompts[0]), cacheable(prompts[k])) : -1] for k in (1, 2)]
+    assert len(shared) > 64 and second == tails and not rest
+    assert decoder.prefixes.reused_tokens >= 2 * (len(shared) - 1)
+    for k, prompt in enumerate(prompts):
+        assert decode(tiny_runner, [Request(str(k), prompt, seed=k, max_tokens=6)])[str(k)].tokens == out[str(k)]
+
+
+def test_unrelated_newcomers_prefill_in_one_forward(tiny_runner, tokenizer):
+    prompts = [tokenizer.encode(text) for text in ("Invoice 7: total 700 EUR.", "Receipt from the bakery, 3 items.", "Hello there, world.")]
+    runner = RecordingRunner(tiny_runner)
+    list(BatchDecoder(runner, STOPS, streams=3).run([Request(str(k), p, max_tokens=4) for k, p in enumerate(prompts)]))
+    assert runner.prefills[0] == [p[:-1] for p in prompts] and len(runner.prefills) == 1

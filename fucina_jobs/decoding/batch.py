@@ -4,9 +4,10 @@ Each stream owns its sampler, its random generator and its processor (a clone
 of the request's constraint), so streams never share grammar state. A step
 asks every live stream for its pending token plus drafts, runs one forward
 over the ragged batch, and lets each stream verify its own rows. A finished
-stream's slot is refilled from the queue at the next step. A newcomer's prompt
-is prefilled in chunks that ride along in the running streams' forwards, so
-the batch never stalls on a long prompt.
+stream's slot is refilled from the queue at the next step. Newcomers' prompts
+are prefilled in chunks that ride along in the running streams' forwards, up
+to ``prefill_tokens`` a forward, so the batch never stalls on a long prompt,
+and a batch of newcomers starts decoding together.
 
 One stream with speculation off is plain decoding; the same loop serves all
 three paths, so they can only differ through the logits they are given.
@@ -21,7 +22,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 from .constrained_source import ConstrainedSource
 from .drafting import FORCED, Cascade, CostGate, Draft, DraftSource, PromptLookup
-from .prefix_cache import PrefixCache
+from .prefix_cache import PrefixCache, cacheable, shared_prefix
 from .processor import LogitProcessor
 from .runner import ModelRunner
 from .sampler import AllTokensMasked, Sampler, SamplingParams
@@ -183,7 +184,12 @@ def _drafter(spec: SpecConfig, processor: LogitProcessor | None) -> DraftSource:
 
 
 class BatchDecoder:
-    """Decodes requests with up to ``streams`` of them in flight at once."""
+    """Decodes requests with up to ``streams`` of them in flight at once.
+
+    ``prefill_tokens`` caps the prompt tokens one forward carries: a batch of
+    newcomers' prompt tails (a few hundred tokens each) fits in one forward,
+    and a running stream never waits on more than that.
+    """
 
     def __init__(
         self,
@@ -193,7 +199,7 @@ class BatchDecoder:
         spec: SpecConfig | None = None,
         streams: int = 1,
         on_step: Callable[[], Any] | None = None,
-        prefill_chunk: int = 512,
+        prefill_tokens: int = 2048,
     ):
         self.runner = runner
         self.stop_tokens = frozenset(stop_tokens)
@@ -201,7 +207,7 @@ class BatchDecoder:
         self.spec = spec
         self.streams = streams
         self.on_step = on_step
-        self.prefill_chunk = prefill_chunk
+        self.prefill_tokens = prefill_tokens
         self.prefixes = PrefixCache(runner)
         self.waiting: deque[Request] = deque()
         self.live: list[Stream] = []  # at most ``streams``, in admission order
@@ -233,37 +239,61 @@ class BatchDecoder:
         return [s.result() for s in done]
 
     def _step(self, live: list[Stream]) -> None:
-        """One forward: every decoding stream's feed, plus the next chunk of one newcomer's prompt."""
-        newcomer = self._next_prefill(live)
-        decoding = [s for s in live if s.decoding and s is not newcomer]
+        """One forward: every decoding stream's feed, plus the next prompt chunks of newcomers."""
+        prefilling = self._prefilling(live)
+        decoding = [s for s in live if s.decoding and s not in prefilling]
         feeds = [s.plan(self.stop_tokens) for s in decoding]
-        batch = [(s.kv, feed) for s, feed in zip(decoding, feeds)]
-        if newcomer is not None:
-            chunk = newcomer.prefill[: self.prefill_chunk]
-            del newcomer.prefill[: len(chunk)]
-            batch.append((newcomer.kv, chunk))
-        rows = self.runner.forward(batch, logits=[True] * len(decoding) + [False] * (newcomer is not None))
-        if newcomer is not None and newcomer.decoding:
-            self.prefixes.store(newcomer.request.prompt, newcomer.kv)
+        chunks = self._chunks(prefilling)
+        batch = [(s.kv, feed) for s, feed in zip(decoding, feeds)] + [(s.kv, chunk) for s, chunk in zip(prefilling, chunks)]
+        rows = self.runner.forward(batch, logits=[True] * len(decoding) + [False] * len(prefilling))
+        for stream in prefilling:
+            if stream.decoding:
+                self.prefixes.store(stream.request.prompt, stream.kv)
         for stream, stream_rows in zip(decoding, rows):
             stream.advance(stream_rows, self.stop_tokens)
             self.runner.trim(stream.kv, len(stream.history) - 1)
         if self.on_step is not None:
             self.on_step()
 
-    def _next_prefill(self, live: list[Stream]) -> Stream | None:
-        """The oldest stream whose prompt is not cached yet, started from the prefix cache if need be.
+    def _prefilling(self, live: list[Stream]) -> list[Stream]:
+        """The streams whose prompts take this forward's ``prefill_tokens``, oldest first, started from the prefix cache.
 
-        One prompt at a time: a newcomer looks up the prefix cache only once
-        the prompt before it is cached, so it reuses their shared prefix.
+        Several prompts share a forward, so a batch of newcomers starts
+        decoding together rather than one prompt per step. A newcomer still
+        waits for an earlier prompt in prefill that would spare it at least
+        half its prefill, once cached: the first of a job's rows computes the
+        shared system prompt, and the others reuse it. A few tokens in common by
+        chance are not worth a step's wait.
         """
+        chosen, budget = [], self.prefill_tokens
         for stream in live:
+            if budget <= 0:
+                break
             if stream.kv is None:
+                if self._worth_waiting(stream, chosen):
+                    continue
                 stream.kv, cached = self.prefixes.start(stream.request.prompt)
                 stream.prefill = list(stream.request.prompt[cached:-1])
             if stream.prefill:
-                return stream
-        return None
+                chosen.append(stream)
+                budget -= len(stream.prefill)
+        return chosen
+
+    def _worth_waiting(self, newcomer: Stream, prefilling: list[Stream]) -> bool:
+        tokens = cacheable(newcomer.request.prompt)
+        cached, _ = self.prefixes.longest(newcomer.request.prompt)
+        spared = max((shared_prefix(cacheable(s.request.prompt), tokens) for s in prefilling), default=0) - cached
+        return spared > 0 and 2 * spared >= len(tokens) - cached
+
+    def _chunks(self, prefilling: list[Stream]) -> list[list[int]]:
+        """Cut each prefilling stream's next chunk, ``prefill_tokens`` in all."""
+        chunks, budget = [], self.prefill_tokens
+        for stream in prefilling:
+            chunk = stream.prefill[:budget]
+            del stream.prefill[: len(chunk)]
+            chunks.append(chunk)
+            budget -= len(chunk)
+        return chunks
 
 
 def _check_unshared(live: list[Stream], newcomers: list[Request]) -> None:
