@@ -9,7 +9,14 @@ Medians of wall time and of process CPU time, and each arm's largest logit
 difference from the first arm. Each arm's prefill of the eight prompts (one
 forward each, 5,346 tokens, no prefix shared) gives its prefill tok/s.
 
+``--widths`` prints instead what a step of the CPU default costs by its rows:
+one stream or eight, 1 to 16 new tokens each. The difference between widths
+is the price of a row; what is left at one row a stream is the step's fixed
+cost (the weights streamed from memory, one attention call per sequence and
+layer, the eager model's small operators).
+
     python bench/forward_step.py [--compile] [--rounds 15] [--threads 2] [--dtype bfloat16]
+    python bench/forward_step.py --widths
 """
 
 from __future__ import annotations
@@ -33,9 +40,12 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--compile", action="store_true")
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    ap.add_argument("--widths", action="store_true", help="step time by rows, for the CPU default")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     model = load_model("default", "cpu", args.dtype).model
+    if args.widths:
+        return widths(HFRunner(model), args.rounds)
     arms = {"per sequence": HFRunner(model), "batched": HFRunner(model, batched_attention=True)}
     if args.compile:
         arms["compiled"] = HFRunner(model, compile=True)
@@ -72,6 +82,29 @@ def main() -> None:
         wall = statistics.median(t[0] for t in times[name])
         cpu = statistics.median(t[1] for t in times[name])
         print(f"{name:>12}: wall {1e3 * wall:7.1f} ms  cpu {1e3 * cpu:7.1f} ms  first call {first[name][0]:6.1f} s  max |logit diff| {diff:.1e}  prefill {prefill[name]:5.0f} tok/s")
+
+
+def widths(runner: HFRunner, rounds: int) -> None:
+    """Median wall time of a step by its rows, shapes interleaved round by round."""
+    generator = torch.Generator().manual_seed(0)
+    states = [runner.new_state() for _ in LENGTHS]
+    for state, n in zip(states, LENGTHS):
+        runner.forward([(state, torch.randint(20, 40000, (n,), generator=generator).tolist())], logits=False)
+    shapes = [(1, 1), (1, 4), (1, 9), (8, 1), (8, 4), (8, 8), (8, 16)]  # (streams, new tokens each)
+    times: dict[tuple[int, int], list[float]] = {shape: [] for shape in shapes}
+    for r in range(rounds + 2):  # two rounds of warm-up
+        for streams, n in shapes:
+            wall = time.perf_counter()
+            runner.forward([(state, [7] * n) for state in states[:streams]])
+            if r >= 2:
+                times[(streams, n)].append(time.perf_counter() - wall)
+            for state in states[:streams]:
+                runner.trim(state, state.length - n)
+    print(f"step wall time by rows, attention per sequence, {torch.get_num_threads()} threads, median of {rounds} rounds")
+    print("streams  rows  step ms  ms per row")
+    for streams, n in shapes:
+        ms = 1e3 * statistics.median(times[(streams, n)])
+        print(f"{streams:7d}  {streams * n:4d}  {ms:7.1f}  {ms / (streams * n):9.2f}")
 
 
 if __name__ == "__main__":
