@@ -122,8 +122,7 @@ class Recorder(LogitProcessor):
     def process(self, logits, history):
         if self.keep_rows:
             self.rows.append(logits.clone())
-        if self.inner is not None:
-            self.inner.process(logits, history)
+        return self.inner.process(logits, history) if self.inner is not None else None
 
     def commit(self, token):
         self.commits.append(int(token))
@@ -223,9 +222,11 @@ def repetitive_prompt(tokenizer, k: int = 0) -> list[int]:
 
 
 def allowed_mask(processor: LogitProcessor, width: int = VOCAB) -> torch.Tensor:
-    """Bool ``[width]``: which ids ``processor`` leaves selectable right now."""
+    """Bool ``[width]``: which ids ``processor`` leaves selectable right now (the one it names, when it names one)."""
     row = torch.zeros(width)
-    processor.process(row, [])
+    forced = processor.process(row, [])
+    if forced is not None:
+        return torch.arange(width) == forced
     return torch.isfinite(row)
 
 

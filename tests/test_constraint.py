@@ -127,17 +127,19 @@ def test_padded_vocab_ids_always_masked(tokenizer):
     for token in encode(tokenizer, '"abc"'):
         row = torch.zeros(width)
         row[VOCAB:] = 1e9
-        c.process(row, [])
-        assert torch.isinf(row[VOCAB:]).all() and (row[VOCAB:] < 0).all()
-        assert torch.isfinite(row[token])
+        forced = c.process(row, [])
+        if forced is None:
+            assert torch.isinf(row[VOCAB:]).all() and (row[VOCAB:] < 0).all()
+            assert torch.isfinite(row[token])
+        else:
+            assert forced == token
         c.commit(token)
-    row = torch.zeros(width)
-    c.process(row, [])
-    assert torch.isinf(row[VOCAB:]).all() and torch.isfinite(row[STOP])
+    assert c.process(torch.zeros(width), []) == STOP  # the completed grammar names the stop token alone
+    assert not allowed_mask(c, width)[VOCAB:].any()
     # A constraint sized to the tokenizer also masks the tail of a wider row.
     narrow = Constraint.json_schema({"type": "string"}, tokenizer, stop_token=STOP)
     row = torch.zeros(width)
-    narrow.process(row, [])
+    assert narrow.process(row, []) is None
     assert torch.isinf(row[VOCAB:]).all() and torch.isfinite(row).any()
 
 

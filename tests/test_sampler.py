@@ -145,3 +145,53 @@ def test_selected_token_probability_is_the_masked_softmax_at_temperature_1(param
         masked[banned] = float("-inf")
         assert sampler.token_probs[-1] == pytest.approx(float(torch.softmax(masked, 0)[token]), rel=1e-5)
     assert len(sampler.token_probs) == 20 and all(0 < p <= 1 for p in sampler.token_probs)
+
+
+class ForceEveryOther(LogitProcessor):
+    """Names token ``7 * calls`` on even calls, bans the row's two favourites on odd ones."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def process(self, logits, history):
+        self.calls += 1
+        if self.calls % 2:
+            return 7 * self.calls % V
+        logits[torch.topk(logits, 2).indices] = float("-inf")
+        return None
+
+
+class MaskToForced(LogitProcessor):
+    """The same rule, with a named token turned into a mask that keeps it alone."""
+
+    def __init__(self, inner: LogitProcessor):
+        self.inner = inner
+
+    def process(self, logits, history):
+        forced = self.inner.process(logits, history)
+        if forced is not None:
+            keep = logits[forced].clone()
+            logits.fill_(float("-inf"))
+            logits[forced] = keep
+
+
+@pytest.mark.parametrize("params", [SamplingParams(), SamplingParams(temperature=0.8, top_k=20, top_p=0.95, repeat_penalty=1.2)])
+def test_a_named_token_samples_as_a_mask_that_keeps_it_alone(params):
+    """Same tokens, same probabilities (1 for a forced token), and the random draws stay in step."""
+    named, masked = Sampler(params, ForceEveryOther(), seed=5), Sampler(params, MaskToForced(ForceEveryOther()), seed=5)
+    history: list[int] = []
+    for k in range(40):
+        token = named.next(logits(k), history)
+        assert token == masked.next(logits(k), history)
+        history.append(token)
+    assert named.token_probs == masked.token_probs and named.token_probs[::2] == [1.0] * 20
+    assert history[::2] == [7 * (2 * i + 1) % V for i in range(20)]
+
+
+@pytest.mark.parametrize("value", [float("-inf"), float("nan")])
+def test_a_named_token_whose_logit_is_gone_fails_like_an_empty_mask(value):
+    row = logits()
+    row[7] = value
+    for processor in (ForceEveryOther(), MaskToForced(ForceEveryOther())):
+        with pytest.raises(AllTokensMasked):
+            Sampler(processor=processor).next(row.clone(), [])

@@ -82,6 +82,15 @@ def apply_bitmask(logits: torch.Tensor, bitmask: np.ndarray) -> None:
     logits[..., covered:] = float("-inf")
 
 
+def only_allowed(bitmask: np.ndarray) -> int | None:
+    """The token when llguidance's packed ``bitmask`` allows exactly one, else None (a few microseconds)."""
+    words = np.flatnonzero(bitmask)
+    if len(words) != 1:
+        return None
+    word = int(bitmask.view(np.uint32)[words[0]])
+    return None if word & (word - 1) else int(words[0]) * 32 + word.bit_length() - 1
+
+
 class Constraint(LogitProcessor):
     has_structure = True
 
@@ -150,10 +159,13 @@ class Constraint(LogitProcessor):
 
     # -- the seam -----------------------------------------------------------
 
-    def process(self, logits: torch.Tensor, history: Sequence[int]) -> None:
+    def process(self, logits: torch.Tensor, history: Sequence[int]) -> int | None:
         self._fill_bitmask()
-        apply_bitmask(logits[: self.vocab_size], self._bitmask)
-        logits[self.vocab_size :] = float("-inf")
+        forced = only_allowed(self._bitmask)
+        if forced is None:
+            apply_bitmask(logits[: self.vocab_size], self._bitmask)
+            logits[self.vocab_size :] = float("-inf")
+        return forced
 
     def _fill_bitmask(self) -> None:
         if not self._matcher.is_error():

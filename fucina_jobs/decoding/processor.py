@@ -1,8 +1,12 @@
 """The logit-processor seam: what a sampler may ask of a per-stream rule.
 
 A processor masks or biases one vocab row before sampling and observes every
-token the sampler selects. It knows nothing of grammars: a grammar engine is
-one implementation, a banned-token rule is another. The two structural
+token the sampler selects. When it allows exactly one token, it may name that
+token instead of masking: the sampler then takes it without reading the row.
+Under the invoice job's grounded grammar 72% of tokens are forced, and masking a
+49k-wide row to keep one of them, then normalising it, took about 90 us. It knows
+nothing of grammars: a grammar engine is one implementation, a banned-token
+rule is another. The two structural
 lookaheads let a drafting layer exploit a processor that knows the future
 (``has_structure``); processors without structure keep the neutral defaults.
 """
@@ -20,8 +24,13 @@ class LogitProcessor:
     #: True when ``forced_tokens`` and ``valid_prefix_len`` carry information.
     has_structure: bool = False
 
-    def process(self, logits: torch.Tensor, history: Sequence[int]) -> None:
-        """Mask or bias one ``[vocab]`` row in place, before any sampling knob."""
+    def process(self, logits: torch.Tensor, history: Sequence[int]) -> int | None:
+        """Mask or bias one ``[vocab]`` row in place, before any sampling knob.
+
+        Or, where exactly one token is allowed, return it and leave the row as
+        it is: the same as a mask that keeps that token alone.
+        """
+        return None
 
     def commit(self, token: int) -> None:
         """Observe the token the sampler selected; called once per selection."""

@@ -60,16 +60,29 @@ class Sampler:
         and it does not depend on the temperature or penalties a job samples with.
         """
         row = logits.detach().to(device="cpu", dtype=torch.float32)
+        forced = None
         if self.processor is not None:
             start = time.perf_counter()
-            self.processor.process(row, history)
+            forced = self.processor.process(row, history)
             self.process_seconds.append(time.perf_counter() - start)
-        log_probs = torch.log_softmax(row, 0)  # before _select, whose repeat penalty edits the row
-        token = self._select(row, history)
-        self.token_probs.append(math.exp(float(log_probs[token])))
+        if forced is not None:
+            token = self._take(row, forced)
+            self.token_probs.append(1.0)  # the softmax of a row masked to one token
+        else:
+            log_probs = torch.log_softmax(row, 0)  # before _select, whose repeat penalty edits the row
+            token = self._select(row, history)
+            self.token_probs.append(math.exp(float(log_probs[token])))
         if self.processor is not None:
             self.processor.commit(token)
         return token
+
+    def _take(self, row: torch.Tensor, forced: int) -> int:
+        """What ``_select`` picks from a row masked to ``forced`` alone, without masking it."""
+        if not float(row[forced]) > float("-inf"):  # -inf or NaN: nothing is left, as in _select
+            raise AllTokensMasked("no token is left to sample: the logit processor allowed one token, and its logit is -inf or NaN")
+        if self.params.temperature > 0.0:
+            torch.rand((), generator=self.generator)  # _sample's one draw a token, so the stream's draws stay in step
+        return forced
 
     def _select(self, row: torch.Tensor, history: Sequence[int]) -> int:
         p = self.params
