@@ -240,12 +240,12 @@ class BatchDecoder:
 
     def _step(self, live: list[Stream]) -> None:
         """One forward: every decoding stream's feed, plus the next prompt chunks of newcomers."""
-        prefilling = self._prefilling(live)
+        prefill = self._prefill_chunks(live)
+        prefilling = [s for s, _ in prefill]
         decoding = [s for s in live if s.decoding and s not in prefilling]
         feeds = [s.plan(self.stop_tokens) for s in decoding]
-        chunks = self._chunks(prefilling)
-        batch = [(s.kv, feed) for s, feed in zip(decoding, feeds)] + [(s.kv, chunk) for s, chunk in zip(prefilling, chunks)]
-        rows = self.runner.forward(batch, logits=[True] * len(decoding) + [False] * len(prefilling))
+        batch = [(s.kv, feed) for s, feed in zip(decoding, feeds)] + [(s.kv, chunk) for s, chunk in prefill]
+        rows = self.runner.forward(batch, logits=[True] * len(decoding) + [False] * len(prefill))
         for stream in prefilling:
             if stream.decoding:
                 self.prefixes.store(stream.request.prompt, stream.kv)
@@ -255,45 +255,39 @@ class BatchDecoder:
         if self.on_step is not None:
             self.on_step()
 
-    def _prefilling(self, live: list[Stream]) -> list[Stream]:
-        """The streams whose prompts take this forward's ``prefill_tokens``, oldest first, started from the prefix cache.
+    def _prefill_chunks(self, live: list[Stream]) -> list[tuple[Stream, list[int]]]:
+        """This forward's prompt chunks, ``prefill_tokens`` in all, oldest stream first, cut from each stream's prefill.
 
         Several prompts share a forward, so a batch of newcomers starts
-        decoding together rather than one prompt per step. A newcomer still
-        waits for an earlier prompt in prefill that would spare it at least
-        half its prefill, once cached: the first of a job's rows computes the
-        shared system prompt, and the others reuse it. A few tokens in common by
-        chance are not worth a step's wait.
+        decoding together rather than one prompt per step. A newcomer, started
+        here from the prefix cache, still waits for an earlier prompt in
+        prefill that would spare it at least half its prefill, once cached:
+        the first of a job's rows computes the shared system prompt, and the
+        others reuse it. A few tokens in common by chance are not worth a
+        step's wait.
         """
-        chosen, budget = [], self.prefill_tokens
+        chunks: list[tuple[Stream, list[int]]] = []
+        budget = self.prefill_tokens
         for stream in live:
             if budget <= 0:
                 break
             if stream.kv is None:
-                if self._worth_waiting(stream, chosen):
+                if self._worth_waiting(stream, [s for s, _ in chunks]):
                     continue
                 stream.kv, cached = self.prefixes.start(stream.request.prompt)
                 stream.prefill = list(stream.request.prompt[cached:-1])
             if stream.prefill:
-                chosen.append(stream)
-                budget -= len(stream.prefill)
-        return chosen
+                chunk = stream.prefill[:budget]
+                del stream.prefill[: len(chunk)]
+                chunks.append((stream, chunk))
+                budget -= len(chunk)
+        return chunks
 
     def _worth_waiting(self, newcomer: Stream, prefilling: list[Stream]) -> bool:
         tokens = cacheable(newcomer.request.prompt)
         cached, _ = self.prefixes.longest(newcomer.request.prompt)
         spared = max((shared_prefix(cacheable(s.request.prompt), tokens) for s in prefilling), default=0) - cached
         return spared > 0 and 2 * spared >= len(tokens) - cached
-
-    def _chunks(self, prefilling: list[Stream]) -> list[list[int]]:
-        """Cut each prefilling stream's next chunk, ``prefill_tokens`` in all."""
-        chunks, budget = [], self.prefill_tokens
-        for stream in prefilling:
-            chunk = stream.prefill[:budget]
-            del stream.prefill[: len(chunk)]
-            chunks.append(chunk)
-            budget -= len(chunk)
-        return chunks
 
 
 def _check_unshared(live: list[Stream], newcomers: list[Request]) -> None:

@@ -3,11 +3,12 @@
 A processor masks or biases one vocab row before sampling and observes every
 token the sampler selects. When it allows exactly one token, it may name that
 token instead of masking: the sampler then takes it without reading the row.
-Under the invoice job's grounded grammar 72% of tokens are forced, and masking a
-49k-wide row to keep one of them, then normalising it, took about 90 us. It knows
-nothing of grammars: a grammar engine is one implementation, a banned-token
-rule is another. The two structural
-lookaheads let a drafting layer exploit a processor that knows the future
+Under the invoice job's grounded grammar 72% of tokens are forced, and masking
+a 49k-wide row to keep one of them, then normalising it, took about 90 us.
+
+A processor knows nothing of grammars: a grammar engine is one
+implementation, a banned-token rule is another. The two structural lookaheads
+let a drafting layer exploit a processor that knows the future
 (``has_structure``); processors without structure keep the neutral defaults.
 """
 
