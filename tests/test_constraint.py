@@ -346,3 +346,43 @@ def test_matcher_failure_with_a_stop_token_in_a_words_top_bit(tokenizer):
     c.commit(encode(tokenizer, "hello")[0])  # not a string's opening quote: the matcher fails
     assert c.is_error
     assert torch.nonzero(allowed_mask(c)).flatten().tolist() == [31]
+
+
+@pytest.mark.parametrize("nonzero_words", [1, 6, 300])
+def test_one_row_is_masked_alike_sparse_or_dense(nonzero_words):
+    """A single row with few nonzero words is masked by refilling it (``SPARSE_WORDS``), one with many by
+    the unpack: either way exactly the allowed logits stay, and bits past the row's width are ignored."""
+    import numpy as np
+
+    from fucina_jobs.decoding.constraint import SPARSE_WORDS, apply_bitmask
+
+    rng = np.random.default_rng(nonzero_words)
+    words, width = 400, 400 * 32 - 7
+    bitmask = np.zeros(words, np.int32)
+    chosen = rng.choice(words - 1, nonzero_words - 1, replace=False)
+    bitmask[chosen] = rng.integers(1, 2**32, size=len(chosen), dtype=np.int64).astype(np.uint32).view(np.int32)
+    bitmask[-1] = -1  # the last word's top bits lie past the row
+    assert (np.count_nonzero(bitmask) <= SPARSE_WORDS) == (nonzero_words < 300)
+    logits = torch.randn(width)
+    masked = logits.clone()
+    apply_bitmask(masked, bitmask)
+    bits = np.unpackbits(bitmask.view(np.uint8), bitorder="little")[:width].astype(bool)
+    assert torch.equal(masked, torch.where(torch.from_numpy(bits), logits, float("-inf")))
+
+
+@pytest.mark.parametrize("bit", [0, 5, 31, 32 * 7 + 31, 32 * 9])
+def test_only_allowed_names_a_lone_bit(bit):
+    import numpy as np
+
+    from fucina_jobs.decoding.constraint import only_allowed
+
+    bitmask = np.zeros(10, np.int32)
+    bitmask.view(np.uint32)[bit >> 5] = np.uint32(1 << (bit & 31))
+    assert only_allowed(bitmask) == bit
+    other = bitmask.copy()
+    other.view(np.uint32)[(bit >> 5) ^ 1] |= np.uint32(1)  # a second word
+    assert only_allowed(other) is None
+    twin = bitmask.copy()
+    twin.view(np.uint32)[bit >> 5] |= np.uint32(1 << ((bit + 1) & 31))  # a second bit in the same word
+    assert only_allowed(twin) is None
+    assert only_allowed(np.zeros(10, np.int32)) is None
