@@ -1,10 +1,11 @@
 """Time one decode step of 8 streams on the default model, arm against arm.
 
 Eight sequences of 610-700 cached tokens extend by 1-9 tokens each (a
-speculative step's ragged batch, 33 rows). Arms alternate every round:
-attention per sequence (the CPU default), batched attention (one call per
-layer, the CUDA default), and with ``--compile`` the per-sequence forward
-through ``torch.compile`` (its first call, the compile, reported apart).
+speculative step's ragged batch, 33 rows). Arms alternate every round: the
+CPU decode kernel (the CPU default, float32), SDPA per sequence, batched
+attention on the grid (one call per layer, the CUDA default), and with
+``--compile`` the default forward through ``torch.compile`` (its first call,
+the compile, reported apart).
 Medians of wall time and of process CPU time, and each arm's largest logit
 difference from the first arm. Each arm's prefill of the eight prompts (one
 forward each, 5,346 tokens, no prefix shared) gives its prefill tok/s.
@@ -46,7 +47,8 @@ def main() -> None:
     model = load_model("default", "cpu", args.dtype).model
     if args.widths:
         return widths(HFRunner(model), args.rounds)
-    arms = {"per sequence": HFRunner(model), "batched": HFRunner(model, batched_attention=True)}
+    arms = {"kernel": HFRunner(model), "per sequence": HFRunner(model, batched_attention=False),
+            "batched": HFRunner(model, batched_attention=True)}
     if args.compile:
         arms["compiled"] = HFRunner(model, compile=True)
     generator = torch.Generator().manual_seed(0)
@@ -100,7 +102,7 @@ def widths(runner: HFRunner, rounds: int) -> None:
                 times[(streams, n)].append(time.perf_counter() - wall)
             for state in states[:streams]:
                 runner.trim(state, state.length - n)
-    print(f"step wall time by rows, attention per sequence, {torch.get_num_threads()} threads, median of {rounds} rounds")
+    print(f"step wall time by rows, the CPU default, {torch.get_num_threads()} threads, median of {rounds} rounds")
     print("streams  rows  step ms  ms per row")
     for streams, n in shapes:
         ms = 1e3 * statistics.median(times[(streams, n)])

@@ -228,15 +228,18 @@ def test_batch_equals_sequential(tokenizer, tiny_runner, record, kind, mode, spe
     assert len({tuple(g.tokens) for g in batched.values()}) == len(batched)  # streams really differ
 
 
+@pytest.mark.parametrize("batched_attention", [True, False], ids=["grid", "sdpa-per-sequence"])
 @pytest.mark.parametrize("mode", ["greedy", "sampled"])
-def test_batched_attention_equals_sequential(tokenizer, tiny_model, tiny_runner, record, mode):
-    """One attention call per layer for the whole batch (the GPU's path) changes no token."""
+def test_other_attention_paths_equal_sequential(tokenizer, tiny_model, tiny_runner, record, mode, batched_attention):
+    """The CPU default is the decode kernel; one attention call per layer on the grid (the GPU's path) and
+    SDPA per sequence (the CPU's without a compiler) change no token either."""
     from fucina_jobs.models.hf_runner import HFRunner
 
     seq_requests = make_requests(tokenizer, "grammar", record)
     batch_requests = make_requests(tokenizer, "grammar", record)
     sequential = decode(tiny_runner, seq_requests, params=PARAMS[mode], spec=SpecConfig(), streams=1)
-    batched = decode(HFRunner(tiny_model, batched_attention=True), batch_requests, params=PARAMS[mode], spec=SpecConfig(), streams=4)
+    other = HFRunner(tiny_model, batched_attention=batched_attention)
+    batched = decode(other, batch_requests, params=PARAMS[mode], spec=SpecConfig(), streams=4)
     assert_same(sequential, batched)
     assert commit_logs(seq_requests) == commit_logs(batch_requests)
 

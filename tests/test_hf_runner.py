@@ -149,23 +149,44 @@ def test_lower_precision(tiny_model, full, dtype, atol):
         assert torch.allclose(r, full(s)[-n:], atol=atol), (r - full(s)[-n:]).abs().max()
 
 
-def test_batched_attention_matches_per_sequence(tiny_model, full):
-    """One attention call for the whole batch gives the per-sequence rows: slot gaps, ragged counts, and a
-    prompt chunk too long for the grid, which attends on its own, included."""
-    per_sequence, batched = HFRunner(tiny_model), HFRunner(tiny_model, batched_attention=True)
-    assert not per_sequence.batched_attention
+@pytest.mark.parametrize("batched_attention", [None, True, False], ids=["cpu-kernel", "grid", "sdpa-per-sequence"])
+def test_every_attention_path_matches_full_forwards(tiny_model, full, batched_attention):
+    """The CPU decode kernel (the default), one attention call for the whole batch on the grid, and SDPA per
+    sequence give the same rows: slot gaps, ragged counts, and a prompt chunk too long for the grid or the
+    kernel, which attends on its own, included."""
+    runner = HFRunner(tiny_model, batched_attention=batched_attention)
+    assert runner._kernel == (batched_attention is None)
     pasts, news = [0, 5, 11, 3, 0], [4, 1, 6, 1, 1]
     sequences = [tokens(70 + k, p + n + 3) for k, (p, n) in enumerate(zip(pasts, news))]
-    for runner in (per_sequence, batched):
-        states = [runner.new_state() for _ in sequences]
-        spare = runner.new_state()  # a slot inside the range that this batch does not use
-        states.append(runner.new_state())
-        seqs = [*sequences, tokens(79, 25)]
-        runner.forward([(st, s[:p]) for st, s, p in zip(states, seqs, [*pasts, 2]) if p], logits=False)
-        rows = runner.forward([(st, s[p : p + n]) for st, s, p, n in zip(states, seqs, [*pasts, 2], [*news, 20])])
-        for s, r, p, n in zip(seqs, rows, [*pasts, 2], [*news, 20]):
-            assert torch.allclose(r, full(s)[p : p + n], atol=1e-9)
-        del spare
+    states = [runner.new_state() for _ in sequences]
+    spare = runner.new_state()  # a slot inside the range that this batch does not use
+    states.append(runner.new_state())
+    seqs = [*sequences, tokens(79, 25)]
+    runner.forward([(st, s[:p]) for st, s, p in zip(states, seqs, [*pasts, 2]) if p], logits=False)
+    rows = runner.forward([(st, s[p : p + n]) for st, s, p, n in zip(states, seqs, [*pasts, 2], [*news, 20])])
+    for s, r, p, n in zip(seqs, rows, [*pasts, 2], [*news, 20]):
+        assert torch.allclose(r, full(s)[p : p + n], atol=1e-9)
+    del spare
+
+
+def test_without_a_compiler_the_cpu_keeps_sdpa(tiny_model, full, monkeypatch, caplog):
+    """No C++ compiler: a warning that says what to install, and SDPA per sequence, same rows."""
+    from fucina_jobs.models import decode_attention
+
+    monkeypatch.setenv("CXX", "/nonexistent/g++")
+    decode_attention.library.cache_clear()
+    try:
+        with caplog.at_level("WARNING"):
+            runner = HFRunner(tiny_model)
+        assert not runner._kernel
+        assert "install a C++ compiler" in caplog.text
+        sequence = tokens(75, 9)
+        state = runner.new_state()
+        runner.forward([(state, sequence[:5])], logits=False)
+        (rows,) = runner.forward([(state, sequence[5:])])
+        assert torch.allclose(rows, full(sequence)[5:], atol=1e-9)
+    finally:
+        decode_attention.library.cache_clear()
 
 
 def test_logits_only_for_the_flagged_sequences(tiny_runner, full):
@@ -201,7 +222,7 @@ def test_compiled_forward_matches_eager(tiny_model, full):
 def test_folded_heads_match_full_forwards(tiny_model, full):
     """The fold that bfloat16 and float16 runners use for short sequences (grouped query heads as extra
     queries, one mask row per head and token) gives the same rows, proved at float64 by forcing it on."""
-    runner = HFRunner(tiny_model)
+    runner = HFRunner(tiny_model, batched_attention=False)  # SDPA per sequence, where the fold applies
     runner._fold_heads = True
     pasts, news = [0, 5, 11, 3, 0], [4, 1, 6, 1, 20]  # a fresh short sequence, and a chunk too long to fold
     sequences = [tokens(100 + k, p + n) for k, (p, n) in enumerate(zip(pasts, news))]

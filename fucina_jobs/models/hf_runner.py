@@ -5,13 +5,16 @@ forward packs all sequences' new tokens into a single row with explicit
 positions, so the linear layers, most of a step's cost, compute real tokens
 only, never padding. A custom attention function registered with transformers
 writes each layer's new keys and values into their slots, then attends in one
-of two ways, both over views of the store, so no cache is ever copied:
+of three ways, all over views of the store, so no cache is ever copied:
 
+- the CPU kernel (``decode_attention``), float32 and float64: one call per
+  layer for every sequence of the step, prompt chunks included, each row's
+  result independent of the batch. The CPU default where it builds: SDPA's
+  calls per sequence took a fifth of a decode step;
 - per sequence: one SDPA call per sequence over its own slot. Exact (no
-  padding) and, on a CPU, as fast as anything measured (docs/BENCHMARKS.md).
-  In bfloat16 and float16, the query heads that share a kv head are folded
-  into the query axis of a decode step's short sequences: CPU SDPA runs those
-  precisions one head at a time, slowly;
+  padding). In bfloat16 and float16, the query heads that share a kv head are
+  folded into the query axis of a decode step's short sequences: CPU SDPA runs
+  those precisions one head at a time, slowly;
 - batched: one SDPA call per layer for the whole batch, its queries scattered
   into a ``[slots, queries]`` grid over the range of slots the batch uses and
   masked to each sequence's own keys. A GPU needs it: a loop over 128 streams
@@ -22,6 +25,7 @@ of two ways, both over views of the store, so no cache is ever copied:
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import weakref
 from dataclasses import dataclass
@@ -32,6 +36,8 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from transformers import AttentionInterface
 from transformers.models.llama.modeling_llama import LlamaAttention, LlamaMLP, apply_rotary_pos_emb
+
+from . import decode_attention
 
 _ATTENTION = "fucina_slots"
 #: SDPA's CUDA backends but cuDNN's, which builds a new execution plan for every new shape, and the
@@ -126,6 +132,7 @@ class _Step:
     rows: torch.Tensor  # per kv head, then per new token: its row in a layer's store seen as ``[-1, head_dim]``
     spans: list[_Span]  # the sequences that attend on their own
     grid: _Grid | None  # the others, in one call
+    kernel: torch.Tensor | None  # or every sequence through the CPU kernel: (slot, first token, tokens, length) rows
 
 
 def _slotted_attention(
@@ -170,6 +177,8 @@ def _attend_in_slots(module: torch.nn.Module, query: torch.Tensor, key: torch.Te
         ).view(heads, s.count, dim).transpose(0, 1)
     if slot_step.grid is not None:
         out.index_copy_(0, slot_step.grid.tokens, _grid_attention(query, keys, values, scaling, slot_step.grid))
+    if slot_step.kernel is not None:
+        decode_attention.attend(out, query[0], keys, values, slot_step.kernel, scaling)
     return out[None], None
 
 
@@ -310,8 +319,10 @@ class HFRunner:
     """Runs ``model`` for the decoder; on CPU in float32 its linear layers move to oneDNN for good.
 
     ``batched_attention`` picks one attention call per layer for the whole
-    batch rather than one per sequence; ``None`` leaves it to the device
-    (batched on CUDA, per sequence on a CPU). ``compile`` runs the forward
+    batch (the grid) rather than one per sequence; ``None`` leaves it to the
+    device: the grid on CUDA, the CPU kernel where it builds (float32 and
+    float64), else per sequence; ``False`` is SDPA per sequence, whose float32
+    rows the benchmarks before the kernel show. ``compile`` runs the forward
     through ``torch.compile`` with dynamic shapes, so the ragged batches of
     every step share one compiled graph per layer segment; on a CPU the
     compiled graph gives up the oneDNN linears, which do not trace
@@ -331,6 +342,10 @@ class HFRunner:
         self.model = model
         self.device = torch.device(device)
         self.batched_attention = self.device.type == "cuda" if batched_attention is None else batched_attention
+        config = model.config
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        self._kernel = (batched_attention is None and self.device.type == "cpu" and decode_attention.supports(model.dtype, head_dim)
+                        and decode_attention.library() is not None)
         # CPU SDPA runs reduced precisions one query head at a time, slowly; folded, a step's attention
         # takes 40% less (docs/BENCHMARKS.md). float32 and float64 keep the unfolded kernel: the float32
         # rows of earlier benchmarks stay bit for bit, and the fold saves them only about 3%.
@@ -341,8 +356,6 @@ class HFRunner:
         if self.device.type == "cpu" and model.dtype == torch.float32 and onednn:
             _use_onednn_linears(model)
         self._call = _compiled(model) if compile else model
-        config = model.config
-        head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
         self.store = KVStore(config.num_hidden_layers, config.num_key_value_heads, head_dim, model.dtype, self.device)
 
     def new_state(self) -> SlotState:
@@ -403,6 +416,10 @@ class HFRunner:
         slots = torch.tensor([state.slot for (state, _), n in zip(batch, counts) for _ in range(n)])
         heads = torch.arange(store.keys.shape[2])[:, None]
         rows = ((slots * store.keys.shape[2] + heads) * store.capacity + positions).flatten()
+        if self._kernel:
+            starts = itertools.accumulate(counts[:-1], initial=0)
+            table = [(state.slot, start, n, state.length + n) for (state, _), n, start in zip(batch, counts, starts)]
+            return _Step(store, rows, [], None, torch.tensor(table, dtype=torch.long))
         in_grid = [self.batched_attention and n <= _GRID_QUERIES for n in counts]
         group = self.model.config.num_attention_heads // self.model.config.num_key_value_heads
         spans, start = [], 0
@@ -421,7 +438,7 @@ class HFRunner:
         token_in_grid = [g for g, n in zip(in_grid, counts) for _ in range(n)]
         tokens = torch.tensor([i for i, g in enumerate(token_in_grid) if g], dtype=torch.long)
         grid = self._grid(tokens, slots[tokens], [n for n, g in zip(counts, in_grid) if g], positions[tokens]) if len(tokens) else None
-        return _Step(store, rows.to(self.device), spans, grid)
+        return _Step(store, rows.to(self.device), spans, grid, None)
 
     def _grid(self, tokens: torch.Tensor, slots: torch.Tensor, counts: list[int], positions: torch.Tensor) -> _Grid:
         """Cell ``(slot, j)`` holds a sequence's ``j``-th new token and sees its keys up to that token's position.

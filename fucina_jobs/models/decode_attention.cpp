@@ -1,0 +1,175 @@
+// A decode step's attention over the slotted key/value store, on a CPU: every short sequence of the
+// step in one call per layer. Built and called by decode_attention.py, which says why it exists.
+//
+// One work item is one sequence, one kv head and up to 64 of its query rows (the heads that share
+// the kv head, times the sequence's new tokens), against the sequence's keys. Each row's sums run over the head dim
+// and over the keys in a fixed order, whatever the other rows are, so a row's output is the same bit
+// for bit alone or in any batch.
+#include <cmath>
+#include <cstdint>
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+namespace {
+
+template <typename T> struct Vec { typedef T type __attribute__((vector_size(64))); };
+template <typename T> using V = typename Vec<T>::type;
+template <typename T> constexpr int LANES = 64 / sizeof(T);
+
+template <typename T> inline V<T> load(const T* p) { V<T> v; std::memcpy(&v, p, sizeof v); return v; }
+template <typename T> inline void store(T* p, V<T> v) { std::memcpy(p, &v, sizeof v); }
+
+// exp(x) for x <= 0 as 2^n * p(r), |r| <= ln2 / 2, a degree-6 polynomial (about 2 ulp); 0 below -87,
+// where float32's exp is already under its smallest normal. Branch-free, so its loop vectorises.
+inline float exp_nonpositive(float x) {
+  const bool gone = x < -87.0f;
+  x = gone ? -87.0f : x;
+  const float n = std::nearbyint(x * 1.44269504088896341f);
+  const float r = x - n * 0.693359375f + n * 2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, sizeof scale);
+  return gone ? 0.0f : p * scale;
+}
+inline double exp_nonpositive(double x) { return std::exp(x); }
+
+struct Buffers {
+  std::vector<char> scores, queries;
+};
+
+// Rows [first, first + n) of a work item, at most CHUNK: query row r = g * count + j is query head
+// h * group + g at packed token start + j, and sees keys [0, length - count + j].
+template <typename T, int DIM>
+void attend_rows(T* out, int64_t os0, int64_t os1, const T* q, int64_t qs0, int64_t qs1, const T* kh, const T* vh,
+                 int64_t group, int64_t h, int64_t start, int64_t count, int64_t length, T scale,
+                 int64_t first, int64_t n, Buffers& buf) {
+  constexpr int W = LANES<T>, C = DIM / W, K = 8;
+  const int64_t blocks = (n + W - 1) / W, lanes = blocks * W;
+  int64_t limit[4 * W] = {}, reach = 0;  // keys each row sees; the most any row of the chunk sees
+  // Queries transposed, W rows to a block, so that a key's scores for W rows are one vector.
+  buf.queries.assign(blocks * DIM * W * sizeof(T), 0);
+  buf.scores.resize(length * lanes * sizeof(T));
+  T* qt = reinterpret_cast<T*>(buf.queries.data());
+  T* scores = reinterpret_cast<T*>(buf.scores.data());  // [key][lane]
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t g = (first + i) / count, j = (first + i) % count;
+    const T* qr = q + (start + j) * qs0 + (h * group + g) * qs1;
+    for (int64_t d = 0; d < DIM; ++d) qt[(i / W) * DIM * W + d * W + i % W] = qr[d] * scale;
+    limit[i] = length - count + j + 1;
+    reach = limit[i] > reach ? limit[i] : reach;
+  }
+  alignas(64) T tail[K * DIM];  // the last few keys, zero-padded: every key takes the same arithmetic
+  for (int64_t b = 0; b < blocks; ++b) {  // scores, eight keys at a time: eight independent sums
+    const T* qb = qt + b * DIM * W;
+    for (int64_t key = 0; key < reach; key += K) {
+      const int m = reach - key < K ? static_cast<int>(reach - key) : K;
+      const T* kr = kh + key * DIM;
+      if (m < K) {
+        std::memset(tail, 0, sizeof tail);
+        std::memcpy(tail, kr, m * DIM * sizeof(T));
+        kr = tail;
+      }
+      V<T> s[K] = {};
+      for (int64_t d = 0; d < DIM; ++d) {
+        const V<T> qd = load(qb + d * W);
+        for (int k = 0; k < K; ++k) s[k] += kr[k * DIM + d] * qd;
+      }
+      for (int k = 0; k < m; ++k) store(scores + (key + k) * lanes + b * W, s[k]);
+    }
+  }
+  for (int64_t i = 0; i < n; ++i)  // each row's keys past its own token
+    for (int64_t key = limit[i]; key < reach; ++key) scores[key * lanes + i] = -INFINITY;
+  T top[4 * W], sums[4 * W];
+  for (int64_t i = 0; i < lanes; ++i) top[i] = -INFINITY, sums[i] = T(0);
+  for (int64_t key = 0; key < reach; ++key)
+    for (int64_t i = 0; i < lanes; ++i) top[i] = scores[key * lanes + i] > top[i] ? scores[key * lanes + i] : top[i];
+  for (int64_t key = 0; key < reach; ++key)  // a row past its own keys adds exact zeros, here and below
+    for (int64_t i = 0; i < lanes; ++i) {
+      T& p = scores[key * lanes + i];
+      p = exp_nonpositive(p - top[i]);
+      sums[i] += p;
+    }
+  for (int64_t i0 = 0; i0 < n; i0 += 4) {  // values, four rows a pass: each value row is read once for them
+    const int64_t nr = n - i0 < 4 ? n - i0 : 4;
+    int64_t upto = 0;
+    for (int64_t i = 0; i < nr; ++i) upto = limit[i0 + i] > upto ? limit[i0 + i] : upto;
+    V<T> a[4][C] = {};
+    for (int64_t key = 0; key < upto; ++key) {
+      V<T> v[C];
+      for (int c = 0; c < C; ++c) v[c] = load(vh + key * DIM + c * W);
+      const T* p = scores + key * lanes + i0;
+      for (int i = 0; i < 4; ++i)
+        for (int c = 0; c < C; ++c) a[i][c] += p[i] * v[c];
+    }
+    for (int64_t i = 0; i < nr; ++i) {
+      const int64_t r = first + i0 + i;
+      T* o = out + (start + r % count) * os0 + (h * group + r / count) * os1;
+      const T inv = T(1) / sums[i0 + i];
+      for (int c = 0; c < C; ++c) store(o + c * W, a[i][c] * inv);
+    }
+  }
+}
+
+template <typename T, int DIM>
+void attend(T* out, int64_t os0, int64_t os1, const T* q, int64_t qs0, int64_t qs1, const T* keys, const T* values,
+            int64_t heads, int64_t kv_heads, int64_t capacity, const int64_t* spans, int64_t n_spans, T scale, int threads) {
+  constexpr int64_t CHUNK = 4 * LANES<T>;  // rows a pass: the scores of a long prompt chunk stay small
+  const int64_t group = heads / kv_heads;
+  struct Item { int64_t span, h, first; };
+  std::vector<Item> items;  // a sequence, a kv head, and up to CHUNK of their query rows
+  for (int64_t i = 0; i < n_spans; ++i)
+    for (int64_t h = 0; h < kv_heads; ++h)
+      for (int64_t first = 0; first < group * spans[4 * i + 2]; first += CHUNK) items.push_back({i, h, first});
+#pragma omp parallel num_threads(threads)
+  {
+    Buffers buf;
+#pragma omp for schedule(dynamic)
+    for (size_t k = 0; k < items.size(); ++k) {
+      const Item& it = items[k];
+      const int64_t* s = spans + 4 * it.span;  // slot, first token, tokens, length
+      const int64_t base = (s[0] * kv_heads + it.h) * capacity * DIM, rows = group * s[2];
+      attend_rows<T, DIM>(out, os0, os1, q, qs0, qs1, keys + base, values + base, group, it.h, s[1], s[2], s[3], scale,
+                          it.first, std::min(CHUNK, rows - it.first), buf);
+    }
+  }
+}
+
+template <typename T>
+int dispatch(T* out, int64_t os0, int64_t os1, const T* q, int64_t qs0, int64_t qs1, const T* keys, const T* values,
+             int64_t heads, int64_t kv_heads, int64_t capacity, int64_t dim, const int64_t* spans, int64_t n_spans,
+             double scale, int threads) {
+  const T s = static_cast<T>(scale);
+  switch (dim) {
+    case 16: attend<T, 16>(out, os0, os1, q, qs0, qs1, keys, values, heads, kv_heads, capacity, spans, n_spans, s, threads); return 0;
+    case 32: attend<T, 32>(out, os0, os1, q, qs0, qs1, keys, values, heads, kv_heads, capacity, spans, n_spans, s, threads); return 0;
+    case 64: attend<T, 64>(out, os0, os1, q, qs0, qs1, keys, values, heads, kv_heads, capacity, spans, n_spans, s, threads); return 0;
+    case 128: attend<T, 128>(out, os0, os1, q, qs0, qs1, keys, values, heads, kv_heads, capacity, spans, n_spans, s, threads); return 0;
+    default: return -1;
+  }
+}
+
+}  // namespace
+
+// out[t, head, :] for every token t of every span; spans: n_spans rows of (slot, start, count, length).
+// Returns -1, writing nothing, for a head dim the kernel is not built for.
+extern "C" int fucina_decode_attention_f32(float* out, int64_t os0, int64_t os1, const float* q, int64_t qs0, int64_t qs1,
+                                           const float* keys, const float* values, int64_t heads, int64_t kv_heads,
+                                           int64_t capacity, int64_t dim, const int64_t* spans, int64_t n_spans,
+                                           double scale, int threads) {
+  return dispatch<float>(out, os0, os1, q, qs0, qs1, keys, values, heads, kv_heads, capacity, dim, spans, n_spans, scale, threads);
+}
+
+extern "C" int fucina_decode_attention_f64(double* out, int64_t os0, int64_t os1, const double* q, int64_t qs0, int64_t qs1,
+                                           const double* keys, const double* values, int64_t heads, int64_t kv_heads,
+                                           int64_t capacity, int64_t dim, const int64_t* spans, int64_t n_spans,
+                                           double scale, int threads) {
+  return dispatch<double>(out, os0, os1, q, qs0, qs1, keys, values, heads, kv_heads, capacity, dim, spans, n_spans, scale, threads);
+}
