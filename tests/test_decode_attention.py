@@ -17,8 +17,8 @@ SPANS = [(0, 0, 4, 37), (2, 4, 1, 60), (4, 5, 9, 71), (1, 14, 2, 9), (5, 16, 30,
 
 def case(dtype: torch.dtype, dim: int, seed: int = 0):
     g = torch.Generator().manual_seed(seed)
-    keys, values = (torch.randn(SLOTS, KV_HEADS, CAPACITY, dim, generator=g, dtype=dtype) for _ in range(2))
-    query = torch.randn(HEADS, sum(s[2] for s in SPANS), dim, generator=g, dtype=dtype)
+    keys, values = (torch.randn(SLOTS, KV_HEADS, CAPACITY, dim, generator=g).to(dtype) for _ in range(2))
+    query = torch.randn(HEADS, sum(s[2] for s in SPANS), dim, generator=g).to(dtype)
     return query, keys, values
 
 
@@ -42,19 +42,24 @@ def built():
 
 
 @pytest.mark.parametrize("dim", [16, 64, 128])
-@pytest.mark.parametrize("dtype, atol", [(torch.float64, 1e-12), (torch.float32, 1e-5)])
+@pytest.mark.parametrize("dtype, atol", [(torch.float64, 1e-12), (torch.float32, 1e-5), (torch.bfloat16, 1e-2)])
 def test_kernel_matches_sdpa(dtype, atol, dim):
+    """bfloat16 is computed in float32 and rounded once: against SDPA in float32 over the same inputs."""
     query, keys, values = case(dtype, dim)
     out = kernel(query, keys, values, SPANS)
+    assert out.dtype == dtype
+    wide = [t.float() if dtype == torch.bfloat16 else t for t in (query, keys, values)]
     for span in SPANS:
         start, count = span[1], span[2]
-        assert torch.allclose(out[start : start + count], sdpa(query, keys, values, span), atol=atol, rtol=0)
+        expected = sdpa(*wide, span).to(dtype)
+        assert torch.allclose(out[start : start + count].to(wide[0].dtype), expected.to(wide[0].dtype), atol=atol, rtol=0)
 
 
-def test_a_rows_result_does_not_depend_on_the_batch():
-    """Bit for bit at float32: a span alone or among others, and a feed's first rows alone (a plain step, or
-    a shorter draft) against the longer feed's."""
-    query, keys, values = case(torch.float32, 64, seed=1)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_rows_result_does_not_depend_on_the_batch(dtype):
+    """Bit for bit: a span alone or among others, and a feed's first rows alone (a plain step, or a shorter
+    draft) against the longer feed's."""
+    query, keys, values = case(dtype, 64, seed=1)
     together = kernel(query, keys, values, SPANS)
     for span in SPANS:
         start, count = span[1], span[2]
@@ -67,7 +72,7 @@ def test_a_rows_result_does_not_depend_on_the_batch():
 
 
 def test_a_head_dim_it_is_not_built_for_is_refused():
-    assert not decode_attention.supports(torch.float32, 80) and not decode_attention.supports(torch.bfloat16, 64)
+    assert not decode_attention.supports(torch.float32, 80) and not decode_attention.supports(torch.float16, 64)
     query, keys, values = case(torch.float32, 80)
     with pytest.raises(ValueError, match="head dim 80"):
         kernel(query, keys, values, SPANS)

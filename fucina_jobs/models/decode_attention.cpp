@@ -1,5 +1,5 @@
-// A decode step's attention over the slotted key/value store, on a CPU: every short sequence of the
-// step in one call per layer. Built and called by decode_attention.py, which says why it exists.
+// Attention over the slotted key/value store, on a CPU: every sequence of a step (prompt chunks
+// included) in one call per layer. Built and called by decode_attention.py, which says why it exists.
 //
 // One work item is one sequence, one kv head and up to 64 of its query rows (the heads that share
 // the kv head, times the sequence's new tokens), against the sequence's keys. Each row's sums run over the head dim
@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <algorithm>
+#include <type_traits>
 #include <cstring>
 #include <vector>
 
@@ -44,17 +45,36 @@ inline float exp_nonpositive(float x) {
 }
 inline double exp_nonpositive(double x) { return std::exp(x); }
 
+// bfloat16 is stored as its bits and computed in float32; float32 and float64 compute in themselves.
+struct BF16 { uint16_t bits; };
+template <typename S> struct Compute { using type = S; };
+template <> struct Compute<BF16> { using type = float; };
+template <typename T> inline T widen(T x) { return x; }
+inline float widen(BF16 x) {
+  const uint32_t bits = static_cast<uint32_t>(x.bits) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+template <typename S, typename T> inline S narrow(T x) { return x; }
+template <> inline BF16 narrow<BF16, float>(float x) {  // round to nearest even, as torch does
+  uint32_t bits;
+  std::memcpy(&bits, &x, sizeof bits);
+  return BF16{static_cast<uint16_t>((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16)};
+}
+
 struct Buffers {
   std::vector<char> scores, queries;
 };
 
 // Rows [first, first + n) of a work item, at most CHUNK: query row r = g * count + j is query head
 // h * group + g at packed token start + j, and sees keys [0, length - count + j].
-template <typename T, int DIM>
-void attend_rows(T* out, int64_t os0, int64_t os1, const T* q, int64_t qs0, int64_t qs1, const T* kh, const T* vh,
+template <typename S, int DIM, typename T = typename Compute<S>::type>
+void attend_rows(S* out, int64_t os0, int64_t os1, const S* q, int64_t qs0, int64_t qs1, const S* kh, const S* vh,
                  int64_t group, int64_t h, int64_t start, int64_t count, int64_t length, T scale,
                  int64_t first, int64_t n, Buffers& buf) {
   constexpr int W = LANES<T>, C = DIM / W, K = 8;
+  constexpr bool same = std::is_same_v<S, T>;  // else keys and values are widened a block at a time
   const int64_t blocks = (n + W - 1) / W, lanes = blocks * W;
   int64_t limit[CHUNK] = {}, reach = 0;  // keys each row sees; the most any row of the chunk sees
   // Queries transposed, W rows to a block, so that a key's scores for W rows are one vector.
@@ -64,20 +84,20 @@ void attend_rows(T* out, int64_t os0, int64_t os1, const T* q, int64_t qs0, int6
   T* scores = reinterpret_cast<T*>(buf.scores.data());  // [key][lane]
   for (int64_t i = 0; i < n; ++i) {
     const int64_t g = (first + i) / count, j = (first + i) % count;
-    const T* qr = q + (start + j) * qs0 + (h * group + g) * qs1;
-    for (int64_t d = 0; d < DIM; ++d) qt[(i / W) * DIM * W + d * W + i % W] = qr[d] * scale;
+    const S* qr = q + (start + j) * qs0 + (h * group + g) * qs1;
+    for (int64_t d = 0; d < DIM; ++d) qt[(i / W) * DIM * W + d * W + i % W] = widen(qr[d]) * scale;
     limit[i] = length - count + j + 1;
     reach = limit[i] > reach ? limit[i] : reach;
   }
-  alignas(64) T tail[K * DIM];  // the last few keys, zero-padded: every key takes the same arithmetic
+  alignas(64) T tail[K * DIM];  // the last few keys zero-padded (every key takes the same arithmetic), or widened
   for (int64_t b = 0; b < blocks; ++b) {  // scores, eight keys at a time: eight independent sums
     const T* qb = qt + b * DIM * W;
     for (int64_t key = 0; key < reach; key += K) {
       const int m = reach - key < K ? static_cast<int>(reach - key) : K;
-      const T* kr = kh + key * DIM;
-      if (m < K) {
-        std::memset(tail, 0, sizeof tail);
-        std::memcpy(tail, kr, m * DIM * sizeof(T));
+      const T* kr;
+      if constexpr (same) kr = kh + key * DIM;
+      if (!same || m < K) {
+        for (int64_t i = 0; i < K * DIM; ++i) tail[i] = i < m * DIM ? widen(kh[key * DIM + i]) : T(0);
         kr = tail;
       }
       V<T> s[K] = {};
@@ -107,22 +127,30 @@ void attend_rows(T* out, int64_t os0, int64_t os1, const T* q, int64_t qs0, int6
     V<T> a[4][C] = {};
     for (int64_t key = 0; key < upto; ++key) {
       V<T> v[C];
-      for (int c = 0; c < C; ++c) v[c] = load(vh + key * DIM + c * W);
+      if constexpr (same) {
+        for (int c = 0; c < C; ++c) v[c] = load(vh + key * DIM + c * W);
+      } else {
+        alignas(64) T row[DIM];
+        for (int64_t d = 0; d < DIM; ++d) row[d] = widen(vh[key * DIM + d]);
+        for (int c = 0; c < C; ++c) v[c] = load(row + c * W);
+      }
       const T* p = scores + key * lanes + i0;
       for (int i = 0; i < 4; ++i)
         for (int c = 0; c < C; ++c) a[i][c] += p[i] * v[c];
     }
     for (int64_t i = 0; i < nr; ++i) {
       const int64_t r = first + i0 + i;
-      T* o = out + (start + r % count) * os0 + (h * group + r / count) * os1;
+      S* o = out + (start + r % count) * os0 + (h * group + r / count) * os1;
       const T inv = T(1) / sums[i0 + i];
-      for (int c = 0; c < C; ++c) store(o + c * W, a[i][c] * inv);
+      alignas(64) T row[DIM];
+      for (int c = 0; c < C; ++c) store(row + c * W, a[i][c] * inv);
+      for (int64_t d = 0; d < DIM; ++d) o[d] = narrow<S>(row[d]);
     }
   }
 }
 
-template <typename T, int DIM>
-void attend(T* out, int64_t os0, int64_t os1, const T* q, int64_t qs0, int64_t qs1, const T* keys, const T* values,
+template <typename S, int DIM, typename T = typename Compute<S>::type>
+void attend(S* out, int64_t os0, int64_t os1, const S* q, int64_t qs0, int64_t qs1, const S* keys, const S* values,
             int64_t heads, int64_t kv_heads, int64_t capacity, const int64_t* spans, int64_t n_spans, T scale, int threads) {
   const int64_t group = heads / kv_heads;
   struct Item { int64_t span, h, first; };
@@ -138,22 +166,24 @@ void attend(T* out, int64_t os0, int64_t os1, const T* q, int64_t qs0, int64_t q
       const Item& it = items[k];
       const int64_t* s = spans + 4 * it.span;  // slot, first token, tokens, length
       const int64_t base = (s[0] * kv_heads + it.h) * capacity * DIM, rows = group * s[2];
-      attend_rows<T, DIM>(out, os0, os1, q, qs0, qs1, keys + base, values + base, group, it.h, s[1], s[2], s[3], scale,
+      attend_rows<S, DIM>(out, os0, os1, q, qs0, qs1, keys + base, values + base, group, it.h, s[1], s[2], s[3], scale,
                           it.first, std::min(CHUNK, rows - it.first), buf);
     }
   }
 }
 
-template <typename T>
-int dispatch(T* out, int64_t os0, int64_t os1, const T* q, int64_t qs0, int64_t qs1, const T* keys, const T* values,
+template <typename S>
+int dispatch(void* out, int64_t os0, int64_t os1, const void* q, int64_t qs0, int64_t qs1, const void* k, const void* v,
              int64_t heads, int64_t kv_heads, int64_t capacity, int64_t dim, const int64_t* spans, int64_t n_spans,
              double scale, int threads) {
-  const T s = static_cast<T>(scale);
+  const auto s = static_cast<typename Compute<S>::type>(scale);
+  S* o = static_cast<S*>(out);
+  const S *qq = static_cast<const S*>(q), *keys = static_cast<const S*>(k), *values = static_cast<const S*>(v);
   switch (dim) {
-    case 16: attend<T, 16>(out, os0, os1, q, qs0, qs1, keys, values, heads, kv_heads, capacity, spans, n_spans, s, threads); return 0;
-    case 32: attend<T, 32>(out, os0, os1, q, qs0, qs1, keys, values, heads, kv_heads, capacity, spans, n_spans, s, threads); return 0;
-    case 64: attend<T, 64>(out, os0, os1, q, qs0, qs1, keys, values, heads, kv_heads, capacity, spans, n_spans, s, threads); return 0;
-    case 128: attend<T, 128>(out, os0, os1, q, qs0, qs1, keys, values, heads, kv_heads, capacity, spans, n_spans, s, threads); return 0;
+    case 16: attend<S, 16>(o, os0, os1, qq, qs0, qs1, keys, values, heads, kv_heads, capacity, spans, n_spans, s, threads); return 0;
+    case 32: attend<S, 32>(o, os0, os1, qq, qs0, qs1, keys, values, heads, kv_heads, capacity, spans, n_spans, s, threads); return 0;
+    case 64: attend<S, 64>(o, os0, os1, qq, qs0, qs1, keys, values, heads, kv_heads, capacity, spans, n_spans, s, threads); return 0;
+    case 128: attend<S, 128>(o, os0, os1, qq, qs0, qs1, keys, values, heads, kv_heads, capacity, spans, n_spans, s, threads); return 0;
     default: return -1;
   }
 }
@@ -162,16 +192,13 @@ int dispatch(T* out, int64_t os0, int64_t os1, const T* q, int64_t qs0, int64_t 
 
 // out[t, head, :] for every token t of every span; spans: n_spans rows of (slot, start, count, length).
 // Returns -1, writing nothing, for a head dim the kernel is not built for.
-extern "C" int fucina_decode_attention_f32(float* out, int64_t os0, int64_t os1, const float* q, int64_t qs0, int64_t qs1,
-                                           const float* keys, const float* values, int64_t heads, int64_t kv_heads,
-                                           int64_t capacity, int64_t dim, const int64_t* spans, int64_t n_spans,
-                                           double scale, int threads) {
-  return dispatch<float>(out, os0, os1, q, qs0, qs1, keys, values, heads, kv_heads, capacity, dim, spans, n_spans, scale, threads);
-}
-
-extern "C" int fucina_decode_attention_f64(double* out, int64_t os0, int64_t os1, const double* q, int64_t qs0, int64_t qs1,
-                                           const double* keys, const double* values, int64_t heads, int64_t kv_heads,
-                                           int64_t capacity, int64_t dim, const int64_t* spans, int64_t n_spans,
-                                           double scale, int threads) {
-  return dispatch<double>(out, os0, os1, q, qs0, qs1, keys, values, heads, kv_heads, capacity, dim, spans, n_spans, scale, threads);
-}
+#define ENTRY(name, S)                                                                                              \
+  extern "C" int name(void* out, int64_t os0, int64_t os1, const void* q, int64_t qs0, int64_t qs1, const void* keys, \
+                      const void* values, int64_t heads, int64_t kv_heads, int64_t capacity, int64_t dim,            \
+                      const int64_t* spans, int64_t n_spans, double scale, int threads) {                            \
+    return dispatch<S>(out, os0, os1, q, qs0, qs1, keys, values, heads, kv_heads, capacity, dim, spans, n_spans,    \
+                       scale, threads);                                                                             \
+  }
+ENTRY(fucina_decode_attention_f32, float)
+ENTRY(fucina_decode_attention_f64, double)
+ENTRY(fucina_decode_attention_bf16, BF16)

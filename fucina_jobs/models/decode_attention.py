@@ -1,15 +1,17 @@
-"""A CPU kernel for a decode step's attention: every short sequence of a step in one call per layer.
+"""A CPU attention kernel: every sequence of a step, prompt chunks included, in one call per layer.
 
 torch's CPU SDPA runs a decode step's few query rows at a fraction of the
 arithmetic rate, about 200 us a call, and a step makes one call per sequence and
 layer: a fifth of an 8-stream step (docs/BENCHMARKS.md). This kernel
 (``decode_attention.cpp``) reads each sequence's keys and values in its slot once
 per kv head, for all the query heads that share it, and runs every sequence of
-the step in one parallel loop.
+the step in one parallel loop. It also takes prompt chunks: 10-15% off a
+forward of seven prompt tails, against SDPA's masked calls.
 
 Each query row's sums run in a fixed order whatever else the step holds, so a
 row comes out the same bit for bit alone or batched, in a plain step or a
-speculative one. Its float32 rows differ from SDPA's in rounding (about 1e-6).
+speculative one. Its float32 rows differ from SDPA's in rounding (about 1e-6);
+bfloat16 is computed in float32 and rounded once, at the output.
 
 It is built once per machine with the host's C++ compiler (``$CXX``, default
 ``g++``; ``-O3 -march=native -fopenmp``, about two seconds) into the model cache
@@ -36,7 +38,8 @@ log = logging.getLogger(__name__)
 SOURCE = Path(__file__).with_suffix(".cpp")
 _FLAGS = ["-O3", "-march=native", "-ffp-contract=fast", "-fopenmp", "-shared", "-fPIC", "-std=c++17"]
 _HEAD_DIMS = (16, 32, 64, 128)
-_ENTRY = {torch.float32: "fucina_decode_attention_f32", torch.float64: "fucina_decode_attention_f64"}
+_ENTRY = {torch.float32: "fucina_decode_attention_f32", torch.float64: "fucina_decode_attention_f64",
+          torch.bfloat16: "fucina_decode_attention_bf16"}
 
 
 def supports(dtype: torch.dtype, head_dim: int) -> bool:

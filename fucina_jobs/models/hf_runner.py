@@ -7,10 +7,10 @@ only, never padding. A custom attention function registered with transformers
 writes each layer's new keys and values into their slots, then attends in one
 of three ways, all over views of the store, so no cache is ever copied:
 
-- the CPU kernel (``decode_attention``), float32 and float64: one call per
-  layer for every sequence of the step, prompt chunks included, each row's
-  result independent of the batch. The CPU default where it builds: SDPA's
-  calls per sequence took a fifth of a decode step;
+- the CPU kernel (``decode_attention``), float32, float64 and bfloat16: one
+  call per layer for every sequence of the step, prompt chunks included, each
+  row's result independent of the batch. The CPU default where it builds:
+  SDPA's calls per sequence took a fifth of a decode step;
 - per sequence: one SDPA call per sequence over its own slot. Exact (no
   padding). In bfloat16 and float16, the query heads that share a kv head are
   folded into the query axis of a decode step's short sequences: CPU SDPA runs
@@ -320,8 +320,8 @@ class HFRunner:
 
     ``batched_attention`` picks one attention call per layer for the whole
     batch (the grid) rather than one per sequence; ``None`` leaves it to the
-    device: the grid on CUDA, the CPU kernel where it builds (float32 and
-    float64), else per sequence; ``False`` is SDPA per sequence, whose float32
+    device: the grid on CUDA, the CPU kernel where it builds (float32,
+    float64 and bfloat16), else per sequence; ``False`` is SDPA per sequence, whose float32
     rows the benchmarks before the kernel show. ``compile`` runs the forward
     through ``torch.compile`` with dynamic shapes, so the ragged batches of
     every step share one compiled graph per layer segment; on a CPU the
@@ -346,8 +346,8 @@ class HFRunner:
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
         self._kernel = (batched_attention is None and self.device.type == "cpu" and decode_attention.supports(model.dtype, head_dim)
                         and decode_attention.library() is not None)
-        # CPU SDPA runs reduced precisions one query head at a time, slowly; folded, a step's attention
-        # takes 40% less (docs/BENCHMARKS.md). float32 and float64 keep the unfolded kernel: the float32
+        # CPU SDPA (without the kernel) runs reduced precisions one query head at a time, slowly; folded, a
+        # step's attention takes 40% less (docs/BENCHMARKS.md). float32 and float64 keep the unfolded kernel: the float32
         # rows of earlier benchmarks stay bit for bit, and the fold saves them only about 3%.
         self._fold_heads = model.dtype in (torch.bfloat16, torch.float16)
         self.vocab_size = model.config.vocab_size
