@@ -99,6 +99,8 @@ def attend(out: torch.Tensor, query: torch.Tensor, keys: torch.Tensor, values: t
     token ``j`` of a span sees its slot's keys up to position ``length - tokens + j``.
     """
     heads, _, dim = query.shape
+    if not (keys.is_contiguous() and values.is_contiguous() and out.stride(-1) == 1):
+        raise ValueError("decode attention kernel: the store must be contiguous and the output's rows dense")
     if query.stride(-1) != 1:
         query = query.contiguous()
     status = getattr(library(), _ENTRY[query.dtype])(
