@@ -321,8 +321,8 @@ class HFRunner:
     ``batched_attention`` picks one attention call per layer for the whole
     batch (the grid) rather than one per sequence; ``None`` leaves it to the
     device: the grid on CUDA, the CPU kernel where it builds (float32,
-    float64 and bfloat16), else per sequence; ``False`` is SDPA per sequence, whose float32
-    rows the benchmarks before the kernel show. ``compile`` runs the forward
+    float64 and bfloat16), else per sequence; ``False`` is SDPA per sequence,
+    whose float32 rows the benchmarks before the kernel show. ``compile`` runs the forward
     through ``torch.compile`` with dynamic shapes, so the ragged batches of
     every step share one compiled graph per layer segment; on a CPU the
     compiled graph gives up the oneDNN linears, which do not trace
