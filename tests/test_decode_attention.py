@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from fucina_jobs.models import decode_attention
+from fucina_jobs.models import decode_attention, native
 
 HEADS, KV_HEADS, SLOTS, CAPACITY = 6, 2, 6, 80
 #: (slot, first token, tokens, length once written): ragged counts, a slot gap (3), a single token, and a
@@ -38,7 +38,7 @@ def sdpa(query, keys, values, span) -> torch.Tensor:
 
 @pytest.fixture(autouse=True)
 def built():
-    assert decode_attention.library() is not None, "the decode kernel did not build: is g++ installed?"
+    assert native.library() is not None, "the CPU kernels did not build: is g++ installed?"
 
 
 @pytest.mark.parametrize("dim", [16, 64, 128])

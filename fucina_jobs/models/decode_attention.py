@@ -13,82 +13,33 @@ row comes out the same bit for bit alone or batched, in a plain step or a
 speculative one. Its float32 rows differ from SDPA's in rounding (about 1e-6);
 bfloat16 is computed in float32 and rounded once, at the output.
 
-It is built once per machine with the host's C++ compiler (``$CXX``, default
-``g++``; ``-O3 -march=native -fopenmp``, about two seconds) into the model cache
-and loaded with ctypes. Without a compiler the runner keeps SDPA and logs why.
+It is built with the layer kernels (``native.py``); without a compiler the
+runner keeps SDPA.
 """
 
 from __future__ import annotations
 
 import ctypes
 import functools
-import hashlib
-import logging
-import os
-import subprocess
-import tempfile
-from pathlib import Path
 
 import torch
 
-from .loading import cache_dir
+from . import native
 
-log = logging.getLogger(__name__)
-
-SOURCE = Path(__file__).with_suffix(".cpp")
-_FLAGS = ["-O3", "-march=native", "-ffp-contract=fast", "-fopenmp", "-shared", "-fPIC", "-std=c++17"]
 _HEAD_DIMS = (16, 32, 64, 128)
-_ENTRY = {torch.float32: "fucina_decode_attention_f32", torch.float64: "fucina_decode_attention_f64",
-          torch.bfloat16: "fucina_decode_attention_bf16"}
+_SUFFIX = {torch.float32: "f32", torch.float64: "f64", torch.bfloat16: "bf16"}
+_P, _I = ctypes.c_void_p, ctypes.c_int64
+_ARGS = [_P, _I, _I, _P, _I, _I, _P, _P, _I, _I, _I, _I, _P, _I, ctypes.c_double, ctypes.c_int]
 
 
 def supports(dtype: torch.dtype, head_dim: int) -> bool:
     """Whether the kernel can run a model of this dtype and head dim, once built."""
-    return dtype in _ENTRY and head_dim in _HEAD_DIMS
+    return dtype in _SUFFIX and head_dim in _HEAD_DIMS
 
 
 @functools.cache
-def library() -> ctypes.CDLL | None:
-    """The built kernel, or None (logged once) where it cannot be built here."""
-    cxx = os.environ.get("CXX", "g++")
-    try:
-        path = _build(cxx)
-    except (OSError, subprocess.CalledProcessError) as err:
-        detail = getattr(err, "stderr", "") or str(err)
-        log.warning("decode attention kernel not built with %s (%s): attention runs on torch's SDPA, slower; "
-                    "install a C++ compiler with OpenMP or set CXX to one", cxx, detail.strip().splitlines()[-1] if detail.strip() else err)
-        return None
-    lib = ctypes.CDLL(str(path))
-    for name in _ENTRY.values():
-        fn = getattr(lib, name)
-        fn.restype = ctypes.c_int
-        fn.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
-                       ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
-                       ctypes.c_void_p, ctypes.c_int64, ctypes.c_double, ctypes.c_int]
-    return lib
-
-
-def _build(cxx: str) -> Path:
-    """Compile the kernel unless this machine's build is cached; keyed by source, compiler, flags and CPU."""
-    version = subprocess.run([cxx, "--version"], capture_output=True, text=True, check=True).stdout
-    key = hashlib.sha256("\0".join([SOURCE.read_text(), cxx, version, *_FLAGS, _cpu_flags()]).encode()).hexdigest()[:16]
-    path = cache_dir() / "kernels" / f"decode_attention-{key}.so"
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(dir=path.parent) as tmp:  # replicas may build at once: rename is atomic
-            built = Path(tmp) / path.name
-            subprocess.run([cxx, *_FLAGS, str(SOURCE), "-o", str(built)], capture_output=True, text=True, check=True)
-            built.replace(path)
-        log.info("built the decode attention kernel: %s", path)
-    return path
-
-
-def _cpu_flags() -> str:
-    """The CPU's feature flags: ``-march=native`` code must not run on another CPU sharing the cache."""
-    try:
-        return next((line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags")), "")
-    except OSError:
-        return ""
+def _kernel(dtype: torch.dtype):
+    return native.entry(f"fucina_decode_attention_{_SUFFIX[dtype]}", _ARGS, ctypes.c_int)
 
 
 def attend(out: torch.Tensor, query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, spans: torch.Tensor, scale: float) -> None:
@@ -103,7 +54,7 @@ def attend(out: torch.Tensor, query: torch.Tensor, keys: torch.Tensor, values: t
         raise ValueError("decode attention kernel: the store must be contiguous and the output's rows dense")
     if query.stride(-1) != 1:
         query = query.contiguous()
-    status = getattr(library(), _ENTRY[query.dtype])(
+    status = _kernel(query.dtype)(
         out.data_ptr(), out.stride(0), out.stride(1), query.data_ptr(), query.stride(1), query.stride(0),
         keys.data_ptr(), values.data_ptr(), heads, keys.shape[1], keys.shape[2], dim,
         spans.data_ptr(), len(spans), scale, torch.get_num_threads(),

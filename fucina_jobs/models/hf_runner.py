@@ -10,7 +10,9 @@ of three ways, all over views of the store, so no cache is ever copied:
 - the CPU kernel (``decode_attention``), float32, float64 and bfloat16: one
   call per layer for every sequence of the step, prompt chunks included, each
   row's result independent of the batch. The CPU default where it builds:
-  SDPA's calls per sequence took a fifth of a decode step;
+  SDPA's calls per sequence took a fifth of a decode step. With it, in
+  float32 and bfloat16, a Llama layer's element-wise ops run fused too
+  (``layer_ops``: RMSNorm with its residual add, RoPE, SiLU-and-multiply);
 - per sequence: one SDPA call per sequence over its own slot. Exact (no
   padding). In bfloat16 and float16, the query heads that share a kv head are
   folded into the query axis of a decode step's short sequences: CPU SDPA runs
@@ -35,9 +37,9 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from transformers import AttentionInterface
-from transformers.models.llama.modeling_llama import LlamaAttention, LlamaMLP, apply_rotary_pos_emb
+from transformers.models.llama.modeling_llama import LlamaAttention, LlamaDecoderLayer, LlamaMLP, apply_rotary_pos_emb
 
-from . import decode_attention
+from . import decode_attention, layer_ops, native
 
 _ATTENTION = "fucina_slots"
 #: SDPA's CUDA backends but cuDNN's, which builds a new execution plan for every new shape, and the
@@ -133,6 +135,7 @@ class _Step:
     spans: list[_Span]  # the sequences that attend on their own
     grid: _Grid | None  # the others, in one call
     kernel: torch.Tensor | None  # or every sequence through the CPU kernel: (slot, first token, tokens, length) rows
+    fused: bool = False  # a Llama layer's element-wise ops run on the CPU kernels (``layer_ops``)
 
 
 def _slotted_attention(
@@ -245,11 +248,16 @@ class _FusedAttention(LlamaAttention):
     def forward(self, hidden_states, position_embeddings=None, attention_mask=None, **kwargs):
         if "slot_step" not in kwargs:
             return super().forward(hidden_states, position_embeddings, attention_mask, **kwargs)
+        step: _Step = kwargs["slot_step"]
         shape = (*hidden_states.shape[:-1], -1, self.head_dim)
         sizes = [self.q_proj.out_features, self.k_proj.out_features, self.v_proj.out_features]
-        query, key, value = (t.view(shape).transpose(1, 2) for t in self.qkv_proj(hidden_states).split(sizes, -1))
-        query, key = apply_rotary_pos_emb(query, key, *position_embeddings)
-        out, _ = _attend(self, query, key, value, None, self.scaling, slot_step=kwargs["slot_step"])
+        qkv = self.qkv_proj(hidden_states)
+        if step.fused:  # queries and keys rotated in place, in one pass
+            layer_ops.rope_(qkv, (sizes[0] + sizes[1]) // self.head_dim, *position_embeddings)
+        query, key, value = (t.view(shape).transpose(1, 2) for t in qkv.split(sizes, -1))
+        if not step.fused:
+            query, key = apply_rotary_pos_emb(query, key, *position_embeddings)
+        out, _ = _attend(self, query, key, value, None, self.scaling, slot_step=step)
         return self.o_proj(out.reshape(*hidden_states.shape[:-1], -1)), None
 
 
@@ -263,10 +271,30 @@ class _FusedMLP(LlamaMLP):
         return self.down_proj(self.act_fn(gate) * up)
 
 
+class _FusedLayer(LlamaDecoderLayer):
+    """A Llama layer whose element-wise ops run on the CPU kernels when its step says so.
+
+    Each norm takes the residual add before it in the same pass. Elsewhere,
+    transformers' own layer.
+    """
+
+    def forward(self, hidden_states, attention_mask=None, position_ids=None, cache=None, use_cache=False,
+                position_embeddings=None, **kwargs):
+        step: _Step | None = kwargs.get("slot_step")
+        if step is None or not step.fused:
+            return super().forward(hidden_states, attention_mask, position_ids, cache, use_cache, position_embeddings, **kwargs)
+        first, second = self.input_layernorm, self.post_attention_layernorm
+        residual, _ = self.self_attn(layer_ops.rms_norm(hidden_states, first.weight, first.variance_epsilon), position_embeddings, **kwargs)
+        normed = layer_ops.rms_norm(residual, second.weight, second.variance_epsilon, residual=hidden_states)
+        return residual.add_(self.mlp.down_proj(layer_ops.silu_mul(self.mlp.gate_up_proj(normed))))
+
+
 def _fuse_projections(model: torch.nn.Module) -> None:
     """Fuse each Llama layer's q/k/v and gate/up projections (other architectures stay as they are)."""
     for module in list(model.modules()):
-        if type(module) is LlamaAttention:
+        if type(module) is LlamaDecoderLayer:
+            module.__class__ = _FusedLayer
+        elif type(module) is LlamaAttention:
             module.qkv_proj = _fused_linear([module.q_proj, module.k_proj, module.v_proj])
             module.__class__ = _FusedAttention
         elif type(module) is LlamaMLP:
@@ -320,9 +348,11 @@ class HFRunner:
 
     ``batched_attention`` picks one attention call per layer for the whole
     batch (the grid) rather than one per sequence; ``None`` leaves it to the
-    device: the grid on CUDA, the CPU kernel where it builds (float32,
-    float64 and bfloat16), else per sequence; ``False`` is SDPA per sequence,
-    whose float32 rows the benchmarks before the kernel show. ``compile`` runs the forward
+    device: the grid on CUDA, the CPU kernels where they build (attention in
+    float32, float64 and bfloat16; the fused element-wise ops in float32 and
+    bfloat16), else per sequence; ``False`` is SDPA per sequence and torch's
+    element-wise ops, whose float32 rows the benchmarks before the kernels
+    show. ``compile`` runs the forward
     through ``torch.compile`` with dynamic shapes, so the ragged batches of
     every step share one compiled graph per layer segment; on a CPU the
     compiled graph gives up the oneDNN linears, which do not trace
@@ -345,7 +375,8 @@ class HFRunner:
         config = model.config
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
         self._kernel = (batched_attention is None and self.device.type == "cpu" and decode_attention.supports(model.dtype, head_dim)
-                        and decode_attention.library() is not None)
+                        and native.library() is not None)
+        self._fused = self._kernel and layer_ops.supports(model.dtype)
         # CPU SDPA (without the kernel) runs reduced precisions one query head at a time, slowly; folded, a
         # step's attention takes 40% less (docs/BENCHMARKS.md). float32 and float64 keep the unfolded kernel: the float32
         # rows of earlier benchmarks stay bit for bit, and the fold saves them only about 3%.
@@ -419,7 +450,7 @@ class HFRunner:
         if self._kernel:
             starts = itertools.accumulate(counts[:-1], initial=0)
             table = [(state.slot, start, n, state.length + n) for (state, _), n, start in zip(batch, counts, starts)]
-            return _Step(store, rows, [], None, torch.tensor(table, dtype=torch.long))
+            return _Step(store, rows, [], None, torch.tensor(table, dtype=torch.long), self._fused)
         in_grid = [self.batched_attention and n <= _GRID_QUERIES for n in counts]
         group = self.model.config.num_attention_heads // self.model.config.num_key_value_heads
         spans, start = [], 0
