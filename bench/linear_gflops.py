@@ -3,7 +3,8 @@
 The decode step and prefill targets are arithmetic: a SmolLM2-135M row costs
 269 MFLOP of linears (212 without the LM head). This prints the rate that
 arithmetic runs at, for the 576 -> 3072 gate/up shape, on oneDNN's linear
-(what the runner uses in float32) and on ``F.linear``.
+over a plain weight, over the weight packed once (what the runner uses in
+float32 and bfloat16), and on ``F.linear``.
 
     python bench/linear_gflops.py [--threads 1]
 """
@@ -33,14 +34,17 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     onednn = torch.ops.mkldnn._linear_pointwise
     print(f"GFLOPS, {args.threads} thread(s), [rows, 576] x [576, 3072]")
-    print(f"{'rows':>5}  {'oneDNN f32':>10}  {'F.linear f32':>12}  {'oneDNN bf16':>11}  {'F.linear bf16':>13}")
+    arms = ("oneDNN", "packed", "F.linear")
+    print(f"{'rows':>5}" + "".join(f"  {arm + ' ' + dtype:>13}" for dtype in ("f32", "bf16") for arm in arms))
     for rows in (1, 8, 33, 128, 650):
         flops = 2 * rows * 576 * 3072
         rates = []
         for dtype in (torch.float32, torch.bfloat16):
             x, w = torch.randn(rows, 576, dtype=dtype), torch.randn(3072, 576, dtype=dtype)
-            rates += [flops / _seconds(lambda: onednn(x, w, None, "none", [], "")) / 1e9, flops / _seconds(lambda: F.linear(x, w)) / 1e9]
-        print(f"{rows:>5}  {rates[0]:>10.0f}  {rates[1]:>12.0f}  {rates[2]:>11.0f}  {rates[3]:>13.0f}")
+            packed = torch.ops.mkldnn._reorder_linear_weight(w, 32)
+            for run in (lambda: onednn(x, w, None, "none", [], ""), lambda: onednn(x, packed, None, "none", [], ""), lambda: F.linear(x, w)):
+                rates.append(flops / _seconds(run) / 1e9)
+        print(f"{rows:>5}" + "".join(f"  {rate:>13.0f}" for rate in rates))
 
 
 if __name__ == "__main__":

@@ -136,6 +136,27 @@ def test_model_keeps_its_own_attention(tiny_runner, tiny_model):
     assert torch.allclose(ours[:, 2:], theirs[:, 2:], atol=1e-12)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_packed_linears(tiny_model, dtype):
+    """The CPU's linears run over weights oneDNN packed once: a row's result is the same bit for bit whatever
+    the rows beside it (one alone included), the model can still be deep-copied, and a weight changed in
+    place is packed again."""
+    model = copy.deepcopy(tiny_model).to(dtype)
+    HFRunner(model)
+    linear = model.model.layers[0].mlp.down_proj
+    assert type(linear).__name__ == "_OneDNNLinear"
+    x = torch.randn(40, linear.in_features).to(dtype)
+    with torch.no_grad():
+        together = linear(x)
+        for rows in (slice(0, 1), slice(3, 4), slice(0, 7), slice(5, 38)):
+            assert torch.equal(linear(x[rows]), together[rows])
+        torch.testing.assert_close(together, torch.nn.functional.linear(x, linear.weight))
+        twin = copy.deepcopy(model).model.layers[0].mlp.down_proj
+        assert torch.equal(twin(x), together)
+        linear.weight.mul_(2)
+        torch.testing.assert_close(linear(x), 2 * together)
+
+
 @pytest.mark.parametrize("dtype, atol", [(torch.float32, 1e-3), (torch.bfloat16, 0.6)])
 def test_lower_precision(tiny_model, full, dtype, atol):
     model = copy.deepcopy(tiny_model).to(dtype)

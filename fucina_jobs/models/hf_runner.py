@@ -302,21 +302,40 @@ def _fuse_projections(model: torch.nn.Module) -> None:
             module.__class__ = _FusedMLP
 
 
+#: Each linear's weight in oneDNN's blocked layout, packed on its first forward (a ``WeakKeyDictionary``, not a
+#: module attribute: oneDNN's tensors cannot be deep-copied, and a copied model packs its own). Keyed to the
+#: weight's storage and version, so a weight changed in place is packed again.
+_PACKED: weakref.WeakKeyDictionary[torch.nn.Linear, tuple[tuple[int, int], torch.Tensor]] = weakref.WeakKeyDictionary()
+#: The rows oneDNN picks its weight layout for: a decode step's few dozen.
+_PACK_ROWS = 32
+
+
 class _OneDNNLinear(torch.nn.Linear):
-    """A ``Linear`` whose forward runs on oneDNN (a class, not a per-module patch, so compiled code is shared)."""
+    """A ``Linear`` whose forward runs on oneDNN, over its weight packed once (a class, not a per-module patch,
+    so compiled code is shared)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if torch.compiler.is_compiling():  # oneDNN's op does not trace with dynamic shapes: inductor picks its own GEMM
             return F.linear(x, self.weight, self.bias)
-        return torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, "none", [], "")
+        return torch.ops.mkldnn._linear_pointwise(x, self._packed(), self.bias, "none", [], "")
+
+    def _packed(self) -> torch.Tensor:
+        key = (self.weight.data_ptr(), self.weight._version)
+        cached = _PACKED.get(self)
+        if cached is None or cached[0] != key:
+            cached = _PACKED[self] = key, torch.ops.mkldnn._reorder_linear_weight(self.weight.detach(), _PACK_ROWS)
+        return cached[1]
 
 
 def _use_onednn_linears(model: torch.nn.Module) -> None:
-    """Run a CPU float32 model's linear layers, most of a forward, on oneDNN rather than MKL.
+    """Run a CPU model's linear layers, most of a forward, on oneDNN, over weights it packed once.
 
-    MKL takes its AVX2 code on AMD CPUs: about 190 GFLOPS for a step's few
-    dozen rows where oneDNN reaches 430 with AVX-512, and a single row is no
-    slower. (Reduced precisions go to oneDNN already.)
+    In float32, MKL takes its AVX2 code on AMD CPUs: about 190 GFLOPS for a
+    step's few dozen rows where oneDNN reaches 430 with AVX-512. Left plain,
+    a weight is reordered into oneDNN's layout on every call: packed once, an
+    8-stream decode step's linears take a quarter less, in float32 and in
+    bfloat16 (docs/BENCHMARKS.md). Packed rows come out the same bit for bit
+    whatever the number of rows, a single one included.
     """
     for module in model.modules():
         if type(module) is torch.nn.Linear:
@@ -344,7 +363,7 @@ def _rows_to_keep(counts: list[int], wanted: list[bool]) -> torch.Tensor:
 
 
 class HFRunner:
-    """Runs ``model`` for the decoder; on CPU in float32 its linear layers move to oneDNN for good.
+    """Runs ``model`` for the decoder; on CPU in float32 and bfloat16 its linear layers move to oneDNN for good.
 
     ``batched_attention`` picks one attention call per layer for the whole
     batch (the grid) rather than one per sequence; ``None`` leaves it to the
@@ -383,8 +402,8 @@ class HFRunner:
         self._fold_heads = model.dtype in (torch.bfloat16, torch.float16)
         self.vocab_size = model.config.vocab_size
         _fuse_projections(model)
-        onednn = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
-        if self.device.type == "cpu" and model.dtype == torch.float32 and onednn:
+        onednn = torch.backends.mkldnn.is_available() and all(hasattr(torch.ops.mkldnn, op) for op in ("_linear_pointwise", "_reorder_linear_weight"))
+        if self.device.type == "cpu" and model.dtype in (torch.float32, torch.bfloat16) and onednn:
             _use_onednn_linears(model)
         self._call = _compiled(model) if compile else model
         self.store = KVStore(config.num_hidden_layers, config.num_key_value_heads, head_dim, model.dtype, self.device)
