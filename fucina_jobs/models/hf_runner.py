@@ -290,7 +290,8 @@ class _FusedLayer(LlamaDecoderLayer):
 
 
 def _fuse_projections(model: torch.nn.Module) -> None:
-    """Fuse each Llama layer's q/k/v and gate/up projections (other architectures stay as they are)."""
+    """Fuse each Llama layer's q/k/v and gate/up projections, and give the layer its fused element-wise path
+    (other architectures stay as they are)."""
     for module in list(model.modules()):
         if type(module) is LlamaDecoderLayer:
             module.__class__ = _FusedLayer
@@ -335,7 +336,8 @@ def _use_onednn_linears(model: torch.nn.Module) -> None:
     a weight is reordered into oneDNN's layout on every call: packed once, an
     8-stream decode step's linears take a quarter less, in float32 and in
     bfloat16 (docs/BENCHMARKS.md). Packed rows come out the same bit for bit
-    whatever the number of rows, a single one included.
+    whatever the number of rows, a single one included. The packed weights
+    are a second copy: the model keeps its own for transformers' forward.
     """
     for module in model.modules():
         if type(module) is torch.nn.Linear:
