@@ -348,26 +348,56 @@ def test_matcher_failure_with_a_stop_token_in_a_words_top_bit(tokenizer):
     assert torch.nonzero(allowed_mask(c)).flatten().tolist() == [31]
 
 
-@pytest.mark.parametrize("nonzero_words", [1, 6, 300])
-def test_one_row_is_masked_alike_sparse_or_dense(nonzero_words):
-    """A single row with few nonzero words is masked by refilling it (``SPARSE_WORDS``), one with many by
-    the unpack: either way exactly the allowed logits stay, and bits past the row's width are ignored."""
+@pytest.mark.parametrize("case", ["few words", "most words", "nothing", "everything", "bits past the row"])
+def test_one_row_is_masked_alike_by_the_kernel_and_by_numpy(case):
+    """The sampler's row takes the C++ kernel, a batch of rows numpy's unpack: exactly the allowed logits
+    stay either way, and bits past the row's width are ignored."""
     import numpy as np
 
-    from fucina_jobs.decoding.constraint import SPARSE_WORDS, apply_bitmask
+    from fucina_jobs import native
+    from fucina_jobs.decoding.constraint import apply_bitmask
 
-    rng = np.random.default_rng(nonzero_words)
+    assert native.library() is not None, "the CPU kernels did not build: is g++ installed?"
+    rng = np.random.default_rng(len(case))
     words, width = 400, 400 * 32 - 7
     bitmask = np.zeros(words, np.int32)
-    chosen = rng.choice(words - 1, nonzero_words - 1, replace=False)
-    bitmask[chosen] = rng.integers(1, 2**32, size=len(chosen), dtype=np.int64).astype(np.uint32).view(np.int32)
-    bitmask[-1] = -1  # the last word's top bits lie past the row
-    assert (np.count_nonzero(bitmask) <= SPARSE_WORDS) == (nonzero_words < 300)
+    if case in ("few words", "most words"):
+        chosen = rng.choice(words, 6 if case == "few words" else 390, replace=False)
+        bitmask[chosen] = rng.integers(1, 2**32, size=len(chosen), dtype=np.int64).astype(np.uint32).view(np.int32)
+    elif case == "everything":
+        bitmask[:] = -1
+    elif case == "bits past the row":
+        bitmask[-1] = -1  # its top 7 bits lie past the row
     logits = torch.randn(width)
-    masked = logits.clone()
-    apply_bitmask(masked, bitmask)
+    by_kernel, by_numpy = logits.clone(), logits.clone()[None]
+    apply_bitmask(by_kernel, bitmask)
+    apply_bitmask(by_numpy, bitmask[None])
     bits = np.unpackbits(bitmask.view(np.uint8), bitorder="little")[:width].astype(bool)
-    assert torch.equal(masked, torch.where(torch.from_numpy(bits), logits, float("-inf")))
+    assert torch.equal(by_kernel, torch.where(torch.from_numpy(bits), logits, float("-inf")))
+    assert torch.equal(by_kernel, by_numpy[0])
+
+
+def test_without_a_compiler_one_row_is_masked_by_numpy(monkeypatch):
+    import numpy as np
+
+    from fucina_jobs import native
+    from fucina_jobs.decoding import constraint
+
+    monkeypatch.setenv("CXX", "/nonexistent/g++")
+    native.library.cache_clear()
+    constraint._apply_bitmask_kernel.cache_clear()
+    try:
+        assert constraint._apply_bitmask_kernel() is None
+        bitmask = np.zeros(4, np.int32)
+        bitmask[2] = 0b1011
+        logits = torch.randn(100)
+        masked = logits.clone()
+        constraint.apply_bitmask(masked, bitmask)
+        assert torch.isfinite(masked).nonzero().flatten().tolist() == [64, 65, 67]
+        assert torch.equal(masked[[64, 65, 67]], logits[[64, 65, 67]])
+    finally:
+        native.library.cache_clear()
+        constraint._apply_bitmask_kernel.cache_clear()
 
 
 @pytest.mark.parametrize("bit", [0, 5, 31, 32 * 7 + 31, 32 * 9])

@@ -7,7 +7,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from fucina_jobs.models import decode_attention, native
+from fucina_jobs import native
+from fucina_jobs.models import decode_attention
 
 HEADS, KV_HEADS, SLOTS, CAPACITY = 6, 2, 6, 80
 #: (slot, first token, tokens, length once written): ragged counts, a slot gap (3), a single token, and a

@@ -193,7 +193,7 @@ def test_every_attention_path_matches_full_forwards(tiny_model, full, batched_at
 
 def test_without_a_compiler_the_cpu_keeps_sdpa(tiny_model, full, monkeypatch, caplog):
     """No C++ compiler: a warning that says what to install, and torch's SDPA and element-wise ops, same rows."""
-    from fucina_jobs.models import native
+    from fucina_jobs import native
 
     monkeypatch.setenv("CXX", "/nonexistent/g++")
     native.library.cache_clear()

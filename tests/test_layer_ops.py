@@ -8,7 +8,8 @@ import torch
 import torch.nn.functional as F
 from transformers.models.llama.modeling_llama import LlamaRMSNorm, apply_rotary_pos_emb
 
-from fucina_jobs.models import layer_ops, native
+from fucina_jobs import native
+from fucina_jobs.models import layer_ops
 
 ROWS, WIDTH, DIM, HEADS, KV_HEADS = 40, 72, 16, 4, 2  # 72: four 16-lane blocks and a tail of eight
 #: dtype: (atol, rtol). bfloat16 results may differ by one rounding step where an RMS or an exp lands

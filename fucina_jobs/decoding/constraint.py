@@ -10,16 +10,19 @@ set to the configured stop token.
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import json
 import logging
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import llguidance
 import llguidance.hf
 import numpy as np
 import torch
 
+from .. import native
 from .processor import LogitProcessor
 
 log = logging.getLogger(__name__)
@@ -63,30 +66,24 @@ def read_schema(schema: dict | str | Path | type, name: str | None = None) -> tu
         raise GrammarError(f"{name or source}: not valid JSON: {err}") from err
 
 
-#: A row whose mask has at most this many nonzero words is masked by writing -inf over all of it and putting
-#: back its few allowed logits: half the time of the dense unpack for the ten-odd tokens a grounded value
-#: allows, and slower past a few hundred words (a free-text string allows most of the vocab).
-SPARSE_WORDS = 128
-
-
 def apply_bitmask(logits: torch.Tensor, bitmask: np.ndarray) -> None:
     """Set every logit whose bit is clear in llguidance's packed int32 ``bitmask`` to -inf, in place.
 
     ``logits`` is ``[..., vocab]`` and ``bitmask`` ``[..., (vocab + 31) // 32]``;
-    columns past the bitmask's 32 bits per word are masked too. One unpack of
-    the inverted words feeds one masked copy: about 25 us per SmolLM2 row
-    where the unpack to a bool tensor plus ``masked_fill_`` took 55-70 us, and
-    ``llguidance.torch.apply_token_bitmask_inplace`` runs through
-    ``torch.compile`` (20-70 s at its first call, then 32 us per row). One CPU
-    row with few allowed words takes the sparse path (``SPARSE_WORDS``); the
-    logits it keeps are the same.
+    columns past the bitmask's 32 bits per word are masked too. The sampler's
+    row, one CPU float32 row, takes one pass of the C++ kernel where the
+    kernels are built: 3-6 us, where numpy's unpack and masked copy took 12 us
+    for a row that allows everything, 27 us for the ten-odd tokens a grounded
+    value allows and 120 us for a random mask (and ``llguidance.torch`` runs
+    through ``torch.compile``: 20-70 s at its first call, then 32 us a row).
+    Other rows take that unpack, on numpy or on the row's device.
     """
-    numpy_row = logits.is_cpu and logits.dtype != torch.bfloat16  # numpy has no bfloat16
-    if numpy_row and logits.dim() == 1 and np.count_nonzero(bitmask) <= SPARSE_WORDS:
-        return _keep_allowed(logits.numpy(), bitmask)
+    kernel = _apply_bitmask_kernel() if logits.is_cpu and logits.dtype == torch.float32 and logits.dim() == 1 else None
+    if kernel is not None and logits.is_contiguous():
+        return kernel(logits.data_ptr(), logits.numel(), bitmask.ctypes.data, bitmask.size)
     covered = min(logits.shape[-1], 32 * bitmask.shape[-1])
     banned = np.unpackbits((~bitmask).view(np.uint8), axis=-1, count=covered, bitorder="little").view(bool)
-    if numpy_row:
+    if logits.is_cpu and logits.dtype != torch.bfloat16:  # numpy has no bfloat16
         np.copyto(logits.numpy()[..., :covered], -np.inf, where=banned)
     else:
         logits[..., :covered].masked_fill_(torch.from_numpy(banned).to(logits.device), float("-inf"))
@@ -94,15 +91,11 @@ def apply_bitmask(logits: torch.Tensor, bitmask: np.ndarray) -> None:
         logits[..., covered:] = float("-inf")
 
 
-def _keep_allowed(row: np.ndarray, bitmask: np.ndarray) -> None:
-    """``apply_bitmask`` for one row: -inf everywhere, then the allowed logits put back."""
-    words = np.flatnonzero(bitmask)
-    bits = np.unpackbits(bitmask[words].view(np.uint8), bitorder="little").view(bool).reshape(len(words), 32)
-    ids = (words[:, None] * 32 + np.arange(32))[bits]
-    ids = ids[ids < len(row)]
-    kept = row[ids]
-    row.fill(-np.inf)
-    row[ids] = kept
+@functools.cache
+def _apply_bitmask_kernel() -> Callable[[int, int, int, int], None] | None:
+    if native.library() is None:
+        return None
+    return native.entry("fucina_apply_bitmask", [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64])
 
 
 def only_allowed(bitmask: np.ndarray) -> int | None:
@@ -148,6 +141,7 @@ class Constraint(LogitProcessor):
 
     def _init_buffers(self) -> None:
         self._bitmask = np.zeros((self.vocab_size + 31) // 32, dtype=np.int32)
+        self._bitmask_ptr = self._bitmask.ctypes.data  # a microsecond a token to ask numpy again
         self.errors = 0
 
     # -- construction -------------------------------------------------------
@@ -194,7 +188,7 @@ class Constraint(LogitProcessor):
 
     def _fill_bitmask(self) -> None:
         if not self._matcher.is_error():
-            self._matcher.unsafe_compute_mask_ptr(self._bitmask.ctypes.data, self._bitmask.nbytes)
+            self._matcher.unsafe_compute_mask_ptr(self._bitmask_ptr, self._bitmask.nbytes)
         if self._matcher.is_error():
             # Degrade to a clean stop rather than hang or sample garbage.
             self._note_error()
@@ -205,7 +199,7 @@ class Constraint(LogitProcessor):
         """Is ``token`` in the mask now? The same llguidance mask ``process`` applies, read for one token:
         a conformance walk judges thousands of instances and needs no logits row."""
         if not self._matcher.is_error():
-            self._matcher.unsafe_compute_mask_ptr(self._bitmask.ctypes.data, self._bitmask.nbytes)
+            self._matcher.unsafe_compute_mask_ptr(self._bitmask_ptr, self._bitmask.nbytes)
         if self._matcher.is_error():
             return token == self.stop_token  # as process: a failed matcher allows only the stop token
         return bool(self._bitmask[token >> 5] >> (token & 31) & 1)

@@ -13,7 +13,7 @@ row comes out the same bit for bit alone or batched, in a plain step or a
 speculative one. Its float32 rows differ from SDPA's in rounding (about 1e-6);
 bfloat16 is computed in float32 and rounded once, at the output.
 
-It is built with the layer kernels (``native.py``); without a compiler the
+It is built with the layer kernels (``fucina_jobs/native``); without a compiler the
 runner keeps SDPA.
 """
 
@@ -24,7 +24,7 @@ import functools
 
 import torch
 
-from . import native
+from .. import native
 
 _HEAD_DIMS = (16, 32, 64, 128)
 _SUFFIX = {torch.float32: "f32", torch.float64: "f64", torch.bfloat16: "bf16"}

@@ -39,7 +39,8 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from transformers import AttentionInterface
 from transformers.models.llama.modeling_llama import LlamaAttention, LlamaDecoderLayer, LlamaMLP, apply_rotary_pos_emb
 
-from . import decode_attention, layer_ops, native
+from .. import native
+from . import decode_attention, layer_ops
 
 _ATTENTION = "fucina_slots"
 #: SDPA's CUDA backends but cuDNN's, which builds a new execution plan for every new shape, and the

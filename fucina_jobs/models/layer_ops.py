@@ -20,7 +20,7 @@ import functools
 
 import torch
 
-from . import native
+from .. import native
 
 _SUFFIX = {torch.float32: "f32", torch.bfloat16: "bf16"}
 _P, _I, _T = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int

@@ -1,5 +1,5 @@
 // What this package's C++ kernels share: vectors, an exp, and bfloat16 kept as bits and computed in
-// float32. Built by native.py, which says why the kernels exist.
+// float32. Built by fucina_jobs/native, which lists the kernels.
 #pragma once
 #include <cmath>
 #include <cstdint>

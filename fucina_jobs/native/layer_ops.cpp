@@ -1,5 +1,5 @@
 // A Llama layer's element-wise ops, each fused into one pass: RMSNorm (with the residual add before
-// it), RoPE and SiLU-and-multiply. Built by native.py, called by layer_ops.py, which says why.
+// it), RoPE and SiLU-and-multiply. Built by fucina_jobs/native, called by models/layer_ops.py, which says why.
 //
 // float32 and bfloat16, computed in float32. Every row is computed on its own, in a fixed order, so a
 // row comes out the same whatever else the step holds. Where torch rounds a bfloat16 result between two

@@ -1,5 +1,6 @@
 // Attention over the slotted key/value store, on a CPU: every sequence of a step (prompt chunks
-// included) in one call per layer. Built and called by decode_attention.py, which says why it exists.
+// included) in one call per layer. Built by fucina_jobs/native, called by models/decode_attention.py,
+// which says why it exists.
 //
 // One work item is one sequence, one kv head and up to 64 of its query rows (the heads that share
 // the kv head, times the sequence's new tokens), against the sequence's keys. Each row's sums run over the head dim

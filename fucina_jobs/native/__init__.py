@@ -1,14 +1,17 @@
 """This package's C++ kernels for the CPU, built once per machine and loaded with ctypes.
 
-Two kinds live here (``decode_attention.cpp`` and ``layer_ops.cpp``, sharing
-``native.h``): attention over the slotted store, and a Llama layer's
-element-wise ops fused into single passes. Their modules say why each exists.
+The sources live here, and the Python that calls each says why it exists:
+attention over the slotted store (``decode_attention.cpp``, for
+``models/decode_attention.py``), a Llama layer's element-wise ops fused into
+single passes (``layer_ops.cpp``, for ``models/layer_ops.py``; both share
+``native.h``), and llguidance's packed token mask applied to a logits row
+(``token_mask.cpp``, for ``decoding/constraint.py``).
 
 They are built with the host's C++ compiler (``$CXX``, default ``g++``;
 ``-O3 -march=native -fopenmp``, a few seconds) into the model cache, keyed by
 the sources, the compiler, the flags and the CPU, and loaded with ctypes: no
 torch headers, no pybind. Without a compiler the runner keeps torch's own ops
-and logs why.
+and the mask numpy's unpack, and ``library`` logs why.
 """
 
 from __future__ import annotations
@@ -23,12 +26,12 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
-from .loading import cache_dir
+from ..models.loading import cache_dir
 
 log = logging.getLogger(__name__)
 
 _HERE = Path(__file__).parent
-SOURCES = [_HERE / "decode_attention.cpp", _HERE / "layer_ops.cpp"]
+SOURCES = [_HERE / "decode_attention.cpp", _HERE / "layer_ops.cpp", _HERE / "token_mask.cpp"]
 _HEADER = _HERE / "native.h"
 _FLAGS = ["-O3", "-march=native", "-ffp-contract=fast", "-fopenmp", "-shared", "-fPIC", "-std=c++17"]
 
@@ -41,8 +44,8 @@ def library() -> ctypes.CDLL | None:
         return ctypes.CDLL(str(_build(cxx)))
     except (OSError, subprocess.CalledProcessError) as err:
         detail = (getattr(err, "stderr", "") or str(err)).strip()
-        log.warning("CPU kernels not built with %s (%s): attention and the layers' element-wise ops run on torch, "
-                    "slower; install a C++ compiler with OpenMP or set CXX to one", cxx, detail.splitlines()[-1] if detail else err)
+        log.warning("CPU kernels not built with %s (%s): attention, the layers' element-wise ops and the token "
+                    "mask run on torch and numpy, slower; install a C++ compiler with OpenMP or set CXX to one", cxx, detail.splitlines()[-1] if detail else err)
         return None
 
 
