@@ -3,7 +3,9 @@
 Arms, side by side on the default model's vocab and the invoice schema's
 first mask (almost every token banned) and an all-allowed mask (inside a
 string): the unpack to a bool tensor plus ``masked_fill_`` that
-``Constraint`` used before, ``apply_bitmask`` (its path now), and with
+``Constraint`` used first, numpy's unpack (``apply_bitmask`` on a batch of
+one row, and on one row where no compiler built the kernels), the C++ pass
+(``apply_bitmask`` on the sampler's row, its path now), and with
 ``--llguidance-torch`` llguidance's compiled ``apply_token_bitmask_inplace``
 (its first call, which compiles, is reported apart). Medians of ``--calls``.
 
@@ -33,6 +35,10 @@ def unpack_then_fill(logits: torch.Tensor, bitmask: np.ndarray) -> None:
     logits.masked_fill_(~allowed, float("-inf"))
 
 
+def numpy_unpack(logits: torch.Tensor, bitmask: np.ndarray) -> None:
+    apply_bitmask(logits[None], bitmask[None])  # a batch row: the kernel takes single rows only
+
+
 def median_us(apply, bitmask, vocab: int, calls: int) -> float:
     row = torch.randn(vocab)
     times = []
@@ -56,7 +62,7 @@ def main() -> None:
     first = np.zeros((vocab + 31) // 32, dtype=np.int32)
     llguidance.LLMatcher(constraint.bridge, constraint.grammar).unsafe_compute_mask_ptr(first.ctypes.data, first.nbytes)
     masks = {"schema start": first, "all allowed": np.full_like(first, -1)}
-    arms = {"unpack + masked_fill_ (before)": unpack_then_fill, "apply_bitmask (now)": apply_bitmask}
+    arms = {"unpack + masked_fill_ (first)": unpack_then_fill, "numpy unpack": numpy_unpack, "C++ pass (now)": apply_bitmask}
     if args.llguidance_torch:
         import llguidance.torch as llt
 

@@ -78,8 +78,8 @@ def apply_bitmask(logits: torch.Tensor, bitmask: np.ndarray) -> None:
     through ``torch.compile``: 20-70 s at its first call, then 32 us a row).
     Other rows take that unpack, on numpy or on the row's device.
     """
-    kernel = _apply_bitmask_kernel() if logits.is_cpu and logits.dtype == torch.float32 and logits.dim() == 1 else None
-    if kernel is not None and logits.is_contiguous():
+    one_row = logits.is_cpu and logits.dtype == torch.float32 and logits.dim() == 1 and logits.is_contiguous()
+    if one_row and bitmask.flags.c_contiguous and (kernel := _apply_bitmask_kernel()) is not None:
         return kernel(logits.data_ptr(), logits.numel(), bitmask.ctypes.data, bitmask.size)
     covered = min(logits.shape[-1], 32 * bitmask.shape[-1])
     banned = np.unpackbits((~bitmask).view(np.uint8), axis=-1, count=covered, bitorder="little").view(bool)
