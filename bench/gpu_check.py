@@ -33,7 +33,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from fucina_jobs.decoding.batch import BatchDecoder, Request, SpecConfig
-from fucina_jobs.engine import compile_constraint, encode_chat, stop_tokens
+from fucina_jobs.engines.fucina import compile_constraint, encode_chat, stop_tokens
 from fucina_jobs.models.hf_runner import HFRunner
 from fucina_jobs.models.loading import load_tokenizer
 

@@ -100,7 +100,7 @@ def padded_runner():
 
 @pytest.fixture(scope="session")
 def real_engine():
-    from fucina_jobs.engine import FucinaEngine
+    from fucina_jobs.engines import FucinaEngine
 
     return FucinaEngine.load(device="cpu")
 

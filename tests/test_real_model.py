@@ -8,7 +8,8 @@ import pytest
 from jsonschema import Draft202012Validator, FormatChecker
 
 from .conftest import REPO, STOP
-from fucina_jobs.engine import FucinaEngine, Prompt, encode_chat
+from fucina_jobs.engines import FucinaEngine, Prompt
+from fucina_jobs.engines.fucina import encode_chat
 from fucina_jobs.grounding.grammar import grounded_lark
 
 pytestmark = pytest.mark.slow

@@ -89,14 +89,14 @@ def load_model_for(args: argparse.Namespace):
 
 def timed_engine(loaded: Any, spec: Any, streams: int = 1):
     from ..decoding.sampler import SamplingParams
-    from ..engine import FucinaEngine
+    from ..engines import FucinaEngine
 
     engine = FucinaEngine(loaded, params=SamplingParams(), spec=spec, streams=streams)
     return engine, ForwardClock(engine.runner)
 
 
 def job_prompts(docs: Sequence[Doc], system: str, constraint: Any, max_tokens: int):
-    from ..engine import Prompt
+    from ..engines import Prompt
 
     return [Prompt(d.id, d.user, system, constraint, seed=0, max_tokens=max_tokens) for d in docs]
 

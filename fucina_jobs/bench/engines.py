@@ -85,7 +85,7 @@ def _serve(conn: Any, family: str, arms: list[ArmSpec], settings: dict[str, Any]
 
 
 def _prompts(engine: Any, settings: dict[str, Any], docs: list[dict], max_tokens: int) -> list[Any]:
-    from ..engine import Prompt
+    from ..engines import Prompt
 
     compiled = settings.setdefault("_constraints", {})  # one compile per document and worker; every fucina arm shares the tokenizer
     for d in docs:
@@ -104,7 +104,7 @@ def _fucina(arms: list[ArmSpec], settings: dict[str, Any]) -> dict[str, Callable
     import torch
 
     from ..decoding.batch import SpecConfig
-    from ..engine import FucinaEngine
+    from ..engines import FucinaEngine
     from ..models.loading import load_model
 
     torch.set_num_threads(settings["threads"])
@@ -119,7 +119,7 @@ def _fucina(arms: list[ArmSpec], settings: dict[str, Any]) -> dict[str, Callable
 
 def _vllm(arms: list[ArmSpec], settings: dict[str, Any]) -> dict[str, Callable]:
     from ..decoding.batch import SpecConfig
-    from ..vllm_engine import VLLMEngine
+    from ..engines.vllm import VLLMEngine
 
     (arm,) = arms
     spec = SpecConfig(max_draft=settings["vllm_draft"]) if arm.speculative else None
@@ -137,7 +137,7 @@ def _transformers(arms: list[ArmSpec], settings: dict[str, Any]) -> dict[str, Ca
     import torch
 
     from ..decoding.constraint import Constraint, tokenizer_bridge
-    from ..engine import encode_chat, stop_tokens
+    from ..engines.fucina import encode_chat, stop_tokens
     from ..models.loading import load_model
 
     (arm,) = arms
@@ -210,7 +210,7 @@ def run_engines(args: argparse.Namespace, system: str, docs: list[Any]) -> dict[
 
     with_vllm = importlib.util.find_spec("vllm") is not None
     if not with_vllm:
-        from ..vllm_engine import INSTALL_HINT
+        from ..engines.vllm import INSTALL_HINT
 
         log.warning("no vLLM arms: %s", INSTALL_HINT.format(python=sys.executable))
     arms = arm_specs(args.streams, with_vllm)

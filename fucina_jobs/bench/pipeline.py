@@ -1,7 +1,7 @@
-"""``python -m fucina_jobs bench pipeline``: the data path alone, at scale, with the null engine.
+"""``python -m fucina_jobs bench pipeline``: the data path alone, at scale, with the canned engine.
 
 It generates ``--rows`` jsonl rows (about 700 bytes each: an invoice text under
-a new id), runs the invoice job over them with ``engine=null`` (every row gets
+a new id), runs the invoice job over them with ``engine=canned`` (every row gets
 a canned, schema-valid record at once), and reports what the pipeline costs:
 rows/s over the run, the driver's peak RSS, the files written per kind, and
 whether every row ended exactly once. The job runs in this process, so this
@@ -36,7 +36,7 @@ _JOB = _ROOT / "jobs" / "invoices"
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("pipeline", help="the data path alone (null engine): rows/s, driver RSS, files per kind",
+    p = sub.add_parser("pipeline", help="the data path alone (canned engine): rows/s, driver RSS, files per kind",
                        description=__doc__.split("\n\n")[1].replace("\n", " "), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rows", type=int, default=100_000, help="generated jsonl rows (default 100,000)")
     p.add_argument("--replicas", type=int, default=2, help="runtime.replicas (default 2)")
@@ -61,7 +61,7 @@ def generate(path: Path, rows: int) -> None:
 
 
 def job_config(data: Path, out: Path, replicas: int, shard_size: int | None, grounded: bool = False) -> dict[str, Any]:
-    """The invoice job on the null engine; without ``grounded``, its schema minus ``x-grounded`` (written beside ``data``).
+    """The invoice job on the canned engine; without ``grounded``, its schema minus ``x-grounded`` (written beside ``data``).
 
     A model spends about a second a row, so the grounded grammar and checks (milliseconds
     a row, measured by ``bench decode``) vanish beside it; here they would be all there is."""
@@ -73,7 +73,7 @@ def job_config(data: Path, out: Path, replicas: int, shard_size: int | None, gro
         schema.write_text(json.dumps(_ungrounded(json.loads((_ROOT / "schemas" / "invoice.json").read_text()))))
     return {
         "name": "bench_pipeline",
-        "engine": {"name": "null", "output": json.dumps(record, separators=(",", ":"))},
+        "engine": {"name": "canned", "output": json.dumps(record, separators=(",", ":"))},
         "constraint": {"json_schema": str(schema)},
         "dataset": {"path": str(data)},
         "prompt": {"system": "@jobs/invoices/system.txt", "template": "@jobs/invoices/template.txt"},

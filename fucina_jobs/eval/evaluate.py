@@ -129,7 +129,7 @@ def load_gold(path: Path) -> dict[str, dict[str, Any]]:
 
 
 def _grammar(cfg: JobConfig, base: Path, resolved: dict[str, Any] | None) -> Evaluation:
-    from ..engine import stop_tokens
+    from ..engines.fucina import stop_tokens
     from ..models.loading import load_tokenizer, resolve_source
     from .maskbench import KNOWN_LIMITATIONS, run_suite, suite_files
 

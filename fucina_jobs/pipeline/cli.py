@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-from .config import register_defaults
+from .config import ENGINES, register_defaults, unknown_engine
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 log = logging.getLogger("fucina_jobs")
@@ -45,6 +45,9 @@ def hydra_command(name: str, argv: list[str], task: Callable[[Any, dict[str, Any
         jobs = sorted(p.stem for p in CONF_DIR.glob("*.yaml") if p.stem != "base")
         sys.stderr.write(f"say which job to {name}: conf=NAME, one of {', '.join(jobs)}\n")
         return 2
+    engine = dict(_override(a) for a in argv).get("engine")
+    if engine is not None and engine not in ENGINES:  # Hydra's own error for engine=null is a traceback
+        return _fail(unknown_engine(engine), 2)
     sys.argv = [f"python -m fucina_jobs {name}", *argv]
     register_defaults()
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises instead of printing a traceback; the messages below say it in a line
@@ -73,6 +76,12 @@ def compose(name: str, overrides: list[str]) -> dict[str, Any]:
     register_defaults()
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         return OmegaConf.to_container(hydra_compose(config_name=name, overrides=overrides), resolve=True)
+
+
+def _override(arg: str) -> tuple[str, str]:
+    """An override's key and value: ``engine=vllm`` is ``("engine", "vllm")``."""
+    key, _, value = arg.partition("=")
+    return key.lstrip("+~"), value
 
 
 def _fail(message: str, code: int) -> int:

@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from ..engine import SpecConfig
+from ..engines import SpecConfig
 
 
 class ConfigError(ValueError):
@@ -45,12 +45,12 @@ class VLLMEngineConfig(_Section):
     enforce_eager: bool = Field(True, description="false compiles the model: minutes at every start")
 
 
-class NullEngineConfig(_Section):
-    name: Literal["null"]
+class CannedEngineConfig(_Section):
+    name: Literal["canned"]
     output: str = Field("{}", description="the canned completion every row gets: the pipeline alone, for benchmarks and tests")
 
 
-EngineConfig = Annotated[FucinaEngineConfig | VLLMEngineConfig | NullEngineConfig, Field(discriminator="name")]
+EngineConfig = Annotated[FucinaEngineConfig | VLLMEngineConfig | CannedEngineConfig, Field(discriminator="name")]
 
 
 class ConstraintConfig(_Section):
@@ -168,7 +168,8 @@ class JobConfig(_Section):
 
 #: Where a Hydra run writes when the job's config names no output.dir (``name`` is the job's).
 DEFAULT_OUTPUT_DIR = "outputs/${name}"
-ENGINES = {"fucina": FucinaEngineConfig, "vllm": VLLMEngineConfig, "null": NullEngineConfig}
+#: Each engine's settings, by the name a job gives it (``engine=NAME``).
+ENGINES = {"fucina": FucinaEngineConfig, "vllm": VLLMEngineConfig, "canned": CannedEngineConfig}
 
 
 def register_defaults() -> None:
@@ -200,8 +201,17 @@ def validate(raw: dict[str, Any]) -> JobConfig:
         raise ConfigError("invalid job config:\n" + "\n".join(_describe(e) for e in err.errors())) from None
 
 
+def unknown_engine(name: Any) -> str:
+    """The one-line error for an engine name that is not one of ours (``null`` included: YAML reads it as none)."""
+    shown = "null" if name is None else name
+    return f"engine={shown} is not an engine; the engines are {', '.join(ENGINES)}"
+
+
 def _describe(error: dict[str, Any]) -> str:
     key = ".".join(str(p) for p in error["loc"]) or "<config>"
+    if error["loc"] == ("engine",) and error["type"] in ("union_tag_invalid", "union_tag_not_found", "model_attributes_type"):
+        given = error.get("input")
+        return "  " + unknown_engine(given.get("name") if isinstance(given, dict) else given)
     if error["type"] == "extra_forbidden":
         return f"  {key}: unknown key (check the spelling; see --cfg job for the known keys)"
     if error["type"] == "missing":

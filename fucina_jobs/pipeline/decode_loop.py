@@ -17,7 +17,7 @@ import queue
 import threading
 from dataclasses import dataclass, field
 
-from ..engine import Completion, Engine, Prompt
+from ..engines import Completion, Engine, Prompt
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import jsonschema
 
-from ..engine import Engine, compile_json_schema
+from ..engines import Engine, compile_json_schema
 from .config import ConfigError, ConstraintConfig
 
 log = logging.getLogger(__name__)

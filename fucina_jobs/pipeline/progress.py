@@ -7,7 +7,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from ..engine import DRAFT_SOURCES
+from ..engines import DRAFT_SOURCES
 
 
 class Progress:

@@ -19,10 +19,11 @@ from typing import Any
 import numpy as np
 
 from ..confidence import Leaf, confidence, output_values
-from ..engine import DRAFT_SOURCES, Completion, Engine, FucinaEngine, GrammarError, Prompt, SamplingParams, SpecConfig, load_model
+from .. import engines
+from ..engines import DRAFT_SOURCES, Completion, GrammarError, Prompt
 from ..grounding.declaration import GroundingError, grounded_fields
 from ..grounding.grammar import grounded_lark
-from .config import JobConfig, NullEngineConfig, VLLMEngineConfig, read_text_option
+from .config import JobConfig, read_text_option
 from .dataset import Row, Slice, read_slice
 from .decode_loop import DecodeLoop
 from .job_constraint import JobConstraint, compile_schema
@@ -38,25 +39,6 @@ def record_seed(seed: int, row_id: str) -> int:
     return int.from_bytes(digest[:8], "little") & 0x7FFF_FFFF_FFFF_FFFF
 
 
-def build_engine(cfg: JobConfig, model_path: str) -> Engine:
-    d = cfg.decoding
-    params = SamplingParams(d.temperature, d.top_k, d.top_p, d.min_p, d.repeat_penalty)
-    s = d.speculative
-    spec = SpecConfig(max_draft=s.max_draft, grammar_drafting=s.grammar_drafting, max_ngram=s.max_ngram, min_ngram=s.min_ngram) if s.enabled else None
-    if isinstance(cfg.engine, NullEngineConfig):
-        from ..null_engine import NullEngine
-
-        return NullEngine(cfg.engine.output)
-    if isinstance(cfg.engine, VLLMEngineConfig):
-        from ..vllm_engine import VLLMEngine, VLLMOptions
-
-        e = cfg.engine
-        options = VLLMOptions(e.max_model_len, e.kv_cache_gib, e.gpu_memory_utilization, e.enforce_eager)
-        return VLLMEngine(model_path, params, spec, cfg.runtime.streams, cfg.model.dtype, cfg.constraint.whitespace_flexible, options, d.seed)
-    loaded = load_model(model_path, cfg.model.device, cfg.model.dtype)
-    return FucinaEngine(loaded, params=params, spec=spec, streams=cfg.runtime.streams, compile=cfg.engine.compile)
-
-
 class ShardWorker:
     def __init__(self, cfg: dict[str, Any], constraint: JobConstraint | None, model_path: str, base: str, out: RunDir, run_id: str, replica: int):
         self.cfg = JobConfig.model_validate(cfg)
@@ -64,7 +46,7 @@ class ShardWorker:
         self.replica = replica
         _log_to_file(out.log_path(replica))
         self.writer = ShardWriter(self.cfg, constraint, self.base, out, run_id)
-        self.engine = build_engine(self.cfg, model_path)
+        self.engine = engines.build(self.cfg, model_path)
         self.job_constraint = constraint
         self.constraint, self.relaxations = constraint.compile(self.engine, self.cfg.constraint) if constraint else (None, [])
         self.schema = constraint.schema if constraint else None  # grounded rows build their grammar from it

@@ -26,7 +26,7 @@ from typing import Any, Iterator
 
 import pyarrow as pa
 
-from ..engine import DRAFT_SOURCES
+from ..engines import DRAFT_SOURCES
 from ..grounding import alarm
 from ..grounding.check import ungrounded_values
 from ..grounding.declaration import GroundingError, grounded_fields

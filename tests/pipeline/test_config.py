@@ -72,8 +72,15 @@ def test_cli_rejects_bad_override_before_loading_a_model(tmp_path):
 def test_cli_engine_group_lists_its_options():
     shown = _cli("run", "conf=extract_invoices", "engine=vllm", "--cfg", "job")
     assert shown.returncode == 0 and "name: vllm" in shown.stdout and "kv_cache_gib" in shown.stdout
-    bad = _cli("run", "conf=extract_invoices", "engine=tgi")
-    assert bad.returncode != 0 and "fucina" in bad.stderr and "vllm" in bad.stderr
+    for name in ("tgi", "null"):
+        bad = _cli("run", "conf=extract_invoices", f"engine={name}")
+        assert bad.returncode == 2 and bad.stderr == f"engine={name} is not an engine; the engines are fucina, vllm, canned\n"
+
+
+@pytest.mark.parametrize("engine", [{"name": None}, {"name": "null"}, "tgi", {}])
+def test_an_engine_that_is_not_ours_in_a_job_file_lists_the_engines(tmp_path, engine):
+    with pytest.raises(ConfigError, match="is not an engine; the engines are fucina, vllm, canned$"):
+        validate(job_dict(tmp_path) | {"engine": engine})
 
 
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed here; the hint is for Pythons without it")
@@ -97,3 +104,10 @@ def test_multirun_sweeps_overrides_into_their_own_output_dirs(tmp_path):
     for budget in (8, 12):
         recorded = manifest(tmp_path / f"t{budget}")
         assert recorded["config"]["decoding"]["max_tokens"] == budget and recorded["totals"]["rows"] == 1
+
+
+def test_every_engine_a_job_can_name_is_in_the_registry():
+    from fucina_jobs import engines
+    from fucina_jobs.pipeline.config import ENGINES
+
+    assert list(engines.ENGINES) == list(ENGINES)

@@ -14,7 +14,7 @@ from .conftest import REPO, assert_exactly_once, job_dict, shard_files
 pytestmark = pytest.mark.slow
 
 
-def test_null_engine_run_writes_one_file_per_kind_per_shard_and_a_rerun_decodes_only_new_rows(tmp_path):
+def test_canned_engine_run_writes_one_file_per_kind_per_shard_and_a_rerun_decodes_only_new_rows(tmp_path):
     data, out = tmp_path / "in.jsonl", tmp_path / "out"
     generate(data, 2500)
     first = Job(validate(job_config(data, out, 2, None)), REPO).run()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from fucina_jobs.engine import FucinaEngine, Prompt
+from fucina_jobs.engines import FucinaEngine, Prompt
 from fucina_jobs.models.loading import LoadedModel
 from fucina_jobs.pipeline.decode_loop import DecodeLoop
 

@@ -1,6 +1,6 @@
-"""Issue 13 point 4 with the null engine: a run partition per run that decodes, a version per config.
+"""Issue 13 point 4 with the canned engine: a run partition per run that decodes, a version per config.
 
-The null engine answers every row at once, so these runs cost Ray's start and
+The canned engine answers every row at once, so these runs cost Ray's start and
 little else; what they check is the layout and what each rerun decodes.
 """
 

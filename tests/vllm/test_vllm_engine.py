@@ -8,7 +8,7 @@ import pytest
 
 from fucina_jobs.decoding.batch import SpecConfig
 from fucina_jobs.decoding.constraint import GrammarError
-from fucina_jobs.engine import Prompt
+from fucina_jobs.engines import Prompt
 from fucina_jobs.grounding.grammar import grounded_lark
 
 from ..pipeline.conftest import REPO
@@ -19,7 +19,7 @@ INVOICE = json.loads((REPO / "schemas/invoice.json").read_text())
 
 @pytest.fixture(scope="module")
 def engine():
-    from fucina_jobs.vllm_engine import VLLMEngine
+    from fucina_jobs.engines.vllm import VLLMEngine
 
     return VLLMEngine(streams=4, spec=SpecConfig(max_draft=4))
 
@@ -54,7 +54,7 @@ def test_token_probabilities_match_the_fucina_engine(engine):
     The two engines' fp32 kernels differ, so the check runs over the tokens both chose alike
     (measured: all of them, inv-001 and inv-002 in full, probabilities within 5e-6). One
     invoice's first 48 tokens keep it short: the fucina engine shares the CPU with vLLM here."""
-    from fucina_jobs.engine import FucinaEngine
+    from fucina_jobs.engines import FucinaEngine
 
     fucina = FucinaEngine.load(device="cpu")
     ours = next(fucina.generate([replace(invoice_prompts(fucina, 1)[0], max_tokens=48)]))

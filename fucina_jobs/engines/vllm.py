@@ -19,12 +19,13 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator
 
-from .decoding.batch import SpecConfig, StreamStats
-from .decoding.constraint import Constraint, read_schema, read_source
-from .decoding.drafting import NGRAM
-from .decoding.sampler import SamplingParams
-from .engine import BatchSession, Completion, Prompt, completion_text, constraint_kind, context_overflow, encode_chat, stop_tokens
-from .models.loading import DEFAULT_MODEL, load_tokenizer, resolve_source
+from ..decoding.batch import SpecConfig, StreamStats
+from ..decoding.constraint import Constraint, read_schema, read_source
+from ..decoding.drafting import NGRAM
+from ..decoding.sampler import SamplingParams
+from ..models.loading import DEFAULT_MODEL, load_tokenizer, resolve_source
+from .base import BatchSession, Completion, Prompt
+from .fucina import completion_text, constraint_kind, context_overflow, encode_chat, stop_tokens
 
 INSTALL_HINT = (
     "engine=vllm needs vLLM, which is not installed for {python}.\n"
@@ -91,6 +92,15 @@ class VLLMEngine:
             speculative_config=speculative,
             per_request_spec_decode_metrics="summary" if speculative else "none",
         )
+
+    @classmethod
+    def from_job(cls, cfg: Any, model_path: str) -> "VLLMEngine":
+        """The engine a job's config (a ``JobConfig``) asks for, over the model at ``model_path``."""
+        d, s, e = cfg.decoding, cfg.decoding.speculative, cfg.engine
+        params = SamplingParams(d.temperature, d.top_k, d.top_p, d.min_p, d.repeat_penalty)
+        spec = SpecConfig(max_draft=s.max_draft, grammar_drafting=s.grammar_drafting, max_ngram=s.max_ngram, min_ngram=s.min_ngram) if s.enabled else None
+        options = VLLMOptions(e.max_model_len, e.kv_cache_gib, e.gpu_memory_utilization, e.enforce_eager)
+        return cls(model_path, params, spec, cfg.runtime.streams, cfg.model.dtype, cfg.constraint.whitespace_flexible, options, d.seed)
 
     def constraint(self, *, json_schema: Any = None, lark: Any = None, regex: Any = None, whitespace_flexible: bool | None = None) -> Any:
         """vLLM's ``StructuredOutputsParams``, checked here by llguidance so a bad grammar fails like ours does."""

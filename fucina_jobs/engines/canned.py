@@ -1,20 +1,24 @@
 """An engine that decodes nothing: every prompt gets the same canned output at once.
 
 It exists to measure and test the pipeline alone (reading, sharding, Ray,
-validation, writing) at a scale no model could decode on a laptop: a million
-rows in minutes. It is never a default; ``engine=null`` picks it.
+validation, writing) at a scale no model could decode on a laptop. It is
+never a default; ``engine=canned`` picks it.
 """
 
 from __future__ import annotations
 
 from typing import Any, Callable, Iterable, Iterator
 
-from .engine import BatchSession, Completion, Prompt
+from .base import BatchSession, Completion, Prompt
 
 
-class NullEngine:
+class CannedEngine:
     def __init__(self, output: str):
         self.output = output
+
+    @classmethod
+    def from_job(cls, cfg: Any, model_path: str) -> "CannedEngine":
+        return cls(cfg.engine.output)
 
     def constraint(self, **kw: Any) -> None:
         """No decoder, so nothing to compile; the driver has already checked the constraint on the tokenizer."""

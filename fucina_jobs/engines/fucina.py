@@ -1,109 +1,22 @@
-"""The engine interface the job pipeline sees, and its fucina implementation.
+"""Our engine: the constrained speculative decoder over a transformers model, and the prompt encoding every engine shares.
 
-The pipeline hands over prompts and constraints and gets completions back; it
-never touches the sampler, the drafts or the model runner.
+``encode_chat``, ``stop_tokens`` and ``compile_constraint`` are the tokenizer's
+side of a job: the vLLM engine feeds the same token ids and checks grammars
+the same way, so both engines see identical inputs.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Iterator, Protocol
+from typing import Any, Callable, Iterable, Iterator
 
-from .confidence import token_spans
-from .decoding.batch import BatchDecoder, Request, SpecConfig, StreamStats
-from .decoding.constraint import Constraint, GrammarError
-from .decoding.drafting import DRAFT_SOURCES
-from .decoding.relaxation import compile_json_schema
-from .decoding.sampler import SamplingParams
-from .models.hf_runner import HFRunner
-from .models.loading import DEFAULT_MODEL, LoadedModel, ModelNotFound, load_model, load_tokenizer, resolve_device, resolve_source
-
-#: What callers outside the decoder (the job pipeline) use, so they never import ``decoding`` or ``models``:
-#: the settings and stats types, the error ``constraint()`` raises, schema relaxation and model resolution.
-__all__ = [
-    "DRAFT_SOURCES", "BatchSession", "Completion", "Engine", "FucinaEngine", "GrammarCheck", "GrammarError", "ModelNotFound", "Prompt",
-    "SamplingParams", "Session", "SpecConfig", "StreamStats", "compile_json_schema", "drain", "load_model",
-    "load_tokenizer", "resolve_device", "resolve_source",
-]
-
-
-@dataclass
-class Prompt:
-    id: str
-    text: str  # the user message: untrusted document text included
-    system: str | None = None
-    constraint: Any = None  # from the engine's constraint(): fucina clones it per stream
-    seed: int = 0
-    max_tokens: int = 256
-
-
-@dataclass
-class Completion:
-    id: str
-    text: str
-    tokens: list[int]
-    finish_reason: str  # stop | length | error
-    stats: StreamStats = field(default_factory=StreamStats)
-    error: str | None = None
-    #: Per token: its probability as sampled, and its character span in ``text`` (``completion_text``).
-    token_probs: list[float] = field(default_factory=list)
-    token_spans: list[tuple[int, int]] = field(default_factory=list)
-
-
-class Session(Protocol):
-    """A running decoder that takes prompts at any time: a replica feeds it shard after shard, so it never drains.
-
-    ``width`` is how many streams the last step decoded (its occupancy), or None
-    where the engine cannot say."""
-
-    width: int | None
-
-    def add(self, prompt: Prompt) -> None: ...
-
-    @property
-    def busy(self) -> bool: ...
-
-    def step(self) -> list[Completion]: ...
-
-
-class Engine(Protocol):
-    """What the job pipeline needs from a decoder; ``constraint`` returns an opaque handle for ``Prompt.constraint``."""
-
-    def constraint(self, *, json_schema: Any = None, lark: Any = None, regex: Any = None, whitespace_flexible: bool = False) -> Any: ...
-
-    def session(self, on_step: Callable[[], Any] | None = None) -> Session: ...
-
-    def generate(self, prompts: Iterable[Prompt], on_step: Callable[[], Any] | None = None) -> Iterator[Completion]: ...
-
-
-def drain(session: Session, prompts: Iterable[Prompt]) -> Iterator[Completion]:
-    """Every prompt's completion, in the order they finish: a session fed once and stepped until it is idle."""
-    for prompt in prompts:
-        session.add(prompt)
-    while session.busy:
-        yield from session.step()
-
-
-class BatchSession:
-    """A session over an engine that decodes whole batches: each step decodes every prompt added since the last."""
-
-    width = None
-
-    def __init__(self, generate: Callable[[list[Prompt]], Iterable[Completion]]):
-        self.generate = generate
-        self.pending: list[Prompt] = []
-
-    def add(self, prompt: Prompt) -> None:
-        self.pending.append(prompt)
-
-    @property
-    def busy(self) -> bool:
-        return bool(self.pending)
-
-    def step(self) -> list[Completion]:
-        batch, self.pending = self.pending, []
-        return list(self.generate(batch))
+from ..confidence import token_spans
+from ..decoding.batch import BatchDecoder, Request, SpecConfig, StreamStats
+from ..decoding.constraint import Constraint
+from ..decoding.sampler import SamplingParams
+from ..models.hf_runner import HFRunner
+from ..models.loading import DEFAULT_MODEL, LoadedModel, load_model
+from .base import Completion, Prompt, drain
 
 
 def constraint_kind(json_schema: Any = None, lark: Any = None, regex: Any = None) -> tuple[str, Any]:
@@ -207,6 +120,15 @@ class FucinaEngine:
     @classmethod
     def load(cls, source: str = DEFAULT_MODEL, device: str = "auto", dtype: str = "float32", **kw: Any) -> "FucinaEngine":
         return cls(load_model(source, device, dtype), **kw)
+
+    @classmethod
+    def from_job(cls, cfg: Any, model_path: str) -> "FucinaEngine":
+        """The engine a job's config (a ``JobConfig``) asks for, over the model at ``model_path``."""
+        d, s = cfg.decoding, cfg.decoding.speculative
+        params = SamplingParams(d.temperature, d.top_k, d.top_p, d.min_p, d.repeat_penalty)
+        spec = SpecConfig(max_draft=s.max_draft, grammar_drafting=s.grammar_drafting, max_ngram=s.max_ngram, min_ngram=s.min_ngram) if s.enabled else None
+        loaded = load_model(model_path, cfg.model.device, cfg.model.dtype)
+        return cls(loaded, params=params, spec=spec, streams=cfg.runtime.streams, compile=cfg.engine.compile)
 
     def constraint(self, *, json_schema: Any = None, lark: Any = None, regex: Any = None, whitespace_flexible: bool = False) -> Constraint:
         """Compile one constraint for this model's vocab and stop token (compact JSON by default)."""
