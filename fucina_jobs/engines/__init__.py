@@ -1,9 +1,9 @@
 """The engines, found by name, and everything the layers above them use of the decoder.
 
-The job pipeline and ``eval`` import this package only, never ``decoding`` or
-``models``: the ``Engine`` protocol and its types, the settings and stats
-types, the error ``constraint()`` raises, schema relaxation and model
-resolution. ``build`` is the registry the replica asks: ``engine=NAME`` in a
+The job pipeline, ``eval`` and the vLLM engine import this package only, never
+``decoding`` or ``models``: the ``Engine`` protocol and its types, the
+settings and stats types, the prompt encoding every engine shares, the
+constraint and the error it raises, schema relaxation and model resolution. ``build`` is the registry the replica asks: ``engine=NAME`` in a
 job's config picks ``ENGINES[NAME]``, imported only when a job uses it (vLLM
 is an optional extra).
 """
@@ -14,18 +14,20 @@ import importlib
 from typing import Any
 
 from ..decoding.batch import SpecConfig, StreamStats
-from ..decoding.constraint import GrammarError
-from ..decoding.drafting import DRAFT_SOURCES
+from ..decoding.constraint import Constraint, GrammarError, read_schema, read_source, tokenizer_bridge
+from ..decoding.drafting import DRAFT_SOURCES, NGRAM
+from ..decoding.relaxation import cause as compile_error_cause
 from ..decoding.relaxation import compile_json_schema
 from ..decoding.sampler import SamplingParams
-from ..models.loading import ModelNotFound, load_model, load_tokenizer, resolve_device, resolve_source
-from .base import BatchSession, Completion, Engine, Prompt, Session, drain
-from .fucina import FucinaEngine, GrammarCheck
+from ..models.loading import DEFAULT_MODEL, ModelNotFound, load_model, load_tokenizer, resolve_device, resolve_source
+from .base import BatchSession, Completion, Engine, EngineUnavailable, Prompt, Session, drain
+from .fucina import FucinaEngine, GrammarCheck, compile_constraint, completion_text, constraint_kind, context_overflow, encode_chat, stop_tokens
 
 __all__ = [
-    "DRAFT_SOURCES", "ENGINES", "BatchSession", "Completion", "Engine", "FucinaEngine", "GrammarCheck", "GrammarError", "ModelNotFound",
-    "Prompt", "SamplingParams", "Session", "SpecConfig", "StreamStats", "build", "compile_json_schema", "drain", "load_model",
-    "load_tokenizer", "resolve_device", "resolve_source",
+    "DEFAULT_MODEL", "DRAFT_SOURCES", "ENGINES", "NGRAM", "BatchSession", "Completion", "Constraint", "Engine", "EngineUnavailable", "FucinaEngine", "GrammarCheck",
+    "GrammarError", "ModelNotFound", "Prompt", "SamplingParams", "Session", "SpecConfig", "StreamStats", "build", "compile_constraint",
+    "compile_error_cause", "compile_json_schema", "completion_text", "constraint_kind", "context_overflow", "drain", "encode_chat",
+    "load_model", "load_tokenizer", "read_schema", "read_source", "require", "resolve_device", "resolve_source", "stop_tokens", "tokenizer_bridge",
 ]
 
 #: Every engine a job can name, as ``module:class`` in this package; ``pipeline/config.py`` holds each one's settings.
@@ -34,5 +36,16 @@ ENGINES = {"fucina": "fucina:FucinaEngine", "vllm": "vllm:VLLMEngine", "canned":
 
 def build(cfg: Any, model_path: str) -> Engine:
     """The engine the job's config (a ``JobConfig``) names, built from that config over the model at ``model_path``."""
-    module, name = ENGINES[cfg.engine.name].split(":")
-    return getattr(importlib.import_module(f"{__name__}.{module}"), name).from_job(cfg, model_path)
+    return _engine_class(cfg.engine.name).from_job(cfg, model_path)
+
+
+def require(name: str) -> None:
+    """Raise ``EngineUnavailable``, saying how to install it, where the engine ``name`` needs an extra this Python lacks."""
+    engine = _engine_class(name)
+    if hasattr(engine, "require"):
+        engine.require()
+
+
+def _engine_class(name: str) -> type:
+    module, cls = ENGINES[name].split(":")
+    return getattr(importlib.import_module(f"{__name__}.{module}"), cls)

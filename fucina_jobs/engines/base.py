@@ -13,6 +13,10 @@ from typing import Any, Callable, Iterable, Iterator, Protocol
 from ..decoding.batch import StreamStats
 
 
+class EngineUnavailable(RuntimeError):
+    """An engine needs an optional extra this Python lacks; the message says how to install it."""
+
+
 @dataclass
 class Prompt:
     id: str

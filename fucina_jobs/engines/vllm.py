@@ -7,7 +7,7 @@ engine would feed (``encode_chat``), so both engines see identical inputs, and
 acceptance comes from vLLM's per-request speculative-decoding metrics.
 
 vLLM is an optional extra; importing this module never needs it, building an
-engine does, and its absence is a ``VLLMUnavailable`` that says how to install it.
+engine does, and its absence is an ``EngineUnavailable`` that says how to install it.
 """
 
 from __future__ import annotations
@@ -19,13 +19,9 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator
 
-from ..decoding.batch import SpecConfig, StreamStats
-from ..decoding.constraint import Constraint, read_schema, read_source
-from ..decoding.drafting import NGRAM
-from ..decoding.sampler import SamplingParams
-from ..models.loading import DEFAULT_MODEL, load_tokenizer, resolve_source
-from .base import BatchSession, Completion, Prompt
-from .fucina import completion_text, constraint_kind, context_overflow, encode_chat, stop_tokens
+from . import (DEFAULT_MODEL, NGRAM, BatchSession, Completion, EngineUnavailable, Prompt, SamplingParams, SpecConfig, StreamStats,
+               compile_constraint, completion_text, constraint_kind, context_overflow, encode_chat, load_tokenizer, read_schema, read_source,
+               resolve_source, stop_tokens)
 
 INSTALL_HINT = (
     "engine=vllm needs vLLM, which is not installed for {python}.\n"
@@ -35,15 +31,6 @@ INSTALL_HINT = (
 )
 
 _FINISH = {"stop": "stop", "length": "length"}
-
-
-class VLLMUnavailable(RuntimeError):
-    """The vLLM extra is not installed; the message says how to install it."""
-
-
-def require_vllm() -> None:
-    if importlib.util.find_spec("vllm") is None:
-        raise VLLMUnavailable(INSTALL_HINT.format(python=sys.executable))
 
 
 @dataclass(frozen=True)
@@ -68,7 +55,7 @@ class VLLMEngine:
         options: VLLMOptions = VLLMOptions(),
         seed: int = 0,
     ):
-        require_vllm()
+        self.require()
         # The engine core runs in this process: it starts in seconds and ends with the replica.
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", f"{options.kv_cache_gib:g}")
@@ -93,6 +80,12 @@ class VLLMEngine:
             per_request_spec_decode_metrics="summary" if speculative else "none",
         )
 
+    @staticmethod
+    def require() -> None:
+        """Raise ``EngineUnavailable``, saying how to install it, where this Python has no vLLM."""
+        if importlib.util.find_spec("vllm") is None:
+            raise EngineUnavailable(INSTALL_HINT.format(python=sys.executable))
+
     @classmethod
     def from_job(cls, cfg: Any, model_path: str) -> "VLLMEngine":
         """The engine a job's config (a ``JobConfig``) asks for, over the model at ``model_path``."""
@@ -109,12 +102,10 @@ class VLLMEngine:
         if whitespace_flexible is not None and whitespace_flexible != self.whitespace_flexible:
             raise ValueError("vLLM sets JSON whitespace for the whole engine: pass whitespace_flexible to VLLMEngine instead")
         kind, source = constraint_kind(json_schema, lark, regex)
+        compile_constraint(self.tokenizer, **{kind: source}, whitespace_flexible=self.whitespace_flexible)
         if kind == "json_schema":
-            schema, name = read_schema(source)
-            Constraint.json_schema(schema, self.tokenizer, whitespace_flexible=self.whitespace_flexible, name=name)
-            return StructuredOutputsParams(json=schema)
-        text, name = read_source(source)
-        getattr(Constraint, kind)(text, self.tokenizer, name=name)
+            return StructuredOutputsParams(json=read_schema(source)[0])
+        text = read_source(source)[0]
         return StructuredOutputsParams(grammar=text) if kind == "lark" else StructuredOutputsParams(regex=text.strip())
 
     def session(self, on_step: Callable[[], Any] | None = None) -> BatchSession:

@@ -129,8 +129,7 @@ def load_gold(path: Path) -> dict[str, dict[str, Any]]:
 
 
 def _grammar(cfg: JobConfig, base: Path, resolved: dict[str, Any] | None) -> Evaluation:
-    from ..engines.fucina import stop_tokens
-    from ..models.loading import load_tokenizer, resolve_source
+    from ..engines import load_tokenizer, resolve_source, stop_tokens
     from .maskbench import KNOWN_LIMITATIONS, run_suite, suite_files
 
     if cfg.dataset.format != "maskbench":

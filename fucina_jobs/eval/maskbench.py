@@ -2,7 +2,7 @@
 
 Each suite file holds a ``schema``, ``tests`` (``{"valid", "data"}``) and
 ``meta.features``. The schema is compiled whitespace-flexible, relaxed where
-llguidance refuses it (``decoding.relaxation``, unless ``relax=False``); each
+llguidance refuses it (``compile_json_schema``, unless ``relax=False``); each
 instance is serialized with ``json.dumps`` (default separators), tokenized
 plainly and walked token by token through the mask of a fresh clone.
 
@@ -25,8 +25,7 @@ from array import array
 from pathlib import Path
 from typing import Any, MutableSequence, Sequence
 
-from ..decoding.constraint import Constraint, GrammarError, tokenizer_bridge
-from ..decoding.relaxation import compile_json_schema
+from ..engines import Constraint, GrammarError, compile_json_schema, tokenizer_bridge
 from ..pipeline.sink import json_validator, schema_failure
 
 #: Wrong-verdict causes (``verdict_cause``), by stage.

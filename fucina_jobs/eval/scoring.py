@@ -16,7 +16,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from ..decoding.drafting import DRAFT_SOURCES
+from ..engines import DRAFT_SOURCES, compile_error_cause
 
 # -- field matching -------------------------------------------------------------
 
@@ -263,12 +263,10 @@ def grammar_scores(report: Mapping[str, Any], known: Mapping[str, str]) -> dict[
     of compile errors and wrong final verdicts that ``known`` (cause -> why)
     does not explain; a clean suite has none. Per-instance detail stays in the
     verdicts Parquet."""
-    from ..decoding.relaxation import cause as compile_cause
-
     judged = [v for v in report["verdicts"] if v["instance"] >= 0]
     grammar_wrong = [v for v in judged if v["accepted"] != v["expected"]]
     final_wrong = [v for v in judged if v["final"] != v["expected"]]
-    compile_errors = by_cause(((compile_cause(err), f"{name}: {err}") for name, err in sorted(report["compile_errors"].items())), known)
+    compile_errors = by_cause(((compile_error_cause(err), f"{name}: {err}") for name, err in sorted(report["compile_errors"].items())), known)
     relaxations = by_cause((r.split("=")[0], f"{name}: {r}") for name, rs in sorted(report["relaxations"].items()) for r in rs)
     label = lambda v: f"{v['file']}#{v['instance']}"  # noqa: E731
     return {

@@ -40,6 +40,7 @@ from transformers import AttentionInterface
 from transformers.models.llama.modeling_llama import LlamaAttention, LlamaDecoderLayer, LlamaMLP, apply_rotary_pos_emb
 
 from .. import native
+from ..cache import cache_dir
 from . import decode_attention, layer_ops
 
 _ATTENTION = "fucina_slots"
@@ -347,8 +348,6 @@ def _use_onednn_linears(model: torch.nn.Module) -> None:
 
 def _compiled(model: torch.nn.Module) -> torch.nn.Module:
     """``torch.compile`` of the model, its generated code cached across runs under the model cache."""
-    from .loading import cache_dir
-
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache_dir() / "inductor"))
     return torch.compile(model, dynamic=True)
 

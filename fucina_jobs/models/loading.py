@@ -17,6 +17,8 @@ from pathlib import Path
 
 import torch
 
+from ..cache import cache_dir
+
 log = logging.getLogger(__name__)
 
 DEFAULT_MODEL = "default"
@@ -34,14 +36,6 @@ class LoadedModel:
     tokenizer: "transformers.PreTrainedTokenizerBase"  # noqa: F821
     path: str
     device: torch.device
-
-
-def cache_dir() -> Path:
-    """Where converted models live; ``FUCINA_CACHE`` overrides the default."""
-    root = os.environ.get("FUCINA_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "fucina_jobs"
-    )
-    return Path(root)
 
 
 def resolve_device(device: str) -> torch.device:

@@ -26,7 +26,7 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
-from ..models.loading import cache_dir
+from ..cache import cache_dir
 
 log = logging.getLogger(__name__)
 

@@ -27,7 +27,8 @@ from typing import Any, Callable
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..engines import GrammarCheck, GrammarError, ModelNotFound, load_tokenizer, resolve_device, resolve_source
+from .. import engines
+from ..engines import EngineUnavailable, GrammarCheck, GrammarError, ModelNotFound, load_tokenizer, resolve_device, resolve_source
 from ..grounding import alarm
 from ..run_info import file_hash, fingerprint, package_versions, text_hash, utc_now
 from .config import ConfigError, JobConfig, read_text_option
@@ -299,10 +300,7 @@ def _shared_ids(committed: list[Committed], unchanged: dict[str, int]) -> set[st
 
 def _check_engine(cfg: JobConfig) -> None:
     """Fail before any row is read when the configured engine is not installed."""
-    if cfg.engine.name == "vllm":
-        from ..engines.vllm import VLLMUnavailable, require_vllm
-
-        try:
-            require_vllm()
-        except VLLMUnavailable as err:
-            raise ConfigError(str(err)) from None
+    try:
+        engines.require(cfg.engine.name)
+    except EngineUnavailable as err:
+        raise ConfigError(str(err)) from None
