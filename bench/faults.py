@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from fucina_jobs.pipeline.config import SHIPPED
 from fucina_jobs.pipeline.rundir import RunDir
 
 REPO = Path(__file__).resolve().parents[1]
@@ -252,7 +253,7 @@ def count(c: Case) -> Outcome:
 
 
 def dataset(path: Path) -> Path:
-    invoices = [json.loads(line) for line in (REPO / "jobs/invoices/inputs.jsonl").read_text().splitlines()]
+    invoices = [json.loads(line) for line in (SHIPPED / "jobs/invoices/inputs.jsonl").read_text().splitlines()]
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(json.dumps({"id": i, "text": invoices[k]["text"]}) + "\n" for k, i in enumerate(IDS)))
     return path

@@ -18,7 +18,6 @@ import argparse
 import json
 import statistics
 import time
-from pathlib import Path
 
 import llguidance
 import numpy as np
@@ -26,8 +25,7 @@ import torch
 
 from fucina_jobs.decoding.constraint import Constraint, apply_bitmask
 from fucina_jobs.models.loading import load_tokenizer
-
-ROOT = Path(__file__).resolve().parents[1]
+from fucina_jobs.pipeline.config import SHIPPED
 
 
 def unpack_then_fill(logits: torch.Tensor, bitmask: np.ndarray) -> None:
@@ -57,7 +55,7 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(1)
     tokenizer = load_tokenizer()
-    constraint = Constraint.json_schema(json.loads((ROOT / "schemas" / "invoice.json").read_text()), tokenizer)
+    constraint = Constraint.json_schema(json.loads((SHIPPED / "schemas" / "invoice.json").read_text()), tokenizer)
     vocab = constraint.vocab_size
     first = np.zeros((vocab + 31) // 32, dtype=np.int32)
     llguidance.LLMatcher(constraint.bridge, constraint.grammar).unsafe_compute_mask_ptr(first.ctypes.data, first.nbytes)

@@ -1,30 +1,32 @@
-"""``python -m fucina_jobs COMMAND ...``: subcommand dispatch.
+"""``fucina-jobs COMMAND ...`` (or ``python -m fucina_jobs COMMAND ...``, the same): subcommand dispatch.
 
 ``run`` and ``eval`` hand their remaining arguments to Hydra (``conf=NAME`` plus
-ordinary overrides); ``compare``, ``review`` and ``bench`` take argparse arguments.
+ordinary overrides); ``init``, ``compare``, ``review`` and ``bench`` take argparse arguments.
 """
 
 from __future__ import annotations
 
 import sys
 
-USAGE = """usage: python -m fucina_jobs COMMAND [ARGS]
+USAGE = """usage: fucina-jobs COMMAND [ARGS]     (or: python -m fucina_jobs COMMAND [ARGS])
 
 commands:
-  run conf=NAME [key=value ...]   run the batch job conf/NAME.yaml (Hydra overrides; --help, --cfg job)
+  run conf=NAME [key=value ...]   run the batch job conf/NAME.yaml: ./conf first, then the shipped jobs (--help, --cfg job)
   eval conf=NAME [key=value ...]  run the job (or read eval.run_dir=DIR) and score it: scores.json, report.md/html
+  init DIR                        write a starter job into DIR: conf/invoices.yaml, its schema, prompts and five rows
   compare RUN_A RUN_B             are two runs' outputs identical (content hash)? exit 0 yes, 1 no
   review RUN_DIR [--limit N]      list a run's least certain values first (per-field confidence)
-  bench decode|streams [--json]   benchmark the decoder on the shipped invoice job
+  bench decode|streams|engines|pipeline|occupancy [--json]   benchmark the decoder, the engines, the data path
 
 examples:
-  python -m fucina_jobs run conf=extract_invoices
-  python -m fucina_jobs run conf=extract_invoices runtime.replicas=2 dataset.limit=4
-  python -m fucina_jobs eval conf=eval_invoices dataset.limit=4
-  python -m fucina_jobs eval conf=conformance
-  python -m fucina_jobs compare outputs/run_a outputs/run_b
-  python -m fucina_jobs review outputs/extract_invoices --limit 10
-  python -m fucina_jobs bench decode --json
+  fucina-jobs run conf=extract_invoices                         # a shipped job, from any folder
+  fucina-jobs run conf=extract_invoices runtime.replicas=2 dataset.limit=4
+  fucina-jobs init myproject && cd myproject && fucina-jobs run conf=invoices
+  fucina-jobs eval conf=eval_invoices dataset.limit=4
+  fucina-jobs eval conf=conformance
+  fucina-jobs compare outputs/run_a outputs/run_b
+  fucina-jobs review outputs/extract_invoices --limit 10
+  fucina-jobs bench decode --json
 """
 
 
@@ -38,6 +40,10 @@ def main(argv: list[str] | None = None) -> int:
         from .pipeline.cli import run
 
         return run(rest)
+    if command == "init":
+        from .starter import init_command
+
+        return init_command(rest)
     if command == "eval":
         from .eval.cli import eval_command
 

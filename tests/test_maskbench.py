@@ -16,10 +16,11 @@ import pytest
 
 from fucina_jobs.eval.maskbench import KNOWN_LIMITATIONS
 from fucina_jobs.eval.scoring import grammar_scores
+from fucina_jobs.pipeline.config import SHIPPED
 
 from .conftest import REPO, run_suite
 
-CONFORMANCE = REPO / "tests" / "data" / "conformance"
+CONFORMANCE = SHIPPED / "jobs" / "conformance"
 MASKBENCH = Path(__file__).resolve().parents[2] / "shared" / "data" / "maskbench-sample"
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+from fucina_jobs.pipeline.config import SHIPPED
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -27,6 +28,6 @@ def test_block_runs_and_prints_valid_invoice_json():
     run = subprocess.run([sys.executable, "-c", _python_api_block()], cwd=REPO, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-2000:]
     first, second = run.stdout.strip().splitlines()[:2]
-    schema = json.loads((REPO / "schemas/invoice.json").read_text())
+    schema = json.loads((SHIPPED / "schemas/invoice.json").read_text())
     jsonschema.Draft202012Validator(schema, format_checker=jsonschema.FormatChecker()).validate(json.loads(first))
     assert second.startswith("stop ")

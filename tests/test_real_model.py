@@ -11,10 +11,11 @@ from .conftest import REPO, STOP
 from fucina_jobs.engines import FucinaEngine, Prompt
 from fucina_jobs.engines.fucina import encode_chat
 from fucina_jobs.grounding.grammar import grounded_lark
+from fucina_jobs.pipeline.config import SHIPPED
 
 pytestmark = pytest.mark.slow
 
-JOB = REPO / "jobs" / "invoices"
+JOB = SHIPPED / "jobs" / "invoices"
 MAX_TOKENS = 160
 
 
@@ -37,14 +38,14 @@ def user(invoices):
 
 @pytest.fixture(scope="module")
 def validator():
-    schema = json.loads((REPO / "schemas" / "invoice.json").read_text(encoding="utf-8"))
+    schema = json.loads((SHIPPED / "schemas" / "invoice.json").read_text(encoding="utf-8"))
     return Draft202012Validator(schema, format_checker=FormatChecker())
 
 
 @pytest.fixture(scope="module")
 def invoice_constraint(real_engine, invoices):
     """The job's constraint for one document: the schema's grounded grammar over that document's text."""
-    schema = json.loads((REPO / "schemas" / "invoice.json").read_text(encoding="utf-8"))
+    schema = json.loads((SHIPPED / "schemas" / "invoice.json").read_text(encoding="utf-8"))
     return lambda rid: real_engine.constraint(lark=grounded_lark(schema, invoices[rid]))
 
 

@@ -8,11 +8,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
+from ..pipeline.config import SHIPPED
+
 log = logging.getLogger(__name__)
 
-_ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_JOB = _ROOT / "jobs" / "invoices"
-DEFAULT_SCHEMA = _ROOT / "schemas" / "invoice.json"
+DEFAULT_JOB = SHIPPED / "jobs" / "invoices"
+DEFAULT_SCHEMA = SHIPPED / "schemas" / "invoice.json"
 
 
 @dataclass

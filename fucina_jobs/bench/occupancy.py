@@ -63,12 +63,12 @@ def _rows(path: Path, n: int) -> None:
 
 
 def _job(data: Path, out: Path, held: int) -> Any:
-    from ..pipeline.cli import CONF_DIR, compose
+    from ..pipeline.cli import compose
     from ..pipeline.config import validate
     from ..pipeline.driver import Job
 
     raw = compose("extract_invoices", [f"dataset.path={data}", f"output.dir={out}", f"runtime.shards_in_flight={held}"])
-    return Job(validate(raw), CONF_DIR.parent, raw)
+    return Job(validate(raw), Path.cwd(), raw)
 
 
 def _occupancies(out: Path) -> list[float]:

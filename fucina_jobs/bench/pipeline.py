@@ -29,10 +29,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..pipeline.config import SHIPPED
 from ..pipeline.rundir import RunDir
 
-_ROOT = Path(__file__).resolve().parents[2]
-_JOB = _ROOT / "jobs" / "invoices"
+_JOB = SHIPPED / "jobs" / "invoices"
 
 
 def add_parser(sub: Any) -> None:
@@ -67,10 +67,10 @@ def job_config(data: Path, out: Path, replicas: int, shard_size: int | None, gro
     a row, measured by ``bench decode``) vanish beside it; here they would be all there is."""
     record = json.loads((_JOB / "gold.jsonl").read_text().splitlines()[0])["label"]
     runtime = {"replicas": replicas} | ({"shard_size": shard_size} if shard_size else {})
-    schema = _ROOT / "schemas" / "invoice.json"
+    schema = SHIPPED / "schemas" / "invoice.json"
     if not grounded:
         schema = data.with_name("schema.json")
-        schema.write_text(json.dumps(_ungrounded(json.loads((_ROOT / "schemas" / "invoice.json").read_text()))))
+        schema.write_text(json.dumps(_ungrounded(json.loads((SHIPPED / "schemas" / "invoice.json").read_text()))))
     return {
         "name": "bench_pipeline",
         "engine": {"name": "canned", "output": json.dumps(record, separators=(",", ":"))},
@@ -102,7 +102,7 @@ def run_pipeline(args: argparse.Namespace) -> dict[str, Any]:
             return _killed_runs(args, raw, work)
         cfg = validate(raw)
         start = time.perf_counter()
-        summary = Job(cfg, _ROOT).run()
+        summary = Job(cfg, work).run()
         wall = time.perf_counter() - start
         return {
             "rows": args.rows, "replicas": args.replicas, "shard_size": cfg.runtime.shard_size, "grounded": args.grounded,
@@ -144,7 +144,7 @@ def _killed_runs(args: argparse.Namespace, raw: dict[str, Any], work: Path) -> d
     committed: dict[str, int] = {}
     for n, point in enumerate(points):
         with (work / f"driver-{n}.log").open("w") as log:
-            child = subprocess.Popen(command, cwd=_ROOT, stdout=subprocess.DEVNULL, stderr=log)
+            child = subprocess.Popen(command, cwd=work, stdout=subprocess.DEVNULL, stderr=log)
         while len(_committed(out)) < point and child.poll() is None:
             time.sleep(0.05)
         if child.poll() is not None:
@@ -154,7 +154,7 @@ def _killed_runs(args: argparse.Namespace, raw: dict[str, Any], work: Path) -> d
         time.sleep(5)  # the replicas of a dead driver die with it; give them time to
         committed |= _committed(out)
     start = time.perf_counter()
-    final = subprocess.run(command, cwd=_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    final = subprocess.run(command, cwd=work, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     now = _committed(out)
     redone = [path for path, mtime in committed.items() if now.get(path) != mtime]
     return {
@@ -169,7 +169,7 @@ def run_job(config: str) -> None:
     from ..pipeline.config import validate
     from ..pipeline.driver import Job
 
-    Job(validate(json.loads(Path(config).read_text())), _ROOT).run()
+    Job(validate(json.loads(Path(config).read_text())), Path.cwd()).run()
 
 
 def format_pipeline(result: dict[str, Any]) -> str:

@@ -19,7 +19,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from ..pipeline.config import ConfigError, JobConfig, validate
+from ..pipeline.config import ConfigError, JobConfig, locate, validate
 from ..pipeline.driver import Job
 from ..pipeline.sink import META_FIELDS
 from ..pipeline.storage import write_json, write_table
@@ -93,7 +93,7 @@ def generate_scores(run: Run, cfg: JobConfig, base: Path) -> dict[str, Any]:
         scores["by_feature"] = scoring.by_feature(features, {r["row_id"] for r in run.records})
     if cfg.eval.gold:
         predictions = {r["row_id"]: _prediction(r, json_output) for r in run.records} | {r["row_id"]: None for r in run.rejects}
-        gold = load_gold(base / cfg.eval.gold)
+        gold = load_gold(locate(cfg.eval.gold, base))
         scores["accuracy"] = scoring.accuracy(gold, predictions, cfg.eval.numeric_tolerance)
         if any(r.get("field_confidence_mean") for r in run.records):
             scores["confidence"] = calibration.confidence_scores(gold, run.records, predictions, cfg.eval.numeric_tolerance)
@@ -136,7 +136,7 @@ def _grammar(cfg: JobConfig, base: Path, resolved: dict[str, Any] | None) -> Eva
         raise ConfigError(f"eval.mode=grammar needs dataset.format=maskbench (a directory of MaskBench files), not {cfg.dataset.format!r}")
     if cfg.eval.run_dir:
         raise ConfigError("eval.mode=grammar judges the suite afresh into output.dir; eval.run_dir scores an existing generate run")
-    suite = (base / cfg.dataset.path).resolve()
+    suite = locate(cfg.dataset.path, base).resolve()
     files = suite_files(suite, cfg.dataset.limit) if suite.is_dir() else []
     if not files:
         raise ConfigError(f"dataset.path={cfg.dataset.path}: no MaskBench .json files in {suite}")

@@ -1,9 +1,11 @@
 """``python -m fucina_jobs run conf=NAME [overrides]``: Hydra in front of the driver.
 
-``conf=NAME`` picks ``conf/NAME.yaml`` as the primary config; everything else
-is an ordinary Hydra override. The composed config is resolved, validated
-with pydantic and written as JSON into the run's manifest before any model
-loads. ``hydra_command`` is shared by every Hydra-driven subcommand (``run``,
+``conf=NAME`` picks ``NAME.yaml`` as the primary config: from ``--config-dir``
+(by default ``./conf`` of the working directory, where there is one), else
+from the jobs the package ships (``pkg://fucina_jobs.conf``, which also holds
+``base``); everything else is an ordinary Hydra override. The composed config
+is resolved, validated with pydantic and written as JSON into the run's
+manifest before any model loads. ``hydra_command`` is shared by every Hydra-driven subcommand (``run``,
 ``eval``), so they read configs and overrides the same way.
 """
 
@@ -11,13 +13,15 @@ from __future__ import annotations
 
 import errno
 import logging
+import re
 import sys
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
-from .config import ENGINES, register_defaults, unknown_engine
+from .config import ENGINES, SHIPPED, register_defaults, unknown_engine
 
-CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+#: The package's own configs: ``base`` and the shipped jobs, searched after the job folder.
+PACKAGE_CONF = "pkg://fucina_jobs.conf"
 log = logging.getLogger("fucina_jobs")
 
 _exit_code = 0
@@ -41,9 +45,10 @@ def hydra_command(name: str, argv: list[str], task: Callable[[Any, dict[str, Any
     from omegaconf.errors import OmegaConfBaseException
 
     argv = [f"--config-name={a[len('conf='):]}" if a.startswith("conf=") else a for a in argv]
+    search = config_search(argv)
+    argv = search.argv
     if not any(a.startswith(("--config-name", "-cn")) for a in argv) and not {"--help", "-h", "--hydra-help"} & set(argv):
-        jobs = sorted(p.stem for p in CONF_DIR.glob("*.yaml") if p.stem != "base")
-        sys.stderr.write(f"say which job to {name}: conf=NAME, one of {', '.join(jobs)}\n")
+        sys.stderr.write(f"say which job to {name}: conf=NAME, one of {', '.join(job_names(search.folder))}\n")
         return 2
     engine = dict(_override(a) for a in argv).get("engine")
     if engine is not None and engine not in ENGINES:  # Hydra's own error for engine=null is a traceback
@@ -52,14 +57,13 @@ def hydra_command(name: str, argv: list[str], task: Callable[[Any, dict[str, Any
     register_defaults()
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises instead of printing a traceback; the messages below say it in a line
     try:
-        hydra.main(config_path=str(CONF_DIR), config_name=None, version_base="1.3")(_validated(task))()
+        hydra.main(config_path=search.primary, config_name=None, version_base="1.3")(_validated(task))()
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f"{mark.name} line {mark.line + 1}" if mark else "a config file"
         return _fail(f"{where}: malformed YAML ({getattr(err, 'problem', None) or err})", 2)
     except (HydraException, OmegaConfBaseException) as err:
-        where = f"override {err.override!r}: " if getattr(err, "override", None) else ""
-        return _fail(where + " ".join(str(err).split()), 2)
+        return _fail(_hydra_error(err, search.folder), 2)
     except OSError as err:
         return _fail(_disk_error(err), 1)
     except KeyboardInterrupt:
@@ -67,15 +71,61 @@ def hydra_command(name: str, argv: list[str], task: Callable[[Any, dict[str, Any
     return _exit_code
 
 
+class ConfigSearch(NamedTuple):
+    primary: str  # Hydra's primary config folder
+    argv: list[str]  # without --config-dir, with the package's configs on Hydra's search path
+    folder: Path  # the user's job folder: --config-dir, else ./conf
+
+
+def config_search(argv: list[str]) -> ConfigSearch:
+    """Where ``conf=NAME`` (``--config-name=NAME``) is read from: the user's folder where it holds ``NAME.yaml``, else the
+    package's jobs. The package's configs stay on the search path, so that a job of one's own lists ``base``."""
+    rest, folder, name = [], Path("conf"), None
+    args = iter(argv)
+    for arg in args:
+        if arg in ("--config-dir", "-cd"):
+            folder = Path(next(args, ""))
+        elif arg.startswith("--config-dir="):
+            folder = Path(arg.split("=", 1)[1])
+        else:
+            rest.append(arg)
+            name = arg.split("=", 1)[1] if arg.startswith("--config-name=") else name
+    if (folder / f"{name}.yaml").is_file() or (name is None and folder.is_dir()):
+        return ConfigSearch(str(folder.resolve()), [*rest, f"hydra.searchpath=[{PACKAGE_CONF}]"], folder)
+    return ConfigSearch(PACKAGE_CONF, rest, folder)
+
+
+def job_names(folder: Path) -> list[str]:
+    """The jobs ``conf=NAME`` can name: the user's folder's and the package's."""
+    return sorted({p.stem for f in (folder, SHIPPED / "conf") for p in f.glob("*.yaml")} - {"base"})
+
+
 def compose(name: str, overrides: list[str]) -> dict[str, Any]:
-    """``conf/NAME.yaml`` with ``overrides``, composed and resolved as ``run`` composes it (for benchmarks and tests)."""
+    """Job ``name`` with ``overrides``, found, composed and resolved as ``run`` does it (for benchmarks and tests)."""
     from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
+    from hydra import initialize_config_dir, initialize_config_module
     from omegaconf import OmegaConf
 
     register_defaults()
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return OmegaConf.to_container(hydra_compose(config_name=name, overrides=overrides), resolve=True)
+    primary, overrides, _ = config_search([f"--config-name={name}", *overrides])
+    if primary == PACKAGE_CONF:
+        init = initialize_config_module("fucina_jobs.conf", version_base="1.3")
+    else:
+        init = initialize_config_dir(primary, version_base="1.3")
+    with init:
+        return OmegaConf.to_container(hydra_compose(config_name=name, overrides=overrides[1:]), resolve=True)
+
+
+def _hydra_error(err: Exception, folder: Path) -> str:
+    """Hydra's error in one line; a job or an engine that is not there says which ones are."""
+    message = " ".join(str(err).split())
+    if engine := re.search(r"Could not find 'engine/([^']*)'", message):
+        return unknown_engine(engine.group(1))
+    if job := re.match(r"Cannot find primary config '([^']*)'", message):
+        name = job.group(1)
+        return f"conf={name}: no {name}.yaml in {folder.resolve()} or the package's jobs; the jobs are {', '.join(job_names(folder))}"
+    where = f"override {err.override!r}: " if getattr(err, "override", None) else ""
+    return where + message
 
 
 def _override(arg: str) -> tuple[str, str]:

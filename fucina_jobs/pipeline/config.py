@@ -10,6 +10,7 @@ names the key, the value given and what is allowed.
 
 from __future__ import annotations
 
+import glob
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -166,6 +167,8 @@ class JobConfig(_Section):
         return self
 
 
+#: The files the package ships, laid out as a job's project folder: ``conf/`` (``base`` and the shipped jobs), ``jobs/`` and ``schemas/``.
+SHIPPED = Path(__file__).resolve().parents[1]
 #: Where a Hydra run writes when the job's config names no output.dir (``name`` is the job's).
 DEFAULT_OUTPUT_DIR = "outputs/${name}"
 #: Each engine's settings, by the name a job gives it (``engine=NAME``).
@@ -219,11 +222,27 @@ def _describe(error: dict[str, Any]) -> str:
     return f"  {key}={error.get('input')!r}: {error['msg']}"
 
 
+def locate(path: str, base: Path) -> Path:
+    """Where a job reads a relative input path from (a constraint, a prompt file, a dataset, gold labels).
+
+    Below ``base``, the working directory, where anything is there; else among
+    the files the package ships, laid out as a project folder is (``SHIPPED``:
+    ``conf/``, ``jobs/``, ``schemas/``), so that the shipped jobs run from any
+    folder; else below ``base`` again, so that an error names the user's path.
+    An absolute path is itself. A glob exists where it matches a file."""
+    local, shipped = base / path, SHIPPED / path
+    return shipped if not _exists(local) and _exists(shipped) else local
+
+
+def _exists(path: Path) -> bool:
+    return path.exists() or bool(glob.glob(str(path)))
+
+
 def read_text_option(value: str, base: Path) -> str:
-    """``@path`` reads a file (relative to ``base``); anything else is literal."""
+    """``@path`` reads a file (``locate``d from ``base``); anything else is literal."""
     if not value.startswith("@"):
         return value
-    path = (base / value[1:]).resolve()
+    path = locate(value[1:], base).resolve()
     if not path.is_file():
         raise ConfigError(f"prompt file {path} does not exist")
     return path.read_text(encoding="utf-8")

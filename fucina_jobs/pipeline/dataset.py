@@ -38,7 +38,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from .config import ConfigError, DatasetConfig
-from .storage import is_local, list_files, open_input, read_bytes, resolve
+from .storage import is_local, list_files, open_input, read_bytes, resolve_input
 
 
 @dataclass(frozen=True)
@@ -110,7 +110,7 @@ _BATCH = 65_536
 
 def scan(cfg: DatasetConfig, base: Path) -> RowIndex:
     """Stream the dataset once into a ``RowIndex``; duplicate ids are an error naming both rows."""
-    fs, root = resolve(cfg.path, base)
+    fs, root = resolve_input(cfg.path, base)
     files = _files(cfg, fs, root)
     batches, pending, first_usable = [], [], None
     for loc, row in _located(cfg, fs, root, files):
@@ -128,7 +128,7 @@ def scan(cfg: DatasetConfig, base: Path) -> RowIndex:
 
 def read_rows(cfg: DatasetConfig, base: Path) -> list[Row]:
     """Every row, in memory: for small datasets and tests; jobs use ``scan`` and ``read_slice``."""
-    fs, root = resolve(cfg.path, base)
+    fs, root = resolve_input(cfg.path, base)
     rows = [row for _, row in _located(cfg, fs, root, _files(cfg, fs, root))]
     _check_unique(pa.table({"id": [r.id for r in rows], "index": [r.index for r in rows]}), root, cfg.id_field)
     return rows

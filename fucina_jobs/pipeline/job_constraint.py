@@ -21,7 +21,7 @@ from typing import Any
 import jsonschema
 
 from ..engines import Engine, compile_json_schema
-from .config import ConfigError, ConstraintConfig
+from .config import ConfigError, ConstraintConfig, locate
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +69,7 @@ def resolve(c: ConstraintConfig, base: Path) -> JobConstraint | None:
     if c.kind is None:
         return None
     value = getattr(c, c.kind)
-    path = base / value
+    path = locate(value, base)
     if not path.is_file():
         raise ConfigError(f"constraint.{c.kind}: {path} does not exist")
     constraint = JobConstraint(c.kind, path.read_text(encoding="utf-8"), value)

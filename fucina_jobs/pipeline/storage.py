@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from .config import ConfigError
+from .config import ConfigError, locate
 
 def resolve(location: str, base: Path) -> tuple[pafs.FileSystem, str]:
     """The filesystem and the path on it: a URI through ``from_uri``, anything else local below ``base``."""
@@ -36,6 +36,13 @@ def resolve(location: str, base: Path) -> tuple[pafs.FileSystem, str]:
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as err:
             raise ConfigError(f"{location}: not a usable filesystem URI ({str(err).splitlines()[0]})") from None
     return pafs.LocalFileSystem(), str((base / location).resolve())
+
+
+def resolve_input(location: str, base: Path) -> tuple[pafs.FileSystem, str]:
+    """``resolve`` for what a job reads: a local relative path is found as ``config.locate`` says."""
+    if "://" in location:
+        return resolve(location, base)
+    return pafs.LocalFileSystem(), str(locate(location, base).resolve())
 
 
 def is_local(fs: pafs.FileSystem) -> bool:

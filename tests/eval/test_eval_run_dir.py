@@ -10,6 +10,7 @@ from fucina_jobs.eval.evaluate import evaluate, load_gold
 from fucina_jobs.pipeline.config import ConfigError, validate
 from fucina_jobs.pipeline.dataset import read_rows
 from fucina_jobs.run_info import fingerprint
+from fucina_jobs.pipeline.config import SHIPPED
 
 from .conftest import REPO, make_run
 
@@ -96,11 +97,11 @@ def test_eval_section_defaults_and_fingerprint(tmp_path):
 
 
 def test_maskbench_dataset_is_one_row_per_file_with_its_schema(tmp_path):
-    cfg = validate({"dataset": {"path": "tests/data/conformance", "format": "maskbench", "limit": 5}, "output": {"dir": str(tmp_path)}})
+    cfg = validate({"dataset": {"path": "jobs/conformance", "format": "maskbench", "limit": 5}, "output": {"dir": str(tmp_path)}})
     assert cfg.dataset.schema_field == "schema" and cfg.constraint.kind is None
     rows = read_rows(cfg.dataset, REPO)
     assert len(rows) == 5 and rows[0].id == "additional_properties_false" and all(r.problem is None for r in rows)
-    suite = json.loads((REPO / "tests/data/conformance/additional_properties_false.json").read_text())
+    suite = json.loads((SHIPPED / "jobs/conformance/additional_properties_false.json").read_text())
     assert rows[0].fields["schema"] == suite["schema"] and rows[0].fields["features"] == suite["meta"]["features"]
     assert json.dumps(suite["schema"]) in rows[0].fields["text"] and "JSON schema" in rows[0].fields["text"]
     (tmp_path / "broken.json").write_text("{not json")

@@ -11,10 +11,11 @@ import pytest
 from fucina_jobs.eval.evaluate import evaluate
 from fucina_jobs.eval.maskbench import KNOWN_LIMITATIONS
 from fucina_jobs.pipeline.config import ConfigError, validate
+from fucina_jobs.pipeline.config import SHIPPED
 
 from .conftest import REPO
 
-CONFORMANCE = REPO / "tests" / "data" / "conformance"
+CONFORMANCE = SHIPPED / "jobs" / "conformance"
 MASKBENCH = Path(__file__).resolve().parents[3] / "shared" / "data" / "maskbench-sample"
 
 

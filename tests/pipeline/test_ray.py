@@ -10,6 +10,7 @@ import ray
 
 from fucina_jobs.pipeline.config import validate
 from fucina_jobs.pipeline.driver import Job
+from fucina_jobs.pipeline.config import SHIPPED
 
 from .conftest import REPO, assert_exactly_once, job_dict, manifest, read_dir, shard_files
 
@@ -22,7 +23,7 @@ def test_two_replicas_end_to_end_then_resume_then_a_changed_config_is_a_new_vers
     summary = Job(validate(job_dict(out)), REPO).run()
     assert summary.ok and summary.records + summary.rejects == 4
     assert_exactly_once(out, IDS4)
-    schema = json.loads((REPO / "schemas/invoice.json").read_text())
+    schema = json.loads((SHIPPED / "schemas/invoice.json").read_text())
     for record in read_dir(out, "records"):
         jsonschema.validate(json.loads(record["text"]), schema)
     stats = read_dir(out, "stats")

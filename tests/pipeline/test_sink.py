@@ -5,11 +5,12 @@ import pyarrow as pa
 
 from fucina_jobs.pipeline.rundir import RunDir
 from fucina_jobs.pipeline.sink import Outcome, Validator, json_schema_fields, outcome_tables, record_schema
+from fucina_jobs.pipeline.config import SHIPPED
 
 from .conftest import REPO
 
-INVOICE = json.loads((REPO / "schemas/invoice.json").read_text())
-GOOD = json.loads((REPO / "jobs/invoices/gold.jsonl").read_text().splitlines()[0])["label"]
+INVOICE = json.loads((SHIPPED / "schemas/invoice.json").read_text())
+GOOD = json.loads((SHIPPED / "jobs/invoices/gold.jsonl").read_text().splitlines()[0])["label"]
 
 
 def test_invoice_schema_maps_to_typed_columns():
@@ -40,7 +41,7 @@ def test_validator_reasons():
 
 
 def test_regex_validator_gives_named_groups():
-    regex = (REPO / "schemas/contact.regex").read_text().strip()
+    regex = (SHIPPED / "schemas/contact.regex").read_text().strip()
     v = Validator("regex", regex)
     assert v("Ada Lovelace | ada@example.org | +44 20 7946 0000", "stop", None)[0] == {"name": "Ada Lovelace", "email": "ada@example.org", "phone": "+44 20 7946 0000"}
     assert v("nobody", "stop", None)[1] == "schema_violation"

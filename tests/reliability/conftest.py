@@ -5,13 +5,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from fucina_jobs.pipeline.config import SHIPPED
 
 from ..pipeline.conftest import REPO, assert_exactly_once, job_dict, manifest, read_dir, shard_files  # noqa: F401  (test modules import them from here)
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-INVOICES = [json.loads(line) for line in (REPO / "jobs/invoices/inputs.jsonl").read_text().splitlines()]
+INVOICES = [json.loads(line) for line in (SHIPPED / "jobs/invoices/inputs.jsonl").read_text().splitlines()]
 
 
 def write_jsonl(path: Path, rows: list[dict]) -> Path:

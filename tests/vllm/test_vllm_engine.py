@@ -10,11 +10,12 @@ from fucina_jobs.decoding.batch import SpecConfig
 from fucina_jobs.decoding.constraint import GrammarError
 from fucina_jobs.engines import Prompt
 from fucina_jobs.grounding.grammar import grounded_lark
+from fucina_jobs.pipeline.config import SHIPPED
 
 from ..pipeline.conftest import REPO
 
 pytestmark = pytest.mark.slow
-INVOICE = json.loads((REPO / "schemas/invoice.json").read_text())
+INVOICE = json.loads((SHIPPED / "schemas/invoice.json").read_text())
 
 
 @pytest.fixture(scope="module")
@@ -26,9 +27,9 @@ def engine():
 
 def invoice_prompts(engine, n):
     """The shipped job's first ``n`` prompts, each with its document's grounded grammar."""
-    system = (REPO / "jobs/invoices/system.txt").read_text()
-    template = (REPO / "jobs/invoices/template.txt").read_text()
-    rows = [json.loads(line) for line in (REPO / "jobs/invoices/inputs.jsonl").read_text().splitlines()[:n]]
+    system = (SHIPPED / "jobs/invoices/system.txt").read_text()
+    template = (SHIPPED / "jobs/invoices/template.txt").read_text()
+    rows = [json.loads(line) for line in (SHIPPED / "jobs/invoices/inputs.jsonl").read_text().splitlines()[:n]]
     return [Prompt(r["id"], template.format_map(r), system, engine.constraint(lark=grounded_lark(INVOICE, r["text"])), max_tokens=200) for r in rows]
 
 

@@ -8,6 +8,7 @@ import pytest
 
 from fucina_jobs.pipeline.config import validate
 from fucina_jobs.pipeline.driver import Job
+from fucina_jobs.pipeline.config import SHIPPED
 
 from ..pipeline.conftest import REPO, assert_exactly_once, job_dict, manifest, read_dir, shard_files
 
@@ -25,7 +26,7 @@ def test_vllm_job_writes_what_the_fucina_job_writes(tmp_path):
     summary = Job(validate(job_dict(vllm_out, engine={"name": "vllm"}, runtime=ONE_REPLICA)), REPO).run()
     assert summary.ok and summary.rows == 4
     assert_exactly_once(vllm_out, IDS4)
-    schema = json.loads((REPO / "schemas/invoice.json").read_text())
+    schema = json.loads((SHIPPED / "schemas/invoice.json").read_text())
     for record in read_dir(vllm_out, "records"):
         jsonschema.validate(json.loads(record["text"]), schema)
         assert dict(record["field_confidence_min"]).keys() <= schema["properties"].keys() and 0.0 <= record["record_confidence"] <= 1.0
@@ -41,13 +42,13 @@ def test_vllm_job_writes_what_the_fucina_job_writes(tmp_path):
 
 def test_vllm_per_record_schemas_through_the_pipeline(tmp_path):
     out = tmp_path / "conformance"
-    raw = {"engine": {"name": "vllm"}, "dataset": {"path": "tests/data/conformance", "format": "maskbench", "limit": 4},
+    raw = {"engine": {"name": "vllm"}, "dataset": {"path": "jobs/conformance", "format": "maskbench", "limit": 4},
            "decoding": {"max_tokens": 64},
            "runtime": {"replicas": 1, "streams": 4, "shard_size": 4}, "output": {"dir": str(out)}}
     summary = Job(validate(raw), REPO).run()
     assert summary.ok and summary.records + summary.rejects == 4
     rows = {r["row_id"]: r for r in read_dir(out, "records")}
     assert rows, "at least one conformance row should yield a record"
-    schemas = {p.stem: json.loads(p.read_text())["schema"] for p in sorted((REPO / "tests/data/conformance").glob("*.json"))}
+    schemas = {p.stem: json.loads(p.read_text())["schema"] for p in sorted((SHIPPED / "jobs/conformance").glob("*.json"))}
     for row_id, record in rows.items():
         jsonschema.validate(json.loads(record["text"]), schemas[row_id])
