@@ -1,4 +1,4 @@
-"""bench/gpu_check.sh must at least run its CPU dry-run: a GPU is not always at hand."""
+"""checks/gpu.sh must at least run its CPU dry-run: a GPU is not always at hand."""
 
 import os
 import subprocess
@@ -13,7 +13,7 @@ REPO = Path(__file__).resolve().parents[1]
 @pytest.mark.slow
 def test_gpu_check_dry_run_passes_reference_and_prints_table():
     env = dict(os.environ, PYTHON=sys.executable)
-    run = subprocess.run(["bash", "bench/gpu_check.sh", "--dry-run", "--streams", "1,2", "--max-tokens", "8", "--check-steps", "4"],
+    run = subprocess.run(["bash", "checks/gpu.sh", "--dry-run", "--streams", "1,2", "--max-tokens", "8", "--check-steps", "4"],
                          cwd=REPO, capture_output=True, text=True, timeout=300, env=env)
     assert run.returncode == 0, run.stderr[-2000:]
     lines = run.stdout.strip().splitlines()

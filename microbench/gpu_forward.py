@@ -1,12 +1,12 @@
 """Where a GPU decode step's time goes: the runner's forward against the host work around it.
 
-On a CUDA machine, with the random-weight model of ``gpu_check.py``: the cost
+On a CUDA machine, with the random-weight model of ``checks/gpu.py``: the cost
 of one kernel launch and of small host-device copies, transformers' own
 one-token forward (its launches alone), the runner's decode forward for 1, 8,
 32 and 128 streams (one new token each over 100 cached) beside the time of its
 plan, then a profiler table of 8-stream forwards sorted by host time.
 
-    PYTHONPATH=. python bench/gpu_forward.py --tokenizer DIR [--shape realistic]
+    PYTHONPATH=. python microbench/gpu_forward.py --tokenizer DIR [--shape realistic]
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import time
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from gpu_check import SHAPES, random_model
+from checks.gpu import SHAPES, random_model
 from fucina_jobs.models.hf_runner import HFRunner
 from fucina_jobs.models.loading import load_tokenizer
 

@@ -16,8 +16,8 @@ is the price of a row; what is left at one row a stream is the step's fixed
 cost (the weights streamed from memory, one attention call per sequence and
 layer, the eager model's small operators).
 
-    python bench/forward_step.py [--compile] [--rounds 15] [--threads 2] [--dtype bfloat16]
-    python bench/forward_step.py --widths
+    python microbench/forward_step.py [--compile] [--rounds 15] [--threads 2] [--dtype bfloat16]
+    python microbench/forward_step.py --widths
 """
 
 from __future__ import annotations

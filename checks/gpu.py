@@ -37,7 +37,7 @@ from fucina_jobs.engines.fucina import compile_constraint, encode_chat, stop_tok
 from fucina_jobs.models.hf_runner import HFRunner
 from fucina_jobs.models.loading import load_tokenizer
 
-log = logging.getLogger("gpu_check")
+log = logging.getLogger("checks.gpu")
 SHAPES = {
     "realistic": dict(hidden_size=1536, intermediate_size=4096, num_hidden_layers=16, num_attention_heads=12, num_key_value_heads=4),
     "smollm2": dict(hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3),

@@ -9,7 +9,7 @@ one row, and on one row where no compiler built the kernels), the C++ pass
 ``--llguidance-torch`` llguidance's compiled ``apply_token_bitmask_inplace``
 (its first call, which compiles, is reported apart). Medians of ``--calls``.
 
-    python bench/mask_apply.py [--llguidance-torch]
+    python microbench/mask_apply.py [--llguidance-torch]
 """
 
 from __future__ import annotations

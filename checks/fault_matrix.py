@@ -6,8 +6,8 @@ the fault calls for it, and then counts rows in, rows out (records plus
 rejects), duplicates and losses. Every duplicate and loss count must be 0: the
 script exits 1 otherwise.
 
-    python bench/faults.py                      # every case, table on stdout
-    python bench/faults.py --cases ctrl_c,full_disk --work /tmp/faults
+    python checks/fault_matrix.py                      # every case, table on stdout
+    python checks/fault_matrix.py --cases ctrl_c,full_disk --work /tmp/faults
 
 Full disk needs a small tmpfs (``mount -t tmpfs``, so root); the case is
 skipped, saying why, where mounting is not allowed. Only processes this script

@@ -6,4 +6,4 @@
 # (--tokenizer DIR, or the default model's cache). Pass --dry-run to run on a CPU.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PYTHONPATH=".${PYTHONPATH:+:$PYTHONPATH}" exec "${PYTHON:-python3}" bench/gpu_check.py "$@"
+PYTHONPATH=".${PYTHONPATH:+:$PYTHONPATH}" exec "${PYTHON:-python3}" checks/gpu.py "$@"

@@ -6,7 +6,7 @@ arithmetic runs at, for the 576 -> 3072 gate/up shape, on oneDNN's linear
 over a plain weight, over the weight packed once (what the runner uses in
 float32 and bfloat16), and on ``F.linear``.
 
-    python bench/linear_gflops.py [--threads 1]
+    python microbench/linear_gflops.py [--threads 1]
 """
 
 from __future__ import annotations
