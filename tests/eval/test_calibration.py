@@ -6,7 +6,7 @@ from fucina_jobs.eval.calibration import auroc, confidence_scores, expected_cali
 from fucina_jobs.eval.evaluate import evaluate
 from fucina_jobs.pipeline.config import validate
 
-from .conftest import REPO, make_run
+from tests.helpers import REPO, make_run
 
 
 def test_auroc_on_known_rankings():

@@ -7,7 +7,7 @@ import sys
 from fucina_jobs.eval.compare import compare, score_diff
 from fucina_jobs.eval.runs import content_hash, read_run
 
-from .conftest import REPO, make_run
+from tests.helpers import REPO, make_run
 
 RECORDS = [{"row_id": "b", "text": '{"x": 2}'}, {"row_id": "a", "text": '{"x": 1}'}]
 REJECTS = [{"row_id": "c", "reason": "length", "text": '{"x": '}]

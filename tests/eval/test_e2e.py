@@ -16,8 +16,8 @@ from fucina_jobs.eval.evaluate import evaluate
 from fucina_jobs.pipeline.cli import compose
 from fucina_jobs.pipeline.config import validate
 
-from ..pipeline.conftest import read_dir
-from .conftest import REPO
+from tests.helpers import read_dir
+from tests.helpers import REPO
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("local_ray")]
 

@@ -12,7 +12,7 @@ from fucina_jobs.pipeline.dataset import read_rows
 from fucina_jobs.run_info import fingerprint
 from fucina_jobs.pipeline.config import SHIPPED
 
-from .conftest import REPO, make_run
+from tests.helpers import REPO, make_run
 
 GOLD = [
     {"id": "a", "label": {"vendor": "Acme GmbH", "date": "2025-03-02", "total": 12.5}},

@@ -13,7 +13,7 @@ from fucina_jobs.eval.maskbench import KNOWN_LIMITATIONS
 from fucina_jobs.pipeline.config import ConfigError, validate
 from fucina_jobs.pipeline.config import SHIPPED
 
-from .conftest import REPO
+from tests.helpers import REPO
 
 CONFORMANCE = SHIPPED / "jobs" / "conformance"
 MASKBENCH = Path(__file__).resolve().parents[3] / "shared" / "data" / "maskbench-sample"

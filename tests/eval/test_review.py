@@ -5,7 +5,7 @@ import sys
 
 from fucina_jobs.eval.review import format_review, least_certain
 
-from .conftest import REPO, make_run
+from tests.helpers import REPO, make_run
 
 RECORDS = [
     {"row_id": "inv-1", "text": '{"vendor":"Acme \\"Tools\\"","items":[{"qty":3}]}', "record_confidence": 0.4,

@@ -12,7 +12,7 @@ from fucina_jobs.pipeline.config import ConfigError, validate
 from fucina_jobs.pipeline.driver import Job
 from fucina_jobs.pipeline.config import SHIPPED
 
-from ..pipeline.conftest import REPO
+from tests.helpers import REPO
 
 INVOICE = json.loads((SHIPPED / "schemas/invoice.json").read_text())
 

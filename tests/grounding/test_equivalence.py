@@ -7,7 +7,7 @@ from fucina_jobs.decoding.constraint import Constraint
 from fucina_jobs.decoding.sampler import SamplingParams
 from fucina_jobs.grounding.grammar import grounded_lark
 
-from ..conftest import STOP, Recorder, decode
+from tests.helpers import STOP, Recorder, decode
 from .test_grammar import PARTY
 
 DOCS = [

@@ -8,7 +8,7 @@ import pytest
 from fucina_jobs.decoding.constraint import Constraint
 from fucina_jobs.grounding.grammar import grounded_lark
 
-from ..conftest import STOP, instance_accepted
+from tests.helpers import STOP, instance_accepted
 
 PARTY = {
     "type": "object",

@@ -7,7 +7,7 @@ import pytest
 from fucina_jobs.pipeline.config import validate
 from fucina_jobs.pipeline.driver import Job
 
-from ..pipeline.conftest import REPO, assert_exactly_once, job_dict, manifest, read_dir
+from tests.helpers import REPO, assert_exactly_once, job_dict, manifest, read_dir
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("local_ray")]
 ONE_REPLICA = {"replicas": 1, "streams": 2, "shard_size": 2}

@@ -11,7 +11,7 @@ from fucina_jobs.bench.pipeline import generate, job_config
 from fucina_jobs.pipeline.config import validate
 from fucina_jobs.pipeline.driver import Job
 
-from .conftest import REPO, assert_exactly_once, job_dict, read_dir
+from tests.helpers import REPO, assert_exactly_once, job_dict, read_dir
 
 pytestmark = pytest.mark.slow
 

@@ -6,7 +6,7 @@ import pytest
 
 from fucina_jobs.pipeline.config import ConfigError, validate
 
-from .conftest import REPO, job_dict, manifest
+from tests.helpers import REPO, job_dict, manifest
 
 
 def test_valid_config_has_defaults(tmp_path):

@@ -9,7 +9,7 @@ from fucina_jobs.eval.runs import content_hash, read_run
 from fucina_jobs.pipeline.config import validate
 from fucina_jobs.pipeline.driver import Job
 
-from .conftest import REPO, assert_exactly_once, job_dict, shard_files
+from tests.helpers import REPO, assert_exactly_once, job_dict, shard_files
 
 pytestmark = pytest.mark.slow
 

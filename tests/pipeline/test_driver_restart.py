@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from .conftest import REPO, assert_exactly_once, shard_files
+from tests.helpers import REPO, assert_exactly_once, shard_files
 
 pytestmark = pytest.mark.slow
 

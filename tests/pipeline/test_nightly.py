@@ -14,7 +14,7 @@ from fucina_jobs.pipeline.config import validate
 from fucina_jobs.pipeline.driver import Job
 from fucina_jobs.pipeline.rundir import RunDir
 
-from .conftest import REPO, assert_exactly_once, manifest, read_dir, shard_files
+from tests.helpers import REPO, assert_exactly_once, manifest, read_dir, shard_files
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("local_ray")]
 

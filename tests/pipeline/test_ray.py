@@ -12,7 +12,7 @@ from fucina_jobs.pipeline.config import validate
 from fucina_jobs.pipeline.driver import Job
 from fucina_jobs.pipeline.config import SHIPPED
 
-from .conftest import REPO, assert_exactly_once, job_dict, manifest, read_dir, shard_files
+from tests.helpers import REPO, assert_exactly_once, job_dict, manifest, read_dir, shard_files
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("local_ray")]
 IDS4 = {f"inv-00{i}" for i in range(1, 5)}

@@ -5,7 +5,7 @@ import pyarrow as pa
 from fucina_jobs.pipeline.rundir import RunDir, run_name
 from fucina_jobs.pipeline.storage import write_json, write_table
 
-from .conftest import REPO, read_dir
+from tests.helpers import REPO, read_dir
 
 
 def _version(out, fingerprint: str, run: str | None = None) -> RunDir:

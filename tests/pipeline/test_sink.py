@@ -7,7 +7,7 @@ from fucina_jobs.pipeline.rundir import RunDir
 from fucina_jobs.pipeline.sink import Outcome, Validator, json_schema_fields, outcome_tables, record_schema
 from fucina_jobs.pipeline.config import SHIPPED
 
-from .conftest import REPO
+from tests.helpers import REPO
 
 INVOICE = json.loads((SHIPPED / "schemas/invoice.json").read_text())
 GOOD = json.loads((SHIPPED / "jobs/invoices/gold.jsonl").read_text().splitlines()[0])["label"]
@@ -96,7 +96,7 @@ def test_a_shard_commits_only_while_the_manifest_names_its_run(tmp_path):
     from fucina_jobs.pipeline.job_constraint import resolve
     from fucina_jobs.pipeline.shard_writer import RunSuperseded, ShardWriter
 
-    from .conftest import job_dict
+    from tests.helpers import job_dict
 
     cfg = validate(job_dict(tmp_path))
     constraint = resolve(cfg.constraint, REPO)

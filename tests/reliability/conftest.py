@@ -1,41 +1,9 @@
-import json
+"""The reliability tests' fixture: a directory nobody can write into."""
+
 import os
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
-from fucina_jobs.pipeline.config import SHIPPED
-
-from ..pipeline.conftest import REPO, assert_exactly_once, job_dict, manifest, read_dir, shard_files  # noqa: F401  (test modules import them from here)
-
-os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-
-INVOICES = [json.loads(line) for line in (SHIPPED / "jobs/invoices/inputs.jsonl").read_text().splitlines()]
-
-
-def write_jsonl(path: Path, rows: list[dict]) -> Path:
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return path
-
-
-def invoice_rows(ids: list[str]) -> list[dict]:
-    """Real invoice texts under new ids (the k-th id gets the k-th invoice)."""
-    return [{"id": i, "text": INVOICES[k]["text"]} for k, i in enumerate(ids)]
-
-
-def small_job(out: Path, dataset: Path, **sections) -> dict:
-    """The invoice job on ``dataset``, tiny: 8 tokens per row, one replica, two streams."""
-    raw = job_dict(out, dataset={"path": str(dataset), "limit": None}, decoding={"max_tokens": 8},
-                   runtime={"replicas": 1, "streams": 2, "shard_size": 2})
-    for key, value in sections.items():
-        raw[key] = {**raw.get(key, {}), **value}
-    return raw
-
-
-def cli(*args: str, timeout: float = 900, **popen) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "fucina_jobs", "run", *args], cwd=REPO, capture_output=True, text=True, timeout=timeout, **popen)
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from fucina_jobs.pipeline.config import ConfigError, validate
 from fucina_jobs.pipeline.driver import Job
 from fucina_jobs.pipeline.rundir import RunDir
 
-from .conftest import REPO, cli, job_dict, manifest, write_jsonl
+from tests.helpers import REPO, cli, job_dict, manifest, write_jsonl
 
 SCHEMAS = {
     "bad_pattern.json": {"type": "object", "properties": {"a": {"type": "string", "pattern": "(("}}},

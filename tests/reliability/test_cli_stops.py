@@ -16,7 +16,7 @@ import pytest
 from fucina_jobs.pipeline.config import ConfigError, validate
 from fucina_jobs.pipeline.driver import Job
 
-from .conftest import REPO, assert_exactly_once, invoice_rows, manifest, shard_files, small_job, write_jsonl
+from tests.helpers import REPO, assert_exactly_once, invoice_rows, manifest, shard_files, small_job, write_jsonl
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("local_ray")]
 IDS = ["a", "b", "c", "d", "e", "f", "g", "h"]

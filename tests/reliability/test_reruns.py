@@ -17,7 +17,7 @@ from fucina_jobs.pipeline.driver import Job
 from fucina_jobs.run_info import file_hash
 from fucina_jobs.pipeline.flags import COPIED_FROM_DOCUMENT
 
-from .conftest import REPO, assert_exactly_once, invoice_rows, manifest, read_dir, shard_files, small_job, write_jsonl
+from tests.helpers import REPO, assert_exactly_once, invoice_rows, manifest, read_dir, shard_files, small_job, write_jsonl
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("local_ray")]
 

@@ -6,13 +6,9 @@ llguidance than the main environment, so it lives in an environment of its own.
 """
 
 import importlib.util
-import os
 from pathlib import Path
 
 import pytest
-
-os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 HERE = Path(__file__).resolve().parent
 SKIP = pytest.mark.skip(

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from ..pipeline.conftest import REPO
+from tests.helpers import REPO
 
 pytestmark = pytest.mark.slow
 

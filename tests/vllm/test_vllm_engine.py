@@ -12,7 +12,7 @@ from fucina_jobs.engines import Prompt
 from fucina_jobs.grounding.grammar import grounded_lark
 from fucina_jobs.pipeline.config import SHIPPED
 
-from ..pipeline.conftest import REPO
+from tests.helpers import REPO
 
 pytestmark = pytest.mark.slow
 INVOICE = json.loads((SHIPPED / "schemas/invoice.json").read_text())

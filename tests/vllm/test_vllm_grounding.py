@@ -8,7 +8,7 @@ from fucina_jobs.pipeline.config import validate
 from fucina_jobs.pipeline.driver import Job
 
 from ..grounding.test_job import ONE_REPLICA, SCHEMA
-from ..pipeline.conftest import REPO, assert_exactly_once, job_dict, read_dir
+from tests.helpers import REPO, assert_exactly_once, job_dict, read_dir
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("local_ray")]
 

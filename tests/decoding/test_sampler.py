@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from .conftest import Recorder
+from tests.helpers import Recorder
 from fucina_jobs.decoding.processor import LogitProcessor, TokenBias
 from fucina_jobs.decoding.sampler import AllTokensMasked, Sampler, SamplingParams
 

@@ -8,8 +8,8 @@ import pytest
 import torch
 from pydantic import BaseModel
 
-from .conftest import STOP, VOCAB, Recorder, allowed_mask, decode
-from .conftest import instance_accepted as _accepted
+from tests.helpers import STOP, VOCAB, Recorder, allowed_mask, decode
+from tests.helpers import instance_accepted as _accepted
 from fucina_jobs.decoding.batch import Request, SpecConfig
 from fucina_jobs.decoding.constraint import Constraint, GrammarError
 

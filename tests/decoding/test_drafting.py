@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from .conftest import STOP, decode, repetitive_prompt
+from tests.helpers import STOP, decode, repetitive_prompt
 from fucina_jobs.decoding import batch
 from fucina_jobs.decoding.batch import Request, SpecConfig
 from fucina_jobs.decoding.constrained_source import ConstrainedSource

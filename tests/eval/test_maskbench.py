@@ -18,10 +18,10 @@ from fucina_jobs.eval.maskbench import KNOWN_LIMITATIONS
 from fucina_jobs.eval.scoring import grammar_scores
 from fucina_jobs.pipeline.config import SHIPPED
 
-from .conftest import REPO, run_suite
+from tests.helpers import REPO, run_suite
 
 CONFORMANCE = SHIPPED / "jobs" / "conformance"
-MASKBENCH = Path(__file__).resolve().parents[2] / "shared" / "data" / "maskbench-sample"
+MASKBENCH = Path(__file__).resolve().parents[3] / "shared" / "data" / "maskbench-sample"
 
 
 def check(report: dict, label: str) -> dict:

@@ -3,7 +3,7 @@
 from fucina_jobs.decoding.batch import BatchDecoder, Request
 from fucina_jobs.decoding.prefix_cache import cacheable, shared_prefix
 
-from .conftest import STOPS, RecordingRunner, decode
+from tests.helpers import STOPS, RecordingRunner, decode
 
 
 def _prompts(tokenizer):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from .conftest import STOP, Recorder, RecordingRunner, StopAfter, decode, repetitive_prompt
+from tests.helpers import STOP, Recorder, RecordingRunner, StopAfter, decode, repetitive_prompt
 from fucina_jobs.decoding.batch import Request, SharedBatchProcessor, SpecConfig
 from fucina_jobs.decoding.constraint import Constraint
 from fucina_jobs.decoding.processor import TokenBias

@@ -7,7 +7,7 @@ import json
 import pytest
 from jsonschema import Draft202012Validator, FormatChecker
 
-from .conftest import REPO, STOP
+from tests.helpers import REPO, STOP
 from fucina_jobs.engines import FucinaEngine, Prompt
 from fucina_jobs.engines.fucina import encode_chat
 from fucina_jobs.grounding.grammar import grounded_lark

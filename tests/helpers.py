@@ -1,0 +1,244 @@
+"""What the tests share besides fixtures (those live in the ``conftest.py`` files): ``from tests.helpers import ...``.
+
+Decoding: the real vocab's constants, processors that record or steer the seam,
+a runner that logs its feeds, ``decode``. Jobs: the shipped invoice job as a
+raw config, readers of a run's outputs, the exactly-once check, a small job
+and the command line. Evaluation: a hand-built run directory.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import pyarrow as pa
+import torch
+
+from fucina_jobs.decoding.batch import BatchDecoder, Generation, Request, SpecConfig
+from fucina_jobs.decoding.processor import LogitProcessor
+from fucina_jobs.decoding.sampler import SamplingParams
+from fucina_jobs.eval.maskbench import instance_accepted, load_suite  # noqa: F401  (tests import them from here)
+from fucina_jobs.eval.maskbench import run_suite as _run_suite
+from fucina_jobs.pipeline.config import SHIPPED
+from fucina_jobs.pipeline.rundir import RunDir
+from fucina_jobs.pipeline.sink import META_FIELDS, REJECT_SCHEMA
+from fucina_jobs.pipeline.storage import write_json, write_table
+
+REPO = Path(__file__).resolve().parents[1]
+VOCAB = 49152
+STOP = 2  # <|im_end|>: SmolLM2's eos and end-of-turn marker
+STOPS = frozenset({STOP})
+INVOICES = [json.loads(line) for line in (SHIPPED / "jobs/invoices/inputs.jsonl").read_text().splitlines()]
+
+
+# -- processors and runners ------------------------------------------------------
+
+
+class Recorder(LogitProcessor):
+    """Wraps a processor (or none) and logs every call the seam makes."""
+
+    def __init__(self, inner: LogitProcessor | None = None, keep_rows: bool = False):
+        self.inner = inner
+        self.has_structure = bool(inner is not None and inner.has_structure)
+        self.keep_rows = keep_rows
+        self.rows: list[torch.Tensor] = []
+        self.commits: list[int] = []
+        self.resets = 0
+
+    def process(self, logits, history):
+        if self.keep_rows:
+            self.rows.append(logits.clone())
+        return self.inner.process(logits, history) if self.inner is not None else None
+
+    def commit(self, token):
+        self.commits.append(int(token))
+        if self.inner is not None:
+            self.inner.commit(token)
+
+    def reset(self):
+        self.resets += 1
+        if self.inner is not None:
+            self.inner.reset()
+
+    def error(self):
+        return self.inner.error() if self.inner is not None else None
+
+    def forced_tokens(self):
+        return self.inner.forced_tokens() if self.inner is not None else []
+
+    def valid_prefix_len(self, tokens):
+        return self.inner.valid_prefix_len(tokens) if self.inner is not None else len(tokens)
+
+
+class StopAfter(LogitProcessor):
+    """No structure: after ``n`` commits only ``stop`` is selectable."""
+
+    def __init__(self, n: int, stop: int = STOP):
+        self.n, self.stop, self.seen = n, stop, 0
+
+    def process(self, logits, history):
+        if self.seen >= self.n:
+            keep = logits[self.stop].clone()
+            logits.fill_(float("-inf"))
+            logits[self.stop] = keep
+        else:
+            logits[self.stop] = float("-inf")
+
+    def commit(self, token):
+        self.seen += 1
+
+    def reset(self):
+        self.seen = 0
+
+
+class RecordingRunner:
+    """Delegates to a runner and logs the token feed of every forward."""
+
+    def __init__(self, runner):
+        self.runner = runner
+        self.vocab_size = runner.vocab_size
+        self.feeds: list[list[list[int]]] = []
+        self.prefills: list[list[list[int]]] = []
+        self.calls = 0
+
+    def new_state(self):
+        return self.runner.new_state()
+
+    def forward(self, batch, *, logits=True):
+        self.calls += 1
+        wanted = [logits] * len(batch) if isinstance(logits, bool) else list(logits)
+        for log, want in ((self.feeds, True), (self.prefills, False)):
+            fed = [list(tokens) for (_, tokens), w in zip(batch, wanted) if w == want]
+            if fed:
+                log.append(fed)
+        return self.runner.forward(batch, logits=logits)
+
+    def trim(self, state, length):
+        self.runner.trim(state, length)
+
+    def fork(self, state, length):
+        return self.runner.fork(state, length)
+
+
+# -- decoding ----------------------------------------------------------------------
+
+
+def decode(
+    runner,
+    requests: Iterable[Request],
+    *,
+    spec: SpecConfig | None = None,
+    streams: int = 1,
+    params: SamplingParams = SamplingParams(),
+    stops: Iterable[int] = STOPS,
+) -> dict[str, Generation]:
+    """Run a BatchDecoder and index the generations by request id."""
+    out = {}
+    for gen in BatchDecoder(runner, stops, params, spec, streams=streams).run(requests):
+        assert gen.id not in out, f"request {gen.id} yielded twice"
+        out[gen.id] = gen
+    return out
+
+
+def repetitive_prompt(tokenizer, k: int = 0) -> list[int]:
+    """A prompt the n-gram drafter can copy from (k varies it per request)."""
+    words = ["the cat sat on the mat", "red fox jumps over dogs", "one two three four five", "alpha beta gamma delta"]
+    text = (words[k % len(words)] + ". ") * 3 + words[k % len(words)].split()[0]
+    return tokenizer.encode(text)
+
+
+def allowed_mask(processor: LogitProcessor, width: int = VOCAB) -> torch.Tensor:
+    """Bool ``[width]``: which ids ``processor`` leaves selectable right now (the one it names, when it names one)."""
+    row = torch.zeros(width)
+    forced = processor.process(row, [])
+    if forced is not None:
+        return torch.arange(width) == forced
+    return torch.isfinite(row)
+
+
+# -- grammar walks (MaskBench protocol): the walk lives in fucina_jobs.eval.maskbench --------
+
+
+def run_suite(files: Sequence[Path], tokenizer) -> dict:
+    """Compile each schema and judge each instance with SmolLM2's stop token."""
+    return _run_suite(files, tokenizer, stop_token=STOP)
+
+
+# -- jobs ------------------------------------------------------------------------------
+
+
+def job_dict(out: Path, **sections) -> dict:
+    """The shipped invoice job as a raw config dict, with section overrides."""
+    raw = {
+        "name": "extract_invoices",
+        "constraint": {"json_schema": "schemas/invoice.json"},
+        "dataset": {"path": "jobs/invoices/inputs.jsonl", "limit": 4},
+        "prompt": {"system": "@jobs/invoices/system.txt", "template": "@jobs/invoices/template.txt"},
+        "decoding": {"max_tokens": 160},
+        "runtime": {"replicas": 2, "streams": 2, "shard_size": 2},
+        "output": {"dir": str(out)},
+    }
+    for key, value in sections.items():
+        raw[key] = {**raw.get(key, {}), **value}
+    return raw
+
+
+def read_dir(out: Path | str, kind: str) -> list[dict]:
+    """Every row of one kind (records, rejects, stats) of output.dir's newest version, all run partitions (with ``run``)."""
+    return RunDir.open(out).read(kind).to_pylist()
+
+
+def shard_files(out: Path | str, kind: str) -> list[Path]:
+    """The shard files of one kind in output.dir's newest version, every partition (no temporaries)."""
+    return [Path(f.path) for f in RunDir.open(out).shard_files(kind) if f.key is not None]
+
+
+def manifest(out: Path | str) -> dict | None:
+    """The manifest of output.dir's newest version."""
+    return RunDir.open(out).read_manifest()
+
+
+def assert_exactly_once(out: Path | str, expected_ids: set[str]) -> None:
+    ids = [r["row_id"] for r in read_dir(out, "records")] + [r["row_id"] for r in read_dir(out, "rejects")]
+    assert sorted(ids) == sorted(expected_ids), "every input row must appear exactly once in records plus rejects"
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def invoice_rows(ids: list[str]) -> list[dict]:
+    """Real invoice texts under new ids (the k-th id gets the k-th invoice)."""
+    return [{"id": i, "text": INVOICES[k]["text"]} for k, i in enumerate(ids)]
+
+
+def small_job(out: Path, dataset: Path, **sections) -> dict:
+    """The invoice job on ``dataset``, tiny: 8 tokens per row, one replica, two streams."""
+    raw = job_dict(out, dataset={"path": str(dataset), "limit": None}, decoding={"max_tokens": 8},
+                   runtime={"replicas": 1, "streams": 2, "shard_size": 2})
+    for key, value in sections.items():
+        raw[key] = {**raw.get(key, {}), **value}
+    return raw
+
+
+def cli(*args: str, timeout: float = 900, **popen) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "fucina_jobs", "run", *args], cwd=REPO, capture_output=True, text=True, timeout=timeout, **popen)
+
+
+# -- evaluation --------------------------------------------------------------------
+
+
+def make_run(path: Path, records: list[dict], rejects: list[dict], stats: list[dict] | None = None, manifest: dict | None = None) -> Path:
+    """A hand-built run directory, laid out as runs were before versions and partitions (readers still read it)."""
+    fill = lambda r: {"record_id": "r-" + r["row_id"], "finish_reason": "stop", "prompt_tokens": 10, "generated_tokens": 5, **r}  # noqa: E731
+    write_table(path / "records" / "shard-00000.parquet", pa.Table.from_pylist([fill(r) for r in records], schema=pa.schema(META_FIELDS)))
+    rej = [{"record_id": "r-" + r["row_id"], "text": "", "error": None, **r} for r in rejects]
+    write_table(path / "rejects" / "shard-00000.parquet", pa.Table.from_pylist(rej, schema=REJECT_SCHEMA))
+    for k, row in enumerate(stats or []):
+        write_table(path / "stats" / f"shard-{k:05d}.parquet", pa.Table.from_pylist([row]))
+    write_json(path / "manifest.json", manifest or {"name": "hand", "status": "complete", "fingerprint": "f"})
+    return path
