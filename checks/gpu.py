@@ -33,9 +33,10 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from fucina_jobs.decoding.batch import BatchDecoder, Request, SpecConfig
-from fucina_jobs.engines.fucina import compile_constraint, encode_chat, stop_tokens
+from fucina_jobs.engines import compile_constraint, encode_chat, sampling_params, speculation, stop_tokens
 from fucina_jobs.models.hf_runner import HFRunner
 from fucina_jobs.models.loading import load_tokenizer
+from fucina_jobs.pipeline.config import DecodingConfig
 
 log = logging.getLogger("checks.gpu")
 SHAPES = {
@@ -55,7 +56,8 @@ SCHEMA = {
     "required": ["invoice_number", "vendor", "currency", "total"],
     "additionalProperties": False,
 }
-ARMS = {"plain": (None, False), "ngram": (SpecConfig(), False), "json": (SpecConfig(), True)}  # name: (speculation, grammar)
+GREEDY, SPEC = sampling_params(DecodingConfig()), speculation(DecodingConfig().speculative)  # a job's defaults
+ARMS = {"plain": (None, False), "ngram": (SPEC, False), "json": (SPEC, True)}  # name: (speculation, grammar)
 
 
 def random_model(shape: str, vocab: int) -> LlamaForCausalLM:
@@ -86,7 +88,7 @@ def decode(model, device, tokenizer, streams: int, spec: SpecConfig | None, n: i
             in_forward[0] += time.perf_counter() - start
 
     runner.forward = timed_forward
-    decoder = BatchDecoder(runner, stop_tokens(tokenizer), spec=spec, streams=streams)
+    decoder = BatchDecoder(runner, stop_tokens(tokenizer), GREEDY, spec=spec, streams=streams)
     start = time.perf_counter()
     outs = sorted(decoder.run(requests(tokenizer, n, max_tokens, constraint)), key=lambda g: int(g.id))
     if device.type == "cuda":
@@ -100,7 +102,7 @@ def check_against_reference(model, device, tokenizer, steps: int) -> bool:
     model.float().to(device)
     same = []
     for compile in (False, True):
-        outs, wall, _ = decode(model, device, tokenizer, 4, SpecConfig(), 4, steps, compile)
+        outs, wall, _ = decode(model, device, tokenizer, 4, SPEC, 4, steps, compile)
         same += [a.tokens == b.tokens for a, b in zip(reference, outs)]
         log.info("first %s run: %.1f s%s", "compiled" if compile else "eager", wall, " (the compile included)" if compile else "")
     model.cpu()

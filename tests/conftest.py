@@ -89,5 +89,6 @@ def padded_runner():
 @pytest.fixture(scope="session")
 def real_engine():
     from fucina_jobs.engines import FucinaEngine
+    from fucina_jobs.pipeline.config import ModelConfig
 
-    return FucinaEngine.load(device="cpu")
+    return FucinaEngine.load(ModelConfig(device="cpu"))

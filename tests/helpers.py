@@ -20,9 +20,10 @@ import torch
 from fucina_jobs.decoding.batch import BatchDecoder, Generation, Request, SpecConfig
 from fucina_jobs.decoding.processor import LogitProcessor
 from fucina_jobs.decoding.sampler import SamplingParams
+from fucina_jobs.engines import sampling_params, speculation
 from fucina_jobs.eval.maskbench import instance_accepted, load_suite  # noqa: F401  (tests import them from here)
 from fucina_jobs.eval.maskbench import run_suite as _run_suite
-from fucina_jobs.pipeline.config import SHIPPED
+from fucina_jobs.pipeline.config import SHIPPED, DecodingConfig
 from fucina_jobs.pipeline.rundir import RunDir
 from fucina_jobs.pipeline.sink import META_FIELDS, REJECT_SCHEMA
 from fucina_jobs.pipeline.storage import write_json, write_table
@@ -31,6 +32,9 @@ REPO = Path(__file__).resolve().parents[1]
 VOCAB = 49152
 STOP = 2  # <|im_end|>: SmolLM2's eos and end-of-turn marker
 STOPS = frozenset({STOP})
+#: A job's default sampling (greedy) and speculation, as the engine builds them; ``dataclasses.replace(GREEDY, temperature=0.8)``.
+GREEDY = sampling_params(DecodingConfig())
+SPEC = speculation(DecodingConfig().speculative)
 INVOICES = [json.loads(line) for line in (SHIPPED / "jobs/invoices/inputs.jsonl").read_text().splitlines()]
 
 
@@ -132,7 +136,7 @@ def decode(
     *,
     spec: SpecConfig | None = None,
     streams: int = 1,
-    params: SamplingParams = SamplingParams(),
+    params: SamplingParams = GREEDY,
     stops: Iterable[int] = STOPS,
 ) -> dict[str, Generation]:
     """Run a BatchDecoder and index the generations by request id."""

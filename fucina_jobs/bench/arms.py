@@ -60,7 +60,7 @@ class ForwardClock:
 class Arm:
     key: str
     label: str
-    spec: Any  # SpecConfig | None
+    speculative: Any  # a SpeculativeConfig
     constrained: bool
     engine: Any = None
     clock: ForwardClock | None = None
@@ -87,11 +87,12 @@ def load_model_for(args: argparse.Namespace):
     return load_model(args.model, args.device, args.dtype)
 
 
-def timed_engine(loaded: Any, spec: Any, streams: int = 1):
-    from ..decoding.sampler import SamplingParams
+def timed_engine(loaded: Any, speculative: Any, streams: int = 1):
+    """Our engine with the job's default decoding but ``speculative`` (a ``SpeculativeConfig``), its forwards timed."""
     from ..engines import FucinaEngine
+    from ..pipeline.config import DecodingConfig, RuntimeConfig
 
-    engine = FucinaEngine(loaded, params=SamplingParams(), spec=spec, streams=streams)
+    engine = FucinaEngine(loaded, DecodingConfig(speculative=speculative), RuntimeConfig(streams=streams))
     return engine, ForwardClock(engine.runner)
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from . import occupancy, pipeline
+from ..pipeline.config import DecodingConfig
 from .inputs import DEFAULT_JOB, DEFAULT_SCHEMA, load_docs
 
 log = logging.getLogger("fucina_jobs.bench")
@@ -70,7 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--max-tokens", type=_positive, default=256, help="generation cap per request (default 256)")
+    common.add_argument("--max-tokens", type=_positive, default=DecodingConfig().max_tokens,
+                        help="generation cap per request (default: a job's decoding.max_tokens, %(default)s)")
     common.add_argument("--json", action="store_true", help="print one JSON object instead of the text tables")
     common.add_argument("--save", type=Path, metavar="FILE", help="also write the JSON object to FILE")
     common.add_argument("--model", default="default", help="model source: 'default' (SmolLM2-135M-Instruct), a model directory or a hub id")

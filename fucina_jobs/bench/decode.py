@@ -19,19 +19,19 @@ log = logging.getLogger(__name__)
 
 
 def run_decode(args: argparse.Namespace) -> dict[str, Any]:
-    from ..decoding.batch import SpecConfig
+    from ..pipeline.config import SpeculativeConfig
 
     system, docs = load_docs(args.job, args.docs)
     loaded = load_model_for(args)
     arms = [
-        Arm("plain_unconstrained", "plain unconstrained", None, False),
-        Arm("plain_constrained", "plain constrained", None, True),
-        Arm("spec_no_grammar_drafting", "spec, no grammar drafting", SpecConfig(grammar_drafting=False), True),
-        Arm("spec_grammar_drafting", "spec + grammar drafting", SpecConfig(), True),
+        Arm("plain_unconstrained", "plain unconstrained", SpeculativeConfig(enabled=False), False),
+        Arm("plain_constrained", "plain constrained", SpeculativeConfig(enabled=False), True),
+        Arm("spec_no_grammar_drafting", "spec, no grammar drafting", SpeculativeConfig(grammar_drafting=False), True),
+        Arm("spec_grammar_drafting", "spec + grammar drafting", SpeculativeConfig(), True),
     ]
     constraint = None
     for arm in arms:
-        arm.engine, arm.clock = timed_engine(loaded, arm.spec)
+        arm.engine, arm.clock = timed_engine(loaded, arm.speculative)
         if constraint is None:
             log.info("compiling %s", args.schema)
             constraint = arm.engine.constraint(json_schema=Path(args.schema))
@@ -83,8 +83,8 @@ def run_decode(args: argparse.Namespace) -> dict[str, Any]:
                 "arm": arm.key,
                 "label": arm.label,
                 "constrained": arm.constrained,
-                "speculative": arm.spec is not None,
-                "grammar_drafting": bool(arm.spec and arm.spec.grammar_drafting),
+                "speculative": arm.speculative.enabled,
+                "grammar_drafting": arm.speculative.enabled and arm.speculative.grammar_drafting,
                 "docs": len(first),
                 "forwards": forwards,
                 "tokens": tokens,

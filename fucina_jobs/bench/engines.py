@@ -103,27 +103,27 @@ def _summary(completion: Any) -> dict[str, Any]:
 def _fucina(arms: list[ArmSpec], settings: dict[str, Any]) -> dict[str, Callable]:
     import torch
 
-    from ..decoding.batch import SpecConfig
-    from ..engines import FucinaEngine
-    from ..models.loading import load_model
+    from ..engines import FucinaEngine, load_model
+    from ..pipeline.config import DecodingConfig, RuntimeConfig, SpeculativeConfig
 
     torch.set_num_threads(settings["threads"])
     loaded = load_model(settings["model"], settings["device"], settings["dtype"])
 
     def runner(arm: ArmSpec) -> Callable:
-        engine = FucinaEngine(loaded, spec=SpecConfig() if arm.speculative else None, streams=arm.streams)
+        decoding = DecodingConfig(speculative=SpeculativeConfig(enabled=arm.speculative))
+        engine = FucinaEngine(loaded, decoding, RuntimeConfig(streams=arm.streams))
         return lambda docs, max_tokens: [_summary(c) for c in engine.generate(_prompts(engine, settings, docs, max_tokens))]
 
     return {arm.key: runner(arm) for arm in arms}
 
 
 def _vllm(arms: list[ArmSpec], settings: dict[str, Any]) -> dict[str, Callable]:
-    from ..decoding.batch import SpecConfig
     from ..engines.vllm import VLLMEngine
+    from ..pipeline.config import DecodingConfig, ModelConfig, RuntimeConfig, SpeculativeConfig
 
     (arm,) = arms
-    spec = SpecConfig(max_draft=settings["vllm_draft"]) if arm.speculative else None
-    engine = VLLMEngine(settings["model"], spec=spec, streams=arm.streams, dtype=settings["dtype"])
+    decoding = DecodingConfig(speculative=SpeculativeConfig(enabled=arm.speculative, max_draft=settings["vllm_draft"]))
+    engine = VLLMEngine(settings["model"], ModelConfig(dtype=settings["dtype"]), decoding, RuntimeConfig(streams=arm.streams))
 
     def run(docs: list[dict], max_tokens: int) -> list[dict]:
         engine.llm.reset_prefix_cache()

@@ -17,7 +17,7 @@ log = logging.getLogger(__name__)
 
 
 def run_streams(args: argparse.Namespace) -> dict[str, Any]:
-    from ..decoding.batch import SpecConfig
+    from ..pipeline.config import SpeculativeConfig
 
     widths = args.streams
     system, docs = load_docs(args.job, args.docs)
@@ -26,10 +26,10 @@ def run_streams(args: argparse.Namespace) -> dict[str, Any]:
     arms: list[Arm] = []
     constraint = None
     for width in widths:
-        for spec in (None, SpecConfig()):
-            on = "on" if spec else "off"
-            arm = Arm(f"streams{width}_spec_{on}", f"{width} streams, spec {on}", spec, True, streams=width)
-            arm.engine, arm.clock = timed_engine(loaded, spec, width)
+        for speculative in (SpeculativeConfig(enabled=False), SpeculativeConfig()):
+            on = "on" if speculative.enabled else "off"
+            arm = Arm(f"streams{width}_spec_{on}", f"{width} streams, spec {on}", speculative, True, streams=width)
+            arm.engine, arm.clock = timed_engine(loaded, speculative, width)
             if constraint is None:
                 log.info("compiling %s", args.schema)
                 constraint = arm.engine.constraint(json_schema=Path(args.schema))
@@ -38,7 +38,7 @@ def run_streams(args: argparse.Namespace) -> dict[str, Any]:
 
     if args.warmup:
         # One short batched generation warms the shared model for every arm.
-        warm = max(arms, key=lambda a: (a.streams, a.spec is not None))
+        warm = max(arms, key=lambda a: (a.streams, a.speculative.enabled))
         log.info("warm-up: one short generation (%s)", warm.label)
         list(warm.engine.generate(job_prompts(requests[: min(2, warm.streams)], system, constraint, min(8, args.max_tokens))))
 
@@ -63,7 +63,7 @@ def run_streams(args: argparse.Namespace) -> dict[str, Any]:
                 log.warning("%s %s: error: %s", arm.label, c.id, c.error)
         log.info("repeat %d/%d: %s: %.1fs", r + 1, args.repeats, arm.label, wall)
 
-    base = next(a for a in arms if a.streams == widths[0] and a.spec is None)
+    base = next(a for a in arms if a.streams == widths[0] and not a.speculative.enabled)
     base_tps = None
     rows = []
     for arm in arms:
@@ -79,7 +79,7 @@ def run_streams(args: argparse.Namespace) -> dict[str, Any]:
             {
                 "arm": arm.key,
                 "streams": arm.streams,
-                "speculative": arm.spec is not None,
+                "speculative": arm.speculative.enabled,
                 "requests": len(first),
                 "tokens": tokens,
                 "batched_forwards": arm.steps[0],

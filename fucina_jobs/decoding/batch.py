@@ -37,12 +37,14 @@ class SharedBatchProcessor(ValueError):
 
 @dataclass(frozen=True)
 class SpecConfig:
-    enabled: bool = True
-    max_draft: int = 8
-    grammar_drafting: bool = True
-    max_ngram: int = 4
-    min_ngram: int = 2
-    min_tokens_per_forward: float = 1.2
+    """Speculation for ``BatchDecoder``; ``spec=None`` is plain decoding, the one way to turn it off. The settings a job
+    names have their defaults in the job's config (``decoding.speculative.*``); an engine builds this from it."""
+
+    max_draft: int
+    grammar_drafting: bool
+    max_ngram: int
+    min_ngram: int
+    min_tokens_per_forward: float = 1.2  # the cost gate: below it a stream stops drafting for a while
 
 
 @dataclass
@@ -51,7 +53,7 @@ class Request:
     prompt: list[int]
     processor: LogitProcessor | None = None  # owned by this request's stream
     seed: int = 0
-    max_tokens: int = 256
+    max_tokens: int = field(kw_only=True)
 
 
 @dataclass
@@ -100,7 +102,7 @@ class Stream:
         self.sampler = Sampler(params, request.processor, seed=request.seed)
         if request.processor is not None:
             request.processor.reset()
-        self.drafter = _drafter(spec, request.processor) if spec and spec.enabled else None
+        self.drafter = _drafter(spec, request.processor) if spec else None
         self.gate = CostGate(spec.min_tokens_per_forward) if self.drafter else None
         self.max_draft = spec.max_draft if spec else 0
         self.draft = Draft()
@@ -195,7 +197,7 @@ class BatchDecoder:
         self,
         runner: ModelRunner,
         stop_tokens: Iterable[int],
-        params: SamplingParams = SamplingParams(),
+        params: SamplingParams,
         spec: SpecConfig | None = None,
         streams: int = 1,
         on_step: Callable[[], Any] | None = None,

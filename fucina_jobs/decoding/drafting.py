@@ -130,7 +130,7 @@ class CostGate:
     than one token on average to be worth it.
     """
 
-    def __init__(self, min_tokens_per_forward: float = 1.2, window: int = 8, probe_every: int = 16):
+    def __init__(self, min_tokens_per_forward: float, window: int = 8, probe_every: int = 16):
         self.min_tokens_per_forward = min_tokens_per_forward
         self.recent: deque[int] = deque(maxlen=window)
         self.probe_every = probe_every

@@ -25,12 +25,15 @@ class AllTokensMasked(RuntimeError):
 
 @dataclass(frozen=True)
 class SamplingParams:
-    temperature: float = 0.0
-    top_k: int = 0
-    top_p: float = 1.0
-    min_p: float = 0.0
-    repeat_penalty: float = 1.0
-    repeat_window: int = 64
+    """How ``Sampler`` picks a token. The settings a job names have their defaults in the job's config
+    (``pipeline/config.py``, ``decoding.*``); an engine builds this from it, key by key."""
+
+    temperature: float
+    top_k: int
+    top_p: float
+    min_p: float
+    repeat_penalty: float
+    repeat_window: int = 64  # the tokens a repeat penalty looks back over
 
 
 class Sampler:
@@ -38,7 +41,7 @@ class Sampler:
 
     def __init__(
         self,
-        params: SamplingParams = SamplingParams(),
+        params: SamplingParams,
         processor: LogitProcessor | None = None,
         seed: int = 0,
     ):

@@ -13,21 +13,21 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from ..decoding.batch import SpecConfig, StreamStats
+from ..decoding.batch import StreamStats
 from ..decoding.constraint import Constraint, GrammarError, read_schema, read_source, tokenizer_bridge
 from ..decoding.drafting import DRAFT_SOURCES, NGRAM
 from ..decoding.relaxation import cause as compile_error_cause
 from ..decoding.relaxation import compile_json_schema
-from ..decoding.sampler import SamplingParams
 from ..models.loading import DEFAULT_MODEL, ModelNotFound, load_model, load_tokenizer, resolve_device, resolve_source
 from .base import BatchSession, Completion, Engine, EngineUnavailable, Prompt, Session, drain
-from .fucina import FucinaEngine, GrammarCheck, compile_constraint, completion_text, constraint_kind, context_overflow, encode_chat, stop_tokens
+from .fucina import (FucinaEngine, GrammarCheck, compile_constraint, completion_text, constraint_kind, context_overflow, encode_chat, sampling_params,
+                     speculation, stop_tokens)
 
 __all__ = [
     "DEFAULT_MODEL", "DRAFT_SOURCES", "ENGINES", "NGRAM", "BatchSession", "Completion", "Constraint", "Engine", "EngineUnavailable", "FucinaEngine", "GrammarCheck",
-    "GrammarError", "ModelNotFound", "Prompt", "SamplingParams", "Session", "SpecConfig", "StreamStats", "build", "compile_constraint",
+    "GrammarError", "ModelNotFound", "Prompt", "Session", "StreamStats", "build", "compile_constraint",
     "compile_error_cause", "compile_json_schema", "completion_text", "constraint_kind", "context_overflow", "drain", "encode_chat",
-    "load_model", "load_tokenizer", "read_schema", "read_source", "require", "resolve_device", "resolve_source", "stop_tokens", "tokenizer_bridge",
+    "load_model", "load_tokenizer", "read_schema", "read_source", "require", "resolve_device", "resolve_source", "sampling_params", "speculation", "stop_tokens", "tokenizer_bridge",
 ]
 
 #: Every engine a job can name, as ``module:class`` in this package; ``pipeline/config.py`` holds each one's settings.

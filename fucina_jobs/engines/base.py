@@ -24,7 +24,7 @@ class Prompt:
     system: str | None = None
     constraint: Any = None  # from the engine's constraint(): fucina clones it per stream
     seed: int = 0
-    max_tokens: int = 256
+    max_tokens: int | None = None  # None: the engine's decoding.max_tokens
 
 
 @dataclass

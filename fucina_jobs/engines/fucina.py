@@ -15,16 +15,30 @@ from ..decoding.batch import BatchDecoder, Request, SpecConfig, StreamStats
 from ..decoding.constraint import Constraint
 from ..decoding.sampler import SamplingParams
 from ..models.hf_runner import HFRunner
-from ..models.loading import DEFAULT_MODEL, LoadedModel, load_model
+from ..models.loading import LoadedModel, load_model
+from ..pipeline.config import DecodingConfig, FucinaEngineConfig, ModelConfig, RuntimeConfig, SpeculativeConfig, one_constraint
 from .base import Completion, Prompt, drain
 
 
 def constraint_kind(json_schema: Any = None, lark: Any = None, regex: Any = None) -> tuple[str, Any]:
     """The one constraint given, as (kind, source)."""
-    given = [(k, v) for k, v in (("json_schema", json_schema), ("lark", lark), ("regex", regex)) if v is not None]
-    if len(given) != 1:
-        raise ValueError("give exactly one of json_schema, lark or regex")
-    return given[0]
+    given = {"json_schema": json_schema, "lark": lark, "regex": regex}
+    kind = one_constraint(**given)
+    if kind is None:
+        raise ValueError("give one of json_schema, lark or regex")
+    return kind, given[kind]
+
+
+def sampling_params(d: DecodingConfig) -> SamplingParams:
+    """The decoder's sampling from a job's ``decoding`` section, key by key."""
+    return SamplingParams(temperature=d.temperature, top_k=d.top_k, top_p=d.top_p, min_p=d.min_p, repeat_penalty=d.repeat_penalty)
+
+
+def speculation(s: SpeculativeConfig) -> SpecConfig | None:
+    """The decoder's speculation from a job's ``decoding.speculative``; None (plain decoding) where it is off."""
+    if not s.enabled:
+        return None
+    return SpecConfig(max_draft=s.max_draft, grammar_drafting=s.grammar_drafting, max_ngram=s.max_ngram, min_ngram=s.min_ngram)
 
 
 _SYSTEM, _USER = "\x00fucina-system\x00", "\x00fucina-user\x00"
@@ -100,35 +114,33 @@ class GrammarCheck:
 
 
 class FucinaEngine:
-    """Our constrained speculative decoder over a transformers model."""
+    """Our constrained speculative decoder over a transformers model, set up by a job's config sections (their defaults
+    where none is given): ``decoding`` (sampling, speculation, max_tokens), ``runtime`` (streams) and ``engine``."""
 
     def __init__(
         self,
         loaded: LoadedModel,
-        params: SamplingParams = SamplingParams(),
-        spec: SpecConfig | None = SpecConfig(),
-        streams: int = 1,
-        compile: bool = False,
+        decoding: DecodingConfig = DecodingConfig(),
+        runtime: RuntimeConfig = RuntimeConfig(),
+        options: FucinaEngineConfig = FucinaEngineConfig(),
     ):
         self.loaded = loaded
         self.tokenizer = loaded.tokenizer
-        self.runner = HFRunner(loaded.model, loaded.device, compile=compile)
+        self.runner = HFRunner(loaded.model, loaded.device, compile=options.compile)
         self.stops = stop_tokens(self.tokenizer)
-        self.params, self.spec, self.streams = params, spec, streams
+        self.decoding, self.streams = decoding, runtime.streams
+        self.params, self.spec = sampling_params(decoding), speculation(decoding.speculative)
         self.context = getattr(loaded.model.config, "max_position_embeddings", None)
 
     @classmethod
-    def load(cls, source: str = DEFAULT_MODEL, device: str = "auto", dtype: str = "float32", **kw: Any) -> "FucinaEngine":
-        return cls(load_model(source, device, dtype), **kw)
+    def load(cls, model: ModelConfig = ModelConfig(), **sections: Any) -> "FucinaEngine":
+        """Load ``model`` (the embedded default model unless told otherwise); ``sections`` as ``__init__`` takes them."""
+        return cls(load_model(model.source, model.device, model.dtype), **sections)
 
     @classmethod
     def from_job(cls, cfg: Any, model_path: str) -> "FucinaEngine":
         """The engine a job's config (a ``JobConfig``) asks for, over the model at ``model_path``."""
-        d, s = cfg.decoding, cfg.decoding.speculative
-        params = SamplingParams(d.temperature, d.top_k, d.top_p, d.min_p, d.repeat_penalty)
-        spec = SpecConfig(max_draft=s.max_draft, grammar_drafting=s.grammar_drafting, max_ngram=s.max_ngram, min_ngram=s.min_ngram) if s.enabled else None
-        loaded = load_model(model_path, cfg.model.device, cfg.model.dtype)
-        return cls(loaded, params=params, spec=spec, streams=cfg.runtime.streams, compile=cfg.engine.compile)
+        return cls(load_model(model_path, cfg.model.device, cfg.model.dtype), cfg.decoding, cfg.runtime, cfg.engine)
 
     def constraint(self, *, json_schema: Any = None, lark: Any = None, regex: Any = None, whitespace_flexible: bool = False) -> Constraint:
         """Compile one constraint for this model's vocab and stop token (compact JSON by default)."""
@@ -142,8 +154,8 @@ class FucinaEngine:
         """Completions in the order they finish; a prompt that cannot fit the context comes back at once as an error."""
         return drain(self.session(on_step), prompts)
 
-    def complete(self, text: str, constraint: Constraint | None = None, system: str | None = None, max_tokens: int = 256) -> Completion:
-        """One prompt, one completion: the simplest way in."""
+    def complete(self, text: str, constraint: Constraint | None = None, system: str | None = None, max_tokens: int | None = None) -> Completion:
+        """One prompt, one completion: the simplest way in (``max_tokens`` None: ``decoding.max_tokens``)."""
         return next(self.generate([Prompt("0", text, system, constraint, max_tokens=max_tokens)]))
 
 
@@ -157,11 +169,12 @@ class FucinaSession:
 
     def add(self, p: Prompt) -> None:
         ids = encode_chat(self.engine.tokenizer, p.text, p.system)
-        problem = context_overflow(len(ids), p.max_tokens, self.engine.context)
+        max_tokens = self.engine.decoding.max_tokens if p.max_tokens is None else p.max_tokens
+        problem = context_overflow(len(ids), max_tokens, self.engine.context)
         if problem:
             self.refused.append(Completion(p.id, "", [], "error", StreamStats(prompt_tokens=len(ids)), error=problem))
             return
-        self.decoder.add(Request(p.id, ids, p.constraint.clone() if p.constraint else None, p.seed, p.max_tokens))
+        self.decoder.add(Request(p.id, ids, p.constraint.clone() if p.constraint else None, p.seed, max_tokens=max_tokens))
 
     @property
     def busy(self) -> bool:

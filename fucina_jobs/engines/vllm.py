@@ -16,12 +16,11 @@ import importlib.util
 import math
 import os
 import sys
-from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator
 
-from . import (DEFAULT_MODEL, NGRAM, BatchSession, Completion, EngineUnavailable, Prompt, SamplingParams, SpecConfig, StreamStats,
-               compile_constraint, completion_text, constraint_kind, context_overflow, encode_chat, load_tokenizer, read_schema, read_source,
-               resolve_source, stop_tokens)
+from ..pipeline.config import DecodingConfig, ModelConfig, RuntimeConfig, SpeculativeConfig, VLLMEngineConfig
+from . import (DEFAULT_MODEL, NGRAM, BatchSession, Completion, EngineUnavailable, Prompt, StreamStats, compile_constraint, completion_text,
+               constraint_kind, context_overflow, encode_chat, load_tokenizer, read_schema, read_source, resolve_source, stop_tokens)
 
 INSTALL_HINT = (
     "engine=vllm needs vLLM, which is not installed for {python}.\n"
@@ -33,27 +32,19 @@ INSTALL_HINT = (
 _FINISH = {"stop": "stop", "length": "length"}
 
 
-@dataclass(frozen=True)
-class VLLMOptions:
-    max_model_len: int = 4096
-    kv_cache_gib: float = 2.0  # CPU only: vLLM otherwise takes most of the host's memory per replica
-    gpu_memory_utilization: float = 0.85
-    enforce_eager: bool = True  # compiling takes minutes at every start; eager starts in seconds
-
-
 class VLLMEngine:
-    """The job's prompts and constraints through vLLM's offline engine."""
+    """The job's prompts and constraints through vLLM's offline engine, set up by a job's config sections (their
+    defaults where none is given): ``model`` (dtype), ``decoding`` (sampling, n-gram speculation, max_tokens, seed),
+    ``runtime`` (streams), ``engine`` (vLLM's own options) and ``constraint.whitespace_flexible``."""
 
     def __init__(
         self,
         source: str = DEFAULT_MODEL,
-        params: SamplingParams = SamplingParams(),
-        spec: SpecConfig | None = SpecConfig(),
-        streams: int = 1,
-        dtype: str = "float32",
+        model: ModelConfig = ModelConfig(),
+        decoding: DecodingConfig = DecodingConfig(),
+        runtime: RuntimeConfig = RuntimeConfig(),
+        options: VLLMEngineConfig = VLLMEngineConfig(name="vllm"),
         whitespace_flexible: bool = False,
-        options: VLLMOptions = VLLMOptions(),
-        seed: int = 0,
     ):
         self.require()
         # The engine core runs in this process: it starts in seconds and ends with the replica.
@@ -64,14 +55,14 @@ class VLLMEngine:
         model_dir = resolve_source(source)
         self.tokenizer = load_tokenizer(model_dir)
         self.stops = stop_tokens(self.tokenizer)
-        self.params, self.whitespace_flexible = params, whitespace_flexible
+        self.decoding, self.whitespace_flexible = decoding, whitespace_flexible
         self.context = options.max_model_len
-        speculative = _ngram_config(spec)
+        speculative = _ngram_config(decoding.speculative)
         self.llm = LLM(
             model=model_dir,
-            dtype=dtype,
-            seed=seed,
-            max_num_seqs=streams,
+            dtype=model.dtype,
+            seed=decoding.seed,
+            max_num_seqs=runtime.streams,
             max_model_len=options.max_model_len,
             enforce_eager=options.enforce_eager,
             gpu_memory_utilization=options.gpu_memory_utilization,
@@ -89,11 +80,7 @@ class VLLMEngine:
     @classmethod
     def from_job(cls, cfg: Any, model_path: str) -> "VLLMEngine":
         """The engine a job's config (a ``JobConfig``) asks for, over the model at ``model_path``."""
-        d, s, e = cfg.decoding, cfg.decoding.speculative, cfg.engine
-        params = SamplingParams(d.temperature, d.top_k, d.top_p, d.min_p, d.repeat_penalty)
-        spec = SpecConfig(max_draft=s.max_draft, grammar_drafting=s.grammar_drafting, max_ngram=s.max_ngram, min_ngram=s.min_ngram) if s.enabled else None
-        options = VLLMOptions(e.max_model_len, e.kv_cache_gib, e.gpu_memory_utilization, e.enforce_eager)
-        return cls(model_path, params, spec, cfg.runtime.streams, cfg.model.dtype, cfg.constraint.whitespace_flexible, options, d.seed)
+        return cls(model_path, cfg.model, cfg.decoding, cfg.runtime, cfg.engine, cfg.constraint.whitespace_flexible)
 
     def constraint(self, *, json_schema: Any = None, lark: Any = None, regex: Any = None, whitespace_flexible: bool | None = None) -> Any:
         """vLLM's ``StructuredOutputsParams``, checked here by llguidance so a bad grammar fails like ours does."""
@@ -121,7 +108,7 @@ class VLLMEngine:
         fits = []
         for p in prompts:
             ids = encode_chat(self.tokenizer, p.text, p.system)
-            problem = context_overflow(len(ids), p.max_tokens, self.context)
+            problem = context_overflow(len(ids), self._max_tokens(p), self.context)
             if problem:  # vLLM would refuse the whole call, and with it every other row of the shard
                 yield Completion(p.id, "", [], "error", StreamStats(prompt_tokens=len(ids)), error=problem)
             else:
@@ -135,21 +122,24 @@ class VLLMEngine:
     def _sampling(self, prompt: Prompt) -> Any:
         from vllm import SamplingParams as VLLMSampling
 
-        p = self.params
+        d = self.decoding
         return VLLMSampling(
-            temperature=p.temperature,
-            top_k=p.top_k,
-            top_p=p.top_p,
-            min_p=p.min_p,
-            repetition_penalty=p.repeat_penalty,
+            temperature=d.temperature,
+            top_k=d.top_k,
+            top_p=d.top_p,
+            min_p=d.min_p,
+            repetition_penalty=d.repeat_penalty,
             seed=prompt.seed,
-            max_tokens=prompt.max_tokens,
+            max_tokens=self._max_tokens(prompt),
             stop_token_ids=sorted(self.stops),
             structured_outputs=prompt.constraint,
             # The sampled token's logprob only. vLLM takes it from the logits after the
             # grammar's mask, before penalties and temperature: our Sampler's distribution.
             logprobs=0,
         )
+
+    def _max_tokens(self, prompt: Prompt) -> int:
+        return self.decoding.max_tokens if prompt.max_tokens is None else prompt.max_tokens
 
     def _completion(self, row_id: str, output: Any) -> Completion:
         out = output.outputs[0]
@@ -169,7 +159,8 @@ class VLLMEngine:
         return Completion(row_id, text, tokens, finish, stats, error, probs, spans)
 
 
-def _ngram_config(spec: SpecConfig | None) -> dict[str, Any] | None:
-    if spec is None or not spec.enabled:
+def _ngram_config(s: SpeculativeConfig) -> dict[str, Any] | None:
+    """vLLM's n-gram speculation from a job's ``decoding.speculative`` (grammar drafting has no vLLM counterpart)."""
+    if not s.enabled:
         return None
-    return {"method": "ngram", "num_speculative_tokens": spec.max_draft, "prompt_lookup_max": spec.max_ngram, "prompt_lookup_min": spec.min_ngram}
+    return {"method": "ngram", "num_speculative_tokens": s.max_draft, "prompt_lookup_max": s.max_ngram, "prompt_lookup_min": s.min_ngram}

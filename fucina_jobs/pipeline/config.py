@@ -1,7 +1,8 @@
 """The job configuration surface, validated before any model loads.
 
 These pydantic models are the one place every setting and its default is
-spelled. Hydra composes ``conf/NAME.yaml`` over them (``register_defaults``
+spelled: the engines build their own options from them, key by key, and this
+module imports nothing of the project. Hydra composes ``conf/NAME.yaml`` over them (``register_defaults``
 hands Hydra the defaults as the ``settings`` config and the ``engine`` group) with
 the command-line overrides; the models then check every key (unknown keys are
 errors) and every range, and turn a failure into one message per bad key that
@@ -15,8 +16,6 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
-
-from ..engines import SpecConfig
 
 
 class ConfigError(ValueError):
@@ -54,6 +53,9 @@ class CannedEngineConfig(_Section):
 EngineConfig = Annotated[FucinaEngineConfig | VLLMEngineConfig | CannedEngineConfig, Field(discriminator="name")]
 
 
+CONSTRAINT_KINDS = ("json_schema", "lark", "regex")
+
+
 class ConstraintConfig(_Section):
     json_schema: str | None = None
     lark: str | None = None
@@ -65,14 +67,24 @@ class ConstraintConfig(_Section):
 
     @model_validator(mode="after")
     def _at_most_one(self) -> "ConstraintConfig":
-        given = [k for k in ("json_schema", "lark", "regex") if getattr(self, k)]
-        if len(given) > 1:
-            raise ValueError(f"give one of constraint.json_schema, constraint.lark or constraint.regex, not {' and '.join(given)}")
+        one_constraint(**self._given())
         return self
 
     @property
     def kind(self) -> str | None:
-        return next((k for k in ("json_schema", "lark", "regex") if getattr(self, k)), None)
+        """Which of json_schema, lark or regex is set; None where rows carry their own schema (``dataset.schema_field``)."""
+        return one_constraint(**self._given())
+
+    def _given(self) -> dict[str, str | None]:
+        return {k: getattr(self, k) or None for k in CONSTRAINT_KINDS}
+
+
+def one_constraint(**given: Any) -> str | None:
+    """The one kind of constraint ``given`` names (None for none): a job's and the engines' Python API's one rule."""
+    kinds = [k for k in CONSTRAINT_KINDS if given.get(k) is not None]
+    if len(kinds) > 1:
+        raise ValueError(f"give one of json_schema, lark or regex, not {' and '.join(kinds)}")
+    return kinds[0] if kinds else None
 
 
 class DatasetConfig(_Section):
@@ -98,13 +110,13 @@ class PromptConfig(_Section):
 
 
 class SpeculativeConfig(_Section):
-    """Speculation settings; their defaults are the decoder's own (``SpecConfig``), so a job and the Python API agree."""
+    """Speculation settings, for a job and the Python API alike: each engine builds its own from them."""
 
-    enabled: bool = True
-    max_draft: int = Field(SpecConfig.max_draft, ge=1, le=64, description="draft tokens per stream and step (vLLM: speculative tokens)")
-    grammar_drafting: bool = Field(SpecConfig.grammar_drafting, description="draft the grammar's forced tokens (no vLLM counterpart)")
-    max_ngram: int = Field(SpecConfig.max_ngram, ge=1, le=16, description="longest prompt-lookup n-gram")
-    min_ngram: int = Field(SpecConfig.min_ngram, ge=1, le=16, description="shortest prompt-lookup n-gram")
+    enabled: bool = Field(True, description="false decodes plainly: the same tokens, one forward each")
+    max_draft: int = Field(8, ge=1, le=64, description="draft tokens per stream and step (vLLM: speculative tokens)")
+    grammar_drafting: bool = Field(True, description="draft the grammar's forced tokens (no vLLM counterpart)")
+    max_ngram: int = Field(4, ge=1, le=16, description="longest prompt-lookup n-gram")
+    min_ngram: int = Field(2, ge=1, le=16, description="shortest prompt-lookup n-gram")
 
     @model_validator(mode="after")
     def _ngram_window(self) -> "SpeculativeConfig":

@@ -8,9 +8,9 @@ import pytest
 import torch
 from pydantic import BaseModel
 
-from tests.helpers import STOP, VOCAB, Recorder, allowed_mask, decode
+from tests.helpers import SPEC, STOP, VOCAB, allowed_mask, decode, Recorder
 from tests.helpers import instance_accepted as _accepted
-from fucina_jobs.decoding.batch import Request, SpecConfig
+from fucina_jobs.decoding.batch import Request
 from fucina_jobs.decoding.constraint import Constraint, GrammarError
 
 CONTROL = range(0, 17)  # SmolLM2's special tokens
@@ -289,7 +289,7 @@ class FailAt(Recorder):
         self.inner.commit(self.bad if len(self.commits) == self.n else token)
 
 
-@pytest.mark.parametrize("spec", [None, SpecConfig()])
+@pytest.mark.parametrize("spec", [None, SPEC])
 def test_matcher_failure_mid_decode_ends_the_stream(person, tokenizer, tiny_runner, spec):
     processor = FailAt(person.clone(), 3, bad=encode(tokenizer, "hello")[0])
     gen = decode(tiny_runner, [Request("f", encode(tokenizer, "a b c"), processor, max_tokens=40)], spec=spec)["f"]

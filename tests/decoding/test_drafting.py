@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 import pytest
 
-from tests.helpers import STOP, decode, repetitive_prompt
+from tests.helpers import GREEDY, SPEC, STOP, decode, repetitive_prompt
 from fucina_jobs.decoding import batch
-from fucina_jobs.decoding.batch import Request, SpecConfig
+from fucina_jobs.decoding.batch import Request
 from fucina_jobs.decoding.constrained_source import ConstrainedSource
 from fucina_jobs.decoding.drafting import Cascade, CostGate, Draft, PromptLookup
 from fucina_jobs.decoding.processor import LogitProcessor, TokenBias
-from fucina_jobs.decoding.sampler import SamplingParams
 
 
 # -- PromptLookup -----------------------------------------------------------------
@@ -188,7 +188,7 @@ def test_a_useless_drafter_is_muted_and_changes_nothing(tokenizer, tiny_runner, 
     request = lambda: Request("w", prompt, TokenBias.banned([banned]), max_tokens=40)  # noqa: E731
     plain = decode(tiny_runner, [request()])["w"]
     monkeypatch.setattr(batch, "_drafter", lambda spec, processor: WrongDrafts(banned))
-    spec = decode(tiny_runner, [request()], spec=SpecConfig(max_draft=2))["w"]
+    spec = decode(tiny_runner, [request()], spec=replace(SPEC, max_draft=2))["w"]
     assert spec.tokens == plain.tokens
     assert spec.stats.drafted["wrong"] > 0 and spec.stats.accepted["wrong"] == 0
     assert spec.stats.muted_steps > 0
@@ -210,7 +210,7 @@ class Scripted(FakeSource):
 def test_stream_cuts_drafts_at_the_stop_token(monkeypatch, certain):
     source = Scripted([5, 6, STOP, 7], certain)
     monkeypatch.setattr(batch, "_drafter", lambda spec, processor: source)
-    stream = batch.Stream(Request("x", [1, 2, 3], None, max_tokens=20), SamplingParams(), SpecConfig())
+    stream = batch.Stream(Request("x", [1, 2, 3], None, max_tokens=20), GREEDY, SPEC)
     assert stream.plan(frozenset({STOP})) == [3, 5, 6]
     assert stream.draft.tokens == [5, 6] and stream.draft.certain == min(certain, 2)
     assert source.truncations == [2]
@@ -219,7 +219,7 @@ def test_stream_cuts_drafts_at_the_stop_token(monkeypatch, certain):
 def test_stream_draft_room_respects_the_budget(monkeypatch):
     source = FakeSource(range(10, 30))
     monkeypatch.setattr(batch, "_drafter", lambda spec, processor: source)
-    stream = batch.Stream(Request("x", [1, 2, 3], None, max_tokens=4), SamplingParams(), SpecConfig(max_draft=8))
+    stream = batch.Stream(Request("x", [1, 2, 3], None, max_tokens=4), GREEDY, replace(SPEC, max_draft=8))
     assert stream.plan(frozenset({STOP})) == [3, 10, 11, 12]  # 3 drafts + the bonus = the 4-token budget
     assert source.proposals[-1][1] == 3
 

@@ -7,17 +7,16 @@ sequence, greedy and sampled, with and without a constraint.
 
 from __future__ import annotations
 
+from dataclasses import replace
 import pytest
 import torch
 
-from tests.helpers import STOP, Recorder, RecordingRunner, StopAfter, decode, repetitive_prompt
-from fucina_jobs.decoding.batch import Request, SharedBatchProcessor, SpecConfig
+from tests.helpers import GREEDY, SPEC, STOP, decode, repetitive_prompt, Recorder, RecordingRunner, StopAfter
+from fucina_jobs.decoding.batch import Request, SharedBatchProcessor
 from fucina_jobs.decoding.constraint import Constraint
 from fucina_jobs.decoding.processor import TokenBias
-from fucina_jobs.decoding.sampler import SamplingParams
 
-GREEDY = SamplingParams()
-SAMPLED = SamplingParams(temperature=0.8)
+SAMPLED = replace(GREEDY, temperature=0.8)
 PARAMS = {"greedy": GREEDY, "sampled": SAMPLED}
 
 RECORD = {
@@ -127,7 +126,7 @@ def test_constrained_plain_equals_speculative(tokenizer, tiny_runner, record, ki
     plain_requests = make_requests(tokenizer, kind, record)
     spec_requests = make_requests(tokenizer, kind, record)
     plain = decode(tiny_runner, plain_requests, params=PARAMS[mode])
-    spec = decode(tiny_runner, spec_requests, params=PARAMS[mode], spec=SpecConfig())
+    spec = decode(tiny_runner, spec_requests, params=PARAMS[mode], spec=SPEC)
     assert_same(plain, spec)
     assert commit_logs(plain_requests) == commit_logs(spec_requests)
     assert_commits_match_tokens(spec, commit_logs(spec_requests))
@@ -143,34 +142,34 @@ def test_constrained_plain_equals_speculative(tokenizer, tiny_runner, record, ki
 def test_token_probabilities_are_the_constrained_distribution(tokenizer, tiny_runner, record, mode):
     """Plain and speculative record the same probabilities (``assert_same``); they lie in (0, 1],
     forced tokens get exactly 1, and sampling knobs do not change them."""
-    spec = decode(tiny_runner, make_requests(tokenizer, "grammar", record), params=PARAMS[mode], spec=SpecConfig())
+    spec = decode(tiny_runner, make_requests(tokenizer, "grammar", record), params=PARAMS[mode], spec=SPEC)
     probs = [p for g in spec.values() for p in g.token_probs]
     assert all(0.0 < p <= 1.0 for p in probs) and len(probs) == sum(len(g.tokens) for g in spec.values())
     forced = sum(g.stats.accepted.get("forced", 0) for g in spec.values())
     assert forced > 0 and sum(p == 1.0 for p in probs) >= forced
     assert min(probs) < 0.99  # and the free choices are scored, not all 1
     if mode == "greedy":  # the same picks at a sharper temperature: the same probabilities (temperature 1)
-        colder = decode(tiny_runner, make_requests(tokenizer, "grammar", record), params=SamplingParams(top_k=1, temperature=0.3), spec=SpecConfig())
+        colder = decode(tiny_runner, make_requests(tokenizer, "grammar", record), params=replace(GREEDY, top_k=1, temperature=0.3), spec=SPEC)
         assert_same(spec, colder)
 
 
 @pytest.mark.parametrize("mode", ["greedy", "sampled"])
 def test_unconstrained_plain_equals_speculative(tokenizer, tiny_runner, mode):
     plain = decode(tiny_runner, make_requests(tokenizer, "none"), params=PARAMS[mode])
-    spec = decode(tiny_runner, make_requests(tokenizer, "none"), params=PARAMS[mode], spec=SpecConfig())
+    spec = decode(tiny_runner, make_requests(tokenizer, "none"), params=PARAMS[mode], spec=SPEC)
     assert_same(plain, spec)
     assert accepted(spec) > 0
 
 
 @pytest.mark.parametrize("mode", ["greedy", "sampled"])
 def test_forced_spans_are_drafted_and_accepted(tokenizer, tiny_runner, record, mode):
-    spec = decode(tiny_runner, make_requests(tokenizer, "grammar", record), params=PARAMS[mode], spec=SpecConfig())
+    spec = decode(tiny_runner, make_requests(tokenizer, "grammar", record), params=PARAMS[mode], spec=SPEC)
     drafted = sum(g.stats.drafted.get("forced", 0) for g in spec.values())
     forced_accepted = sum(g.stats.accepted.get("forced", 0) for g in spec.values())
     assert drafted > 0
     assert forced_accepted == drafted  # the mask leaves the forced token as the only choice
     without = decode(
-        tiny_runner, make_requests(tokenizer, "grammar", record), params=PARAMS[mode], spec=SpecConfig(grammar_drafting=False)
+        tiny_runner, make_requests(tokenizer, "grammar", record), params=PARAMS[mode], spec=replace(SPEC, grammar_drafting=False)
     )
     assert_same(spec, without)
     assert sum(g.stats.forwards for g in spec.values()) < sum(g.stats.forwards for g in without.values())
@@ -179,7 +178,7 @@ def test_forced_spans_are_drafted_and_accepted(tokenizer, tiny_runner, record, m
 def test_stop_as_bonus_after_a_completed_grammar(tokenizer, tiny_runner):
     text = "The answer is 42"
     logs, gens = [], []
-    for spec in (None, SpecConfig()):
+    for spec in (None, SPEC):
         processor = Recorder(Constraint.regex(text, tokenizer, stop_token=STOP))
         gens.append(decode(tiny_runner, [Request("a", encode(tokenizer, "question"), processor, max_tokens=30)], spec=spec)["a"])
         logs.append(processor.commits)
@@ -199,7 +198,7 @@ def test_stop_as_correction_ends_identically(tokenizer, tiny_runner, mode):
     in_verify_rows = 0
     for n in (5, 8, 11, 14):
         outs, logs = [], []
-        for spec in (None, SpecConfig()):
+        for spec in (None, SPEC):
             runner = RecordingRunner(tiny_runner)
             processor = Recorder(StopAfter(n))
             outs.append(decode(runner, [Request("s", repetitive_prompt(tokenizer, n), processor, seed=n, max_tokens=40)], spec=spec, params=PARAMS[mode])["s"])
@@ -215,7 +214,7 @@ def test_stop_as_correction_ends_identically(tokenizer, tiny_runner, mode):
 # -- batch == sequential ------------------------------------------------------------
 
 
-@pytest.mark.parametrize("spec", [None, SpecConfig()], ids=["plain", "spec"])
+@pytest.mark.parametrize("spec", [None, SPEC], ids=["plain", "spec"])
 @pytest.mark.parametrize("mode", ["greedy", "sampled"])
 @pytest.mark.parametrize("kind", ["none", "grammar"])
 def test_batch_equals_sequential(tokenizer, tiny_runner, record, kind, mode, spec):
@@ -237,9 +236,9 @@ def test_other_attention_paths_equal_sequential(tokenizer, tiny_model, tiny_runn
 
     seq_requests = make_requests(tokenizer, "grammar", record)
     batch_requests = make_requests(tokenizer, "grammar", record)
-    sequential = decode(tiny_runner, seq_requests, params=PARAMS[mode], spec=SpecConfig(), streams=1)
+    sequential = decode(tiny_runner, seq_requests, params=PARAMS[mode], spec=SPEC, streams=1)
     other = HFRunner(tiny_model, batched_attention=batched_attention)
-    batched = decode(other, batch_requests, params=PARAMS[mode], spec=SpecConfig(), streams=4)
+    batched = decode(other, batch_requests, params=PARAMS[mode], spec=SPEC, streams=4)
     assert_same(sequential, batched)
     assert commit_logs(seq_requests) == commit_logs(batch_requests)
 
@@ -270,7 +269,7 @@ def test_one_processor_reused_sequentially(tokenizer, tiny_runner, record):
     assert_same(reused, fresh)
 
 
-@pytest.mark.parametrize("spec", [None, SpecConfig()], ids=["plain", "spec"])
+@pytest.mark.parametrize("spec", [None, SPEC], ids=["plain", "spec"])
 def test_refill_gives_each_request_its_own_output(tokenizer, tiny_runner, record, spec):
     def requests():
         out = []
@@ -294,7 +293,7 @@ def test_refill_gives_each_request_its_own_output(tokenizer, tiny_runner, record
 
 
 @pytest.mark.parametrize(
-    "spec, streams", [(None, 1), (SpecConfig(), 1), (None, 3), (SpecConfig(), 3)], ids=["plain", "spec", "batch", "batch-spec"]
+    "spec, streams", [(None, 1), (SPEC, 1), (None, 3), (SPEC, 3)], ids=["plain", "spec", "batch", "batch-spec"]
 )
 def test_max_tokens_budget(tokenizer, tiny_runner, spec, streams):
     budgets = [1, 2, 5, 9, 17]

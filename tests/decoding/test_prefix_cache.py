@@ -3,7 +3,7 @@
 from fucina_jobs.decoding.batch import BatchDecoder, Request
 from fucina_jobs.decoding.prefix_cache import cacheable, shared_prefix
 
-from tests.helpers import STOPS, RecordingRunner, decode
+from tests.helpers import GREEDY, STOPS, decode, RecordingRunner
 
 
 def _prompts(tokenizer):
@@ -14,7 +14,7 @@ def _prompts(tokenizer):
 def test_shared_prefix_is_prefilled_once(tiny_runner, tokenizer):
     shared, prompts = _prompts(tokenizer)
     runner = RecordingRunner(tiny_runner)
-    decoder = BatchDecoder(runner, STOPS, streams=1)
+    decoder = BatchDecoder(runner, STOPS, GREEDY, streams=1)
     list(decoder.run([Request(str(k), p, max_tokens=4) for k, p in enumerate(prompts)]))
     first, *rest = [[len(tokens) for tokens in feed] for feed in runner.prefills]
     assert first == [len(prompts[0]) - 1]
@@ -32,7 +32,7 @@ def test_reused_prefix_decodes_like_a_fresh_prefill(tiny_runner, tokenizer):
 
 def test_identical_prompt_needs_no_prefill(tiny_runner, tokenizer):
     _, prompts = _prompts(tokenizer)
-    decoder = BatchDecoder(tiny_runner, STOPS, streams=2)
+    decoder = BatchDecoder(tiny_runner, STOPS, GREEDY, streams=2)
     out = {g.id: g.tokens for g in decoder.run([Request("a", prompts[0], max_tokens=6), Request("b", prompts[0], max_tokens=6)])}
     assert out["a"] == out["b"] and decoder.prefixes.reused_tokens == len(prompts[0]) - 1
 
@@ -43,7 +43,7 @@ def test_newcomers_prefill_in_chunks_inside_running_forwards(tiny_runner, tokeni
     long = tokenizer.encode("You extract invoices. Reply with compact JSON and nothing else. " * 4)
     requests = lambda: [Request("short", short, seed=1, max_tokens=24), Request("long", long, seed=2, max_tokens=6)]  # noqa: E731
     runner = RecordingRunner(tiny_runner)
-    together = {g.id: g.tokens for g in BatchDecoder(runner, STOPS, streams=2, prefill_tokens=8).run(requests())}
+    together = {g.id: g.tokens for g in BatchDecoder(runner, STOPS, GREEDY, streams=2, prefill_tokens=8).run(requests())}
     assert all(sum(len(chunk) for chunk in feed) <= 8 for feed in runner.prefills)
     assert sum(len(chunk) for feed in runner.prefills for chunk in feed) == len(short) - 1 + len(long) - 1
     assert len(runner.prefills) > len(long) // 8
@@ -57,7 +57,7 @@ def test_newcomers_prefill_together_once_their_shared_prefix_is_cached(tiny_runn
     shared = tokenizer.encode("You extract invoices. Reply with compact JSON and nothing else. " * 6)
     prompts = [shared + tokenizer.encode(f" Invoice {k}: total {k}00 EUR.") for k in range(3)]
     runner = RecordingRunner(tiny_runner)
-    decoder = BatchDecoder(runner, STOPS, streams=3)
+    decoder = BatchDecoder(runner, STOPS, GREEDY, streams=3)
     out = {g.id: g.tokens for g in decoder.run([Request(str(k), p, seed=k, max_tokens=6) for k, p in enumerate(prompts)])}
     first, second, *rest = runner.prefills
     assert first == [prompts[0][:-1]]
@@ -71,5 +71,5 @@ def test_newcomers_prefill_together_once_their_shared_prefix_is_cached(tiny_runn
 def test_unrelated_newcomers_prefill_in_one_forward(tiny_runner, tokenizer):
     prompts = [tokenizer.encode(text) for text in ("Invoice 7: total 700 EUR.", "Receipt from the bakery, 3 items.", "Hello there, world.")]
     runner = RecordingRunner(tiny_runner)
-    list(BatchDecoder(runner, STOPS, streams=3).run([Request(str(k), p, max_tokens=4) for k, p in enumerate(prompts)]))
+    list(BatchDecoder(runner, STOPS, GREEDY, streams=3).run([Request(str(k), p, max_tokens=4) for k, p in enumerate(prompts)]))
     assert runner.prefills[0] == [p[:-1] for p in prompts] and len(runner.prefills) == 1

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 import pytest
 import torch
 
-from tests.helpers import Recorder
+from tests.helpers import GREEDY, Recorder
 from fucina_jobs.decoding.processor import LogitProcessor, TokenBias
-from fucina_jobs.decoding.sampler import AllTokensMasked, Sampler, SamplingParams
+from fucina_jobs.decoding.sampler import AllTokensMasked, Sampler
 
 V = 512
-SAMPLED = SamplingParams(temperature=1.0)
+SAMPLED = replace(GREEDY, temperature=1.0)
 
 
 def logits(seed: int = 0, scale: float = 3.0) -> torch.Tensor:
@@ -20,9 +21,9 @@ def logits(seed: int = 0, scale: float = 3.0) -> torch.Tensor:
 def test_mask_changes_the_greedy_pick():
     row = logits()
     top = int(torch.argmax(row))
-    assert Sampler().next(row.clone(), []) == top
+    assert Sampler(GREEDY).next(row.clone(), []) == top
     second = int(torch.topk(row, 2).indices[1])
-    assert Sampler(processor=TokenBias.banned([top])).next(row.clone(), []) == second
+    assert Sampler(GREEDY, processor=TokenBias.banned([top])).next(row.clone(), []) == second
 
 
 def test_mask_applies_on_the_sampled_path():
@@ -37,7 +38,7 @@ def test_mask_applies_on_the_sampled_path():
     assert set(unmasked.next(row.clone(), []) for _ in range(400)) & set(banned)
 
 
-@pytest.mark.parametrize("params", [SamplingParams(), SamplingParams(temperature=0.7, top_k=5, top_p=0.9, min_p=0.01, repeat_penalty=1.3)])
+@pytest.mark.parametrize("params", [GREEDY, replace(GREEDY, temperature=0.7, top_k=5, top_p=0.9, min_p=0.01, repeat_penalty=1.3)])
 def test_one_commit_per_selection(params):
     recorder = Recorder()
     sampler = Sampler(params, recorder, seed=1)
@@ -51,7 +52,7 @@ def test_one_commit_per_selection(params):
 
 def test_all_tokens_masked_raises():
     recorder = Recorder(TokenBias.banned(range(V)))
-    for params in (SamplingParams(), SAMPLED):
+    for params in (GREEDY, SAMPLED):
         with pytest.raises(AllTokensMasked):
             Sampler(params, recorder).next(logits(), [])
     assert recorder.commits == []  # nothing was selected, so nothing is committed
@@ -60,10 +61,10 @@ def test_all_tokens_masked_raises():
 def test_greedy_takes_the_first_of_tied_maxima_and_fails_loudly_on_nan():
     row = torch.zeros(V)
     row[[7, 300, 40]] = 2.0
-    assert Sampler().next(row.clone(), []) == 7
+    assert Sampler(GREEDY).next(row.clone(), []) == 7
     row[100] = float("nan")
     with pytest.raises(AllTokensMasked):
-        Sampler().next(row, [])
+        Sampler(GREEDY).next(row, [])
 
 
 def test_minus_inf_survives_repeat_penalty():
@@ -71,24 +72,24 @@ def test_minus_inf_survives_repeat_penalty():
     row[7] = 10.0  # banned but hugely favoured, and in the history (penalty divides/multiplies)
     row[9] = -3.0  # best of the rest, also in the history
     history = [7, 9, 7]
-    for params in (SamplingParams(repeat_penalty=0.001), SamplingParams(repeat_penalty=1000.0)):
+    for params in (replace(GREEDY, repeat_penalty=0.001), replace(GREEDY, repeat_penalty=1000.0)):
         assert Sampler(params).next(row.clone(), history) == 7  # unbanned, it still wins
         sampler = Sampler(params, TokenBias.banned([7]))
         assert sampler.next(row.clone(), history) != 7
     # A penalty below 1 multiplies negative logits towards zero: still never revives -inf.
-    sampler = Sampler(SamplingParams(temperature=1.0, repeat_penalty=0.01), TokenBias.banned([7]), seed=0)
+    sampler = Sampler(replace(GREEDY, temperature=1.0, repeat_penalty=0.01), TokenBias.banned([7]), seed=0)
     assert all(sampler.next(row.clone(), history) != 7 for _ in range(200))
 
 
 def test_repeat_penalty_applies():
     row = torch.zeros(V)
     row[3], row[4] = 2.0, 1.9
-    assert Sampler(SamplingParams(repeat_penalty=1.5)).next(row.clone(), [3]) == 4
-    assert Sampler(SamplingParams(repeat_penalty=1.5, repeat_window=1)).next(row.clone(), [3, 8]) == 3
+    assert Sampler(replace(GREEDY, repeat_penalty=1.5)).next(row.clone(), [3]) == 4
+    assert Sampler(replace(GREEDY, repeat_penalty=1.5, repeat_window=1)).next(row.clone(), [3, 8]) == 3
 
 
 def test_top_k_one_is_greedy():
-    sampler = Sampler(SamplingParams(temperature=1.5, top_k=1), seed=11)
+    sampler = Sampler(replace(GREEDY, temperature=1.5, top_k=1), seed=11)
     for step in range(50):
         row = logits(step, scale=0.5)
         assert sampler.next(row.clone(), []) == int(torch.argmax(row))
@@ -106,7 +107,7 @@ def test_seeded_generator_is_reproducible():
 def test_processor_sees_the_raw_row_before_temperature():
     recorder = Recorder(keep_rows=True)
     row = logits(2)
-    params = SamplingParams(temperature=0.3, top_k=3, top_p=0.5, min_p=0.2, repeat_penalty=2.0)
+    params = replace(GREEDY, temperature=0.3, top_k=3, top_p=0.5, min_p=0.2, repeat_penalty=2.0)
     Sampler(params, recorder).next(row.clone(), [int(torch.argmax(row))])
     assert len(recorder.rows) == 1
     assert torch.equal(recorder.rows[0], row)
@@ -117,7 +118,7 @@ def test_processor_mask_narrows_the_sampled_distribution():
     # must still sample (from the next three), not fail or pick a banned id.
     row = logits(4)
     order = torch.argsort(row, descending=True).tolist()
-    sampler = Sampler(SamplingParams(temperature=1.0, top_k=3), TokenBias.banned(order[:3]), seed=0)
+    sampler = Sampler(replace(GREEDY, temperature=1.0, top_k=3), TokenBias.banned(order[:3]), seed=0)
     picks = {sampler.next(row.clone(), []) for _ in range(200)}
     assert picks <= set(order[3:6]) and picks
 
@@ -129,11 +130,11 @@ def test_history_passed_to_processor():
         def process(self, logits, history):
             seen.append(list(history))
 
-    Sampler(processor=Spy()).next(logits(), [4, 5, 6])
+    Sampler(GREEDY, processor=Spy()).next(logits(), [4, 5, 6])
     assert seen == [[4, 5, 6]]
 
 
-@pytest.mark.parametrize("params", [SamplingParams(), SamplingParams(temperature=0.7, top_k=5, repeat_penalty=1.3)])
+@pytest.mark.parametrize("params", [GREEDY, replace(GREEDY, temperature=0.7, top_k=5, repeat_penalty=1.3)])
 def test_selected_token_probability_is_the_masked_softmax_at_temperature_1(params):
     banned = [int(i) for i in torch.topk(logits(), 3).indices]  # the model's favourites are masked out
     sampler = Sampler(params, TokenBias.banned(banned), seed=2)
@@ -175,7 +176,7 @@ class MaskToForced(LogitProcessor):
             logits[forced] = keep
 
 
-@pytest.mark.parametrize("params", [SamplingParams(), SamplingParams(temperature=0.8, top_k=20, top_p=0.95, repeat_penalty=1.2)])
+@pytest.mark.parametrize("params", [GREEDY, replace(GREEDY, temperature=0.8, top_k=20, top_p=0.95, repeat_penalty=1.2)])
 def test_a_named_token_samples_as_a_mask_that_keeps_it_alone(params):
     """Same tokens, same probabilities (1 for a forced token), and the random draws stay in step."""
     named, masked = Sampler(params, ForceEveryOther(), seed=5), Sampler(params, MaskToForced(ForceEveryOther()), seed=5)
@@ -194,4 +195,4 @@ def test_a_named_token_whose_logit_is_gone_fails_like_an_empty_mask(value):
     row[7] = value
     for processor in (ForceEveryOther(), MaskToForced(ForceEveryOther())):
         with pytest.raises(AllTokensMasked):
-            Sampler(processor=processor).next(row.clone(), [])
+            Sampler(GREEDY, processor=processor).next(row.clone(), [])

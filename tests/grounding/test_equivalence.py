@@ -1,13 +1,14 @@
 """Per-row grounded grammars keep plain and speculative decoding equal, token for token (float64 tiny model)."""
 
+from dataclasses import replace
+
 import pytest
 
-from fucina_jobs.decoding.batch import Request, SpecConfig
+from fucina_jobs.decoding.batch import Request
 from fucina_jobs.decoding.constraint import Constraint
-from fucina_jobs.decoding.sampler import SamplingParams
 from fucina_jobs.grounding.grammar import grounded_lark
 
-from tests.helpers import STOP, Recorder, decode
+from tests.helpers import GREEDY, SPEC, STOP, decode, Recorder
 from .test_grammar import PARTY
 
 DOCS = [
@@ -24,12 +25,12 @@ def requests(tokenizer, grammars):
     ]
 
 
-@pytest.mark.parametrize("params", [SamplingParams(), SamplingParams(temperature=0.8)], ids=["greedy", "sampled"])
+@pytest.mark.parametrize("params", [GREEDY, replace(GREEDY, temperature=0.8)], ids=["greedy", "sampled"])
 def test_grounded_plain_equals_speculative(tokenizer, tiny_runner, params):
     grammars = [Constraint.lark(grounded_lark(PARTY, doc), tokenizer, stop_token=STOP) for doc in DOCS]  # compiled once per row
     plain_requests, spec_requests = requests(tokenizer, grammars), requests(tokenizer, grammars)
     plain = decode(tiny_runner, plain_requests, params=params)
-    spec = decode(tiny_runner, spec_requests, params=params, spec=SpecConfig(), streams=3)
+    spec = decode(tiny_runner, spec_requests, params=params, spec=SPEC, streams=3)
     for p, s in zip(plain_requests, spec_requests):
         assert plain[p.id].tokens == spec[s.id].tokens, p.id
         assert plain[p.id].finish_reason == spec[s.id].finish_reason, p.id

@@ -7,11 +7,11 @@ import json
 import pytest
 from jsonschema import Draft202012Validator, FormatChecker
 
-from tests.helpers import REPO, STOP
+from tests.helpers import STOP
 from fucina_jobs.engines import FucinaEngine, Prompt
 from fucina_jobs.engines.fucina import encode_chat
 from fucina_jobs.grounding.grammar import grounded_lark
-from fucina_jobs.pipeline.config import SHIPPED
+from fucina_jobs.pipeline.config import SHIPPED, DecodingConfig, RuntimeConfig, SpeculativeConfig
 
 pytestmark = pytest.mark.slow
 
@@ -53,8 +53,9 @@ def invoice_constraint(real_engine, invoices):
 def completions(real_engine, invoice_constraint, system, user):
     """inv-001 and inv-002, plain and speculative, greedy (the engine's defaults)."""
     out = {}
-    for name, spec in (("plain", None), ("spec", real_engine.spec)):
-        engine = FucinaEngine(real_engine.loaded, real_engine.params, spec, streams=1)
+    for name in ("plain", "spec"):
+        decoding = DecodingConfig(speculative=SpeculativeConfig(enabled=name == "spec"))
+        engine = FucinaEngine(real_engine.loaded, decoding, RuntimeConfig(streams=1))
         prompts = [Prompt(rid, user(rid), system, invoice_constraint(rid), max_tokens=MAX_TOKENS) for rid in ("inv-001", "inv-002")]
         out[name] = {c.id: c for c in engine.generate(prompts)}
     return out

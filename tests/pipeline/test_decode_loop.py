@@ -6,17 +6,14 @@ import pytest
 
 from fucina_jobs.engines import FucinaEngine, Prompt
 from fucina_jobs.models.loading import LoadedModel
+from fucina_jobs.pipeline.config import DecodingConfig, RuntimeConfig
 from fucina_jobs.pipeline.decode_loop import DecodeLoop
-
-from fucina_jobs.decoding.sampler import SamplingParams
-
-SAMPLED = SamplingParams(temperature=0.8)
 
 
 @pytest.fixture(scope="module")
 def engine(tiny_model, tokenizer):
     loaded = LoadedModel(tiny_model, tokenizer, "tiny", tiny_model.device)
-    return FucinaEngine(loaded, params=SAMPLED, streams=2)
+    return FucinaEngine(loaded, DecodingConfig(temperature=0.8), RuntimeConfig(streams=2))
 
 
 def shard(name: str, lengths: list[int]) -> list[Prompt]:

@@ -6,13 +6,11 @@ from dataclasses import replace
 import jsonschema
 import pytest
 
-from fucina_jobs.decoding.batch import SpecConfig
 from fucina_jobs.decoding.constraint import GrammarError
 from fucina_jobs.engines import Prompt
 from fucina_jobs.grounding.grammar import grounded_lark
-from fucina_jobs.pipeline.config import SHIPPED
+from fucina_jobs.pipeline.config import SHIPPED, DecodingConfig, ModelConfig, RuntimeConfig, SpeculativeConfig
 
-from tests.helpers import REPO
 
 pytestmark = pytest.mark.slow
 INVOICE = json.loads((SHIPPED / "schemas/invoice.json").read_text())
@@ -22,7 +20,7 @@ INVOICE = json.loads((SHIPPED / "schemas/invoice.json").read_text())
 def engine():
     from fucina_jobs.engines.vllm import VLLMEngine
 
-    return VLLMEngine(streams=4, spec=SpecConfig(max_draft=4))
+    return VLLMEngine(decoding=DecodingConfig(speculative=SpeculativeConfig(max_draft=4)), runtime=RuntimeConfig(streams=4))
 
 
 def invoice_prompts(engine, n):
@@ -57,7 +55,7 @@ def test_token_probabilities_match_the_fucina_engine(engine):
     invoice's first 48 tokens keep it short: the fucina engine shares the CPU with vLLM here."""
     from fucina_jobs.engines import FucinaEngine
 
-    fucina = FucinaEngine.load(device="cpu")
+    fucina = FucinaEngine.load(ModelConfig(device="cpu"))
     ours = next(fucina.generate([replace(invoice_prompts(fucina, 1)[0], max_tokens=48)]))
     theirs = next(engine.generate([replace(invoice_prompts(engine, 1)[0], max_tokens=48)]))
     alike = next((i for i, (a, b) in enumerate(zip(ours.tokens, theirs.tokens)) if a != b), min(len(ours.tokens), len(theirs.tokens)))
