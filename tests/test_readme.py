@@ -1,26 +1,75 @@
-"""The README's Python API block runs as written and prints schema-valid JSON."""
+"""The README tells the truth: its config table is the pydantic models' own, and its Python API block runs as written."""
+
+from __future__ import annotations
 
 import json
 import re
 import subprocess
 import sys
-from pathlib import Path
+from typing import Any, Literal, get_args, get_origin
 
 import jsonschema
 import pytest
-from fucina_jobs.pipeline.config import SHIPPED
+from pydantic import BaseModel
 
-REPO = Path(__file__).resolve().parents[1]
+from fucina_jobs.pipeline.config import DEFAULT_OUTPUT_DIR, ENGINES, SHIPPED, JobConfig
+from tests.helpers import REPO
+
+README = (REPO / "README.md").read_text(encoding="utf-8")
+TABLE = re.compile(r"(<!-- config table.*?-->\n)(.*?)(<!-- end of the config table -->)", re.S)
+_BOUNDS = (("ge", "≥"), ("gt", ">"), ("le", "≤"), ("lt", "<"))
+
+
+def config_rows() -> dict[str, str]:
+    """Each setting's table row, by key: key, default, and what it takes (its description, its choices, its bounds)."""
+    rows: dict[str, str] = {}
+    for name, field in JobConfig.model_fields.items():
+        if name != "engine":
+            rows |= _rows(name, field)
+    for engine, model in ENGINES.items():
+        for name, field in model.model_fields.items():
+            if name != "name":
+                rows |= _rows(f"engine.{name}", field, f"engine={engine}: ")
+    return rows
+
+
+def _rows(key: str, field: Any, prefix: str = "") -> dict[str, str]:
+    if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel):
+        return {k: v for name, f in field.annotation.model_fields.items() for k, v in _rows(f"{key}.{name}", f, prefix).items()}
+    default = "required" if field.is_required() else f"`{_yaml(DEFAULT_OUTPUT_DIR if key == 'output.dir' else field.default)}`"
+    what = "; ".join(part for part in (field.description, _allowed(field)) if part)
+    return {key: f"| `{key}` | {default} | {prefix}{what} |"}
+
+
+def _allowed(field: Any) -> str:
+    if get_origin(field.annotation) is Literal:
+        return "one of " + ", ".join(f"`{choice}`" for choice in get_args(field.annotation))
+    return ", ".join(f"{sign} {getattr(m, attr)}" for m in field.metadata for attr, sign in _BOUNDS if getattr(m, attr, None) is not None)
+
+
+def _yaml(value: Any) -> str:
+    return json.dumps(value) if value is None or isinstance(value, bool) or value == "" else str(value)
+
+
+def test_the_readme_config_table_is_the_pydantic_models_own():
+    match = TABLE.search(README)
+    assert match, "README.md lost its config table markers: <!-- config table ... --> and <!-- end of the config table -->"
+    expected = config_rows()
+    written = {m.group(1): line for line in match.group(2).splitlines() if (m := re.match(r"\| `([^`]+)` \|", line))}
+    missing = [row for key, row in expected.items() if written.get(key) != row]
+    stale = [row for key, row in written.items() if expected.get(key) != row]
+    assert not missing and not stale, (
+        "README.md's config table differs from fucina_jobs/pipeline/config.py (key, default, description, choices, bounds).\n"
+        + ("Add (or replace with) these rows, in this order among the others:\n" + "\n".join(missing) + "\n" if missing else "")
+        + ("Remove these rows:\n" + "\n".join(stale) + "\n" if stale else "")
+        + "The whole table body, in order:\n" + "\n".join(expected.values())
+    )
+    assert list(written) == list(expected), "README.md's config table: one row per setting, in the models' order"
 
 
 def _python_api_block() -> str:
-    readme = (REPO / "README.md").read_text()
-    section = readme.split("## Python API", 1)[1]
+    section = README.split("## Python API", 1)[1]
     return re.search(r"```python\n(.*?)```", section, re.S).group(1)
-
-
-def test_block_is_short():
-    assert len(_python_api_block().strip().splitlines()) <= 20
 
 
 @pytest.mark.slow

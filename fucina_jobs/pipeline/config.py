@@ -29,7 +29,7 @@ class _Section(BaseModel):
 class ModelConfig(_Section):
     source: str = Field("default", description="'default' (embedded SmolLM2-135M-Instruct), a local directory or a hub id")
     dtype: Literal["float32", "bfloat16", "float16", "float64"] = "float32"
-    device: Literal["auto", "cpu", "cuda"] = "auto"
+    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto: CUDA where torch sees it, else the CPU")
 
 
 class FucinaEngineConfig(_Section):
@@ -41,7 +41,7 @@ class VLLMEngineConfig(_Section):
     name: Literal["vllm"]
     max_model_len: int = Field(4096, ge=256, description="longest prompt plus output vLLM plans for")
     kv_cache_gib: float = Field(2.0, gt=0, description="CPU KV cache per replica (VLLM_CPU_KVCACHE_SPACE); unused on GPU")
-    gpu_memory_utilization: float = Field(0.85, gt=0, le=1)
+    gpu_memory_utilization: float = Field(0.85, gt=0, le=1, description="share of the GPU's memory vLLM takes")
     enforce_eager: bool = Field(True, description="false compiles the model: minutes at every start")
 
 
@@ -57,11 +57,11 @@ CONSTRAINT_KINDS = ("json_schema", "lark", "regex")
 
 
 class ConstraintConfig(_Section):
-    json_schema: str | None = None
-    lark: str | None = None
-    regex: str | None = None
+    json_schema: str | None = Field(None, description="a JSON schema file; x-grounded fields decode from the row's text (docs/GROUNDING.md)")
+    lark: str | None = Field(None, description="a Lark grammar file")
+    regex: str | None = Field(None, description="a regex file; its named groups become the records' columns")
     pydantic_model: str | None = Field(None, description="'module:Class' that records must also validate against")
-    whitespace_flexible: bool = False
+    whitespace_flexible: bool = Field(False, description="JSON with any whitespace; false: compact JSON, fewer tokens")
     relax: Literal["auto", "off"] = Field("auto", description="auto: a JSON schema llguidance refuses is widened until it compiles; "
                                           "outputs are still validated against the original schema")
 
@@ -88,12 +88,13 @@ def one_constraint(**given: Any) -> str | None:
 
 
 class DatasetConfig(_Section):
-    path: str
-    format: Literal["jsonl", "parquet", "csv", "text_dir", "maskbench"] = "jsonl"
-    id_field: str = "id"
-    text_field: str = "text"
-    schema_field: str | None = None
-    limit: int | None = Field(None, ge=1)
+    path: str = Field(description="a file, a glob (data/part-*.jsonl), a parquet folder or a folder of documents; local or a pyarrow.fs URI (s3://, gs://, file://)")
+    format: Literal["jsonl", "parquet", "csv", "text_dir", "maskbench"] = Field(
+        "jsonl", description="csv: UTF-8, a BOM is fine; text_dir: one row per UTF-8 file, id = its path without suffix; maskbench: MaskBench files")
+    id_field: str = Field("id", description="the field that names a row")
+    text_field: str = Field("text", description="the field holding the document, which grounded values are checked against")
+    schema_field: str | None = Field(None, description="a field holding each row's own JSON schema")
+    limit: int | None = Field(None, ge=1, description="decode the first N rows only")
 
     @model_validator(mode="before")
     @classmethod
@@ -126,19 +127,19 @@ class SpeculativeConfig(_Section):
 
 
 class DecodingConfig(_Section):
-    max_tokens: int = Field(256, ge=1, le=32768)
-    temperature: float = Field(0.0, ge=0.0)
-    top_k: int = Field(0, ge=0)
-    top_p: float = Field(1.0, gt=0.0, le=1.0)
-    min_p: float = Field(0.0, ge=0.0, lt=1.0)
-    repeat_penalty: float = Field(1.0, gt=0.0)
-    seed: int = 0
+    max_tokens: int = Field(256, ge=1, le=32768, description="generated tokens per row at most; a row that reaches it is a 'length' reject")
+    temperature: float = Field(0.0, ge=0.0, description="0 is greedy")
+    top_k: int = Field(0, ge=0, description="0 keeps every token")
+    top_p: float = Field(1.0, gt=0.0, le=1.0, description="1 keeps every token")
+    min_p: float = Field(0.0, ge=0.0, lt=1.0, description="0 keeps every token")
+    repeat_penalty: float = Field(1.0, gt=0.0, description="1 is none; llama.cpp's rule over the recent tokens")
+    seed: int = Field(0, description="with the row's id, each record's seed: outputs do not depend on replicas, streams or speculation")
     speculative: SpeculativeConfig = SpeculativeConfig()
 
 
 class RuntimeConfig(_Section):
-    replicas: int = Field(1, ge=1)
-    streams: int = Field(4, ge=1, le=256)
+    replicas: int = Field(1, ge=1, description="model replicas, one Ray actor each (and one GPU each on a GPU node)")
+    streams: int = Field(4, ge=1, le=256, description="rows each replica decodes at once, one batched forward per step")
     ray_address: str | None = Field(None, description="null starts a local Ray; 'auto' or host:port joins a cluster")
     shard_size: int = Field(1000, ge=1, description="rows per shard: one records, rejects and stats file each, and the unit of retry and resume")
     shards_in_flight: int = Field(2, ge=1, description="shards each replica holds at once: 2 or more keep its decoder busy across shard boundaries; 1 drains it at each shard's end")
@@ -147,7 +148,7 @@ class RuntimeConfig(_Section):
 
 
 class OutputConfig(_Section):
-    dir: str
+    dir: str = Field(description="a local path or a pyarrow.fs URI; an S3 endpoint: s3://b/p?endpoint_override=host:port&scheme=http, or AWS_ENDPOINT_URL")
     fresh: bool = Field(False, description="decode every row again: delete this config's version in output.dir (other versions stay)")
 
 
@@ -161,7 +162,7 @@ class EvalConfig(_Section):
 
 
 class JobConfig(_Section):
-    name: str = "job"
+    name: str = Field("job", description="the job's name: the default output.dir is outputs/NAME, and record ids derive from it")
     model: ModelConfig = ModelConfig()
     engine: EngineConfig = FucinaEngineConfig()
     constraint: ConstraintConfig = ConstraintConfig()
