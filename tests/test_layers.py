@@ -1,0 +1,122 @@
+"""docs/ARCHITECTURE.md's import rules, read from the package's source with ``ast``: no layer imports upward.
+
+Every import counts, those inside functions and ``TYPE_CHECKING`` blocks
+included. A module's rule is its most specific entry in ``MAY_IMPORT``; a
+module outside every entry (``cli.py``, ``bench/``...) sits on top and may
+import anything.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "fucina_jobs"
+FACADE = "the engines facade"  # the package fucina_jobs.engines itself: the layers above import it, never its modules
+
+#: Who may import what of the project: module (or package) prefix -> the prefixes it may import.
+MAY_IMPORT: dict[str, set[str]] = {
+    "fucina_jobs.cache": set(),
+    "fucina_jobs.confidence": set(),
+    "fucina_jobs.run_info": set(),
+    "fucina_jobs.grounding": {"fucina_jobs.grounding"},
+    "fucina_jobs.native": {"fucina_jobs.cache"},
+    "fucina_jobs.decoding": {"fucina_jobs.decoding", "fucina_jobs.native"},
+    # The design record's layering inside the decoder:
+    "fucina_jobs.decoding.processor": set(),  # the processor knows no grammar
+    "fucina_jobs.decoding.sampler": {"fucina_jobs.decoding.processor"},
+    "fucina_jobs.decoding.constraint": {"fucina_jobs.decoding.processor", "fucina_jobs.native"},  # no speculation, no jobs
+    "fucina_jobs.decoding.drafting": set(),  # token lists only
+    "fucina_jobs.decoding.constrained_source": {"fucina_jobs.decoding.processor", "fucina_jobs.decoding.drafting"},  # its two protocols
+    "fucina_jobs.decoding.runner": set(),
+    "fucina_jobs.models": {"fucina_jobs.models", "fucina_jobs.native", "fucina_jobs.cache"},
+    "fucina_jobs.pipeline.config": set(),  # every setting and its default: below the engines, which build their options from it
+    "fucina_jobs.engines": {"fucina_jobs.engines", "fucina_jobs.decoding", "fucina_jobs.models", "fucina_jobs.confidence", "fucina_jobs.pipeline.config"},
+    "fucina_jobs.engines.vllm": {FACADE, "fucina_jobs.engines.base", "fucina_jobs.pipeline.config"},
+    "fucina_jobs.engines.canned": {FACADE, "fucina_jobs.engines.base", "fucina_jobs.pipeline.config"},
+    "fucina_jobs.pipeline": {"fucina_jobs.pipeline", FACADE, "fucina_jobs.grounding", "fucina_jobs.confidence", "fucina_jobs.run_info"},
+    "fucina_jobs.eval": {"fucina_jobs.eval", "fucina_jobs.pipeline", FACADE, "fucina_jobs.grounding", "fucina_jobs.confidence", "fucina_jobs.run_info"},
+}
+#: Libraries a layer must not import: the decoder is a library the pipeline uses, not the other way round.
+MAY_NOT_IMPORT: dict[str, set[str]] = {
+    "fucina_jobs.decoding": {"ray", "hydra", "omegaconf", "pyarrow", "pydantic", "vllm"},
+    "fucina_jobs.models": {"ray", "hydra", "omegaconf", "pyarrow", "pydantic", "vllm"},
+    "fucina_jobs.engines": {"ray", "hydra", "omegaconf", "pyarrow"},
+    "fucina_jobs.grounding": {"ray", "hydra", "omegaconf", "torch", "vllm"},
+}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports(module: str, source: str) -> set[str]:
+    """Every module ``source`` imports, relative imports made absolute; ``from X import name`` counts ``X.name`` where that is a module."""
+    found: set[str] = set()
+    here = module.split(".") if (PACKAGE.parent.joinpath(*module.split(".")) / "__init__.py").is_file() else module.split(".")[:-1]
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = here[: len(here) - node.level + 1] if node.level else []
+            target = ".".join(base + ([node.module] if node.module else []))
+            for alias in node.names:
+                sub = f"{target}.{alias.name}"
+                found.add(sub if _is_module(sub) else target)
+    return found
+
+
+def _is_module(name: str) -> bool:
+    path = PACKAGE.parent.joinpath(*name.split("."))
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
+
+
+def _rule(table: dict[str, set[str]], module: str) -> set[str] | None:
+    keys = [k for k in table if module == k or module.startswith(k + ".")]
+    return table[max(keys, key=len)] if keys else None
+
+
+def _allows(entry: str, name: str) -> bool:
+    if entry == FACADE:
+        return name == "fucina_jobs.engines"
+    return name == entry or name.startswith(entry + ".")
+
+
+def violations(module: str, source: str) -> list[str]:
+    """What ``module`` imports against the rules, one line each."""
+    allowed, banned, out = _rule(MAY_IMPORT, module), _rule(MAY_NOT_IMPORT, module) or set(), []
+    for name in sorted(imports(module, source)):
+        if name.startswith("fucina_jobs") and allowed is not None and name != module:
+            if not any(_allows(entry, name) for entry in allowed):
+                out.append(f"{module} imports {name}")
+        elif name.split(".")[0] in banned:
+            out.append(f"{module} imports {name.split('.')[0]}")
+    return out
+
+
+def test_no_layer_imports_upward():
+    found = [v for path in sorted(PACKAGE.rglob("*.py")) for v in violations(module_name(path), path.read_text(encoding="utf-8"))]
+    assert not found, "layer rules broken (docs/ARCHITECTURE.md):\n" + "\n".join(found)
+
+
+@pytest.mark.parametrize("module, source", [
+    ("fucina_jobs.decoding.batch", "from ..pipeline.config import JobConfig"),
+    ("fucina_jobs.decoding.batch", "def f():\n    import ray"),
+    ("fucina_jobs.decoding.constraint", "from .drafting import Draft"),
+    ("fucina_jobs.native", "from ..models.loading import load_model"),
+    ("fucina_jobs.pipeline.replica", "from ..decoding.sampler import Sampler"),
+    ("fucina_jobs.pipeline.driver", "from ..engines.fucina import FucinaEngine"),
+    ("fucina_jobs.eval.maskbench", "from ..models import loading"),
+    ("fucina_jobs.engines.vllm", "from ..decoding.batch import StreamStats"),
+    ("fucina_jobs.pipeline.config", "from ..engines import SpecConfig"),
+])
+def test_the_rules_catch_an_upward_import(module, source):
+    assert violations(module, source)
+
+
+def test_the_rules_let_each_layer_import_what_it_may():
+    assert not violations("fucina_jobs.pipeline.replica", "from .. import engines\nfrom ..engines import Prompt\nfrom .config import JobConfig")
+    assert not violations("fucina_jobs.engines", "from ..decoding.batch import StreamStats\nfrom .fucina import FucinaEngine")
