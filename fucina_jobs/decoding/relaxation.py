@@ -199,7 +199,7 @@ def _relax_overlapping(schema: dict[str, Any], first: str, second: str) -> tuple
 def _relax_regex(schema: dict[str, Any], error: str) -> tuple[dict[str, Any], list[Relaxation]] | None:
     """Drop the pattern llguidance quotes (a string keeps its length bounds), or the patternProperties entry keyed by it."""
     lines = error.splitlines()
-    bad = lines[lines.index(next(l for l in lines if _REGEX in l)) + 1].strip() if len(lines) > 1 else None
+    bad = lines[lines.index(next(line for line in lines if _REGEX in line)) + 1].strip() if len(lines) > 1 else None
     if not bad:
         return None
 

@@ -18,7 +18,7 @@ from fucina_jobs.eval.maskbench import KNOWN_LIMITATIONS
 from fucina_jobs.eval.scoring import grammar_scores
 from fucina_jobs.pipeline.config import SHIPPED
 
-from tests.helpers import REPO, run_suite
+from tests.helpers import run_suite
 
 CONFORMANCE = SHIPPED / "jobs" / "conformance"
 MASKBENCH = Path(__file__).resolve().parents[3] / "shared" / "data" / "maskbench-sample"
