@@ -72,11 +72,10 @@ def apply_bitmask(logits: torch.Tensor, bitmask: np.ndarray) -> None:
     ``logits`` is ``[..., vocab]`` and ``bitmask`` ``[..., (vocab + 31) // 32]``;
     columns past the bitmask's 32 bits per word are masked too. The sampler's
     row, one CPU float32 row, takes one pass of the C++ kernel where the
-    kernels are built: 3-6 us, where numpy's unpack and masked copy took 12 us
-    for a row that allows everything, 27 us for the ten-odd tokens a grounded
-    value allows and 120 us for a random mask (and ``llguidance.torch`` runs
-    through ``torch.compile``: 20-70 s at its first call, then 32 us a row).
-    Other rows take that unpack, on numpy or on the row's device.
+    kernels are built: no unpack to a bool row, no masked copy (and
+    ``llguidance.torch`` would compile itself with ``torch.compile`` at its
+    first call); ``microbench/mask_apply.py`` times the ways side by side.
+    Other rows take numpy's unpack, on numpy or on the row's device.
     """
     one_row = logits.is_cpu and logits.dtype == torch.float32 and logits.dim() == 1 and logits.is_contiguous()
     if one_row and bitmask.flags.c_contiguous and (kernel := _apply_bitmask_kernel()) is not None:

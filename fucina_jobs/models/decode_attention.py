@@ -1,12 +1,12 @@
 """A CPU attention kernel: every sequence of a step, prompt chunks included, in one call per layer.
 
 torch's CPU SDPA runs a decode step's few query rows at a fraction of the
-arithmetic rate, about 200 us a call, and a step makes one call per sequence and
-layer: a fifth of an 8-stream step (docs/BENCHMARKS.md). This kernel
+arithmetic rate, and a step makes one call per sequence and layer
+(docs/history/BENCHMARKS.md, fifth pass). This kernel
 (``decode_attention.cpp``) reads each sequence's keys and values in its slot once
 per kv head, for all the query heads that share it, and runs every sequence of
-the step in one parallel loop. It also takes prompt chunks: 10-15% off a
-forward of seven prompt tails, against SDPA's masked calls.
+the step in one parallel loop. It also takes prompt chunks, in place of
+SDPA's masked calls.
 
 Each query row's sums run in a fixed order whatever else the step holds, so a
 row comes out the same bit for bit alone or batched, in a plain step or a

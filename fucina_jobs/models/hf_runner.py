@@ -45,8 +45,7 @@ from . import decode_attention, layer_ops
 
 _ATTENTION = "fucina_slots"
 #: SDPA's CUDA backends but cuDNN's, which builds a new execution plan for every new shape, and the
-#: slotted store's key length grows every step: about 3 ms of host time per call on an H200
-#: (docs/BENCHMARKS.md, "GPU").
+#: slotted store's key length grows every step, so it plans at every call (docs/history/BENCHMARKS.md, "GPU").
 _CUDA_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 #: Sequences with more new tokens (prompt chunks, long drafts) attend on their own in batched mode:
 #: every sequence in the grid is padded to the longest one's queries.
@@ -333,11 +332,10 @@ class _OneDNNLinear(torch.nn.Linear):
 def _use_onednn_linears(model: torch.nn.Module) -> None:
     """Run a CPU model's linear layers, most of a forward, on oneDNN, over weights it packed once.
 
-    In float32, MKL takes its AVX2 code on AMD CPUs: about 190 GFLOPS for a
-    step's few dozen rows where oneDNN reaches 430 with AVX-512. Left plain,
-    a weight is reordered into oneDNN's layout on every call: packed once, an
-    8-stream decode step's linears take a quarter less, in float32 and in
-    bfloat16 (docs/BENCHMARKS.md). Packed rows come out the same bit for bit
+    In float32, MKL takes its AVX2 code on AMD CPUs, where oneDNN takes
+    AVX-512 for a step's few dozen rows. Left plain, a weight is reordered
+    into oneDNN's layout on every call; packed once, it is not, in float32
+    and in bfloat16 (docs/history/BENCHMARKS.md, sixth pass). Packed rows come out the same bit for bit
     whatever the number of rows, a single one included. The packed weights
     are a second copy: the model keeps its own for transformers' forward.
     """
@@ -358,7 +356,7 @@ def _rows_to_keep(counts: list[int], wanted: list[bool]) -> torch.Tensor:
     The LM head is the widest layer: prefill rows skip it. Always a tensor:
     transformers also takes an int, but one that is an int on some steps and a
     tensor on others makes ``torch.compile`` recompile until it hits its limit
-    (docs/BENCHMARKS.md, "GPU").
+    (docs/history/BENCHMARKS.md, "GPU").
     """
     starts = [sum(counts[:i]) for i in range(len(counts))]
     return torch.tensor([row for start, n, want in zip(starts, counts, wanted) if want for row in range(start, start + n)], dtype=torch.long)
@@ -377,7 +375,7 @@ class HFRunner:
     through ``torch.compile`` with dynamic shapes, so the ragged batches of
     every step share one compiled graph per layer segment; on a CPU the
     compiled graph gives up the oneDNN linears, which do not trace
-    (docs/BENCHMARKS.md: it does not pay there). A Llama model's q/k/v and
+    (docs/history/BENCHMARKS.md, third pass: it does not pay there). A Llama model's q/k/v and
     gate/up projections are fused in place, once; called on its own, the
     model still runs transformers' forward over the same weights.
     """
@@ -398,9 +396,9 @@ class HFRunner:
         self._kernel = (batched_attention is None and self.device.type == "cpu" and decode_attention.supports(model.dtype, head_dim)
                         and native.library() is not None)
         self._fused = self._kernel and layer_ops.supports(model.dtype)
-        # CPU SDPA (without the kernel) runs reduced precisions one query head at a time, slowly; folded, a
-        # step's attention takes 40% less (docs/BENCHMARKS.md). float32 and float64 keep the unfolded kernel: the float32
-        # rows of earlier benchmarks stay bit for bit, and the fold saves them only about 3%.
+        # CPU SDPA (without the kernel) runs reduced precisions one query head at a time, slowly; folded, it runs
+        # them together (docs/history/BENCHMARKS.md). float32 and float64 keep the unfolded kernel: the float32
+        # rows of earlier benchmarks stay bit for bit, and the fold saves them little.
         self._fold_heads = model.dtype in (torch.bfloat16, torch.float16)
         self.vocab_size = model.config.vocab_size
         _fuse_projections(model)
@@ -464,7 +462,7 @@ class HFRunner:
         """
         store = self.store
         # Per-token lists are built in Python: CPU ``repeat_interleave`` wakes every intra-op thread even for
-        # a few hundred elements, milliseconds per call on a 16-core GPU host (docs/BENCHMARKS.md, "GPU").
+        # a few hundred elements, slow on a many-core GPU host (docs/history/BENCHMARKS.md, "GPU").
         slots = torch.tensor([state.slot for (state, _), n in zip(batch, counts) for _ in range(n)])
         heads = torch.arange(store.keys.shape[2])[:, None]
         rows = ((slots * store.keys.shape[2] + heads) * store.capacity + positions).flatten()

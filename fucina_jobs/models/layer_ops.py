@@ -1,10 +1,10 @@
 """A Llama layer's element-wise ops, each one pass over its rows, on the CPU.
 
 Once attention ran in one kernel call a layer, the element-wise ops around
-the linears (RMSNorm and its residual add, RoPE, SiLU-and-multiply) were a
-fifth of what was not a GEMM: about twenty torch calls a layer, each a pass
-over the rows and a dispatch. These kernels (``layer_ops.cpp``) do them in
-four; docs/BENCHMARKS.md has the figures.
+the linears (RMSNorm and its residual add, RoPE, SiLU-and-multiply) were much
+of what was not a GEMM: about twenty torch calls a layer, each a pass over
+the rows and a dispatch. These kernels (``layer_ops.cpp``) do them in four;
+docs/history/BENCHMARKS.md (sixth pass) has the figures.
 
 Rows are computed on their own, each in a fixed order, so a row's result does
 not depend on the batch. float32 differs from torch's ops in rounding (the

@@ -42,7 +42,7 @@ class VLLMEngineConfig(_Section):
     max_model_len: int = Field(4096, ge=256, description="longest prompt plus output vLLM plans for")
     kv_cache_gib: float = Field(2.0, gt=0, description="CPU KV cache per replica (VLLM_CPU_KVCACHE_SPACE); unused on GPU")
     gpu_memory_utilization: float = Field(0.85, gt=0, le=1, description="share of the GPU's memory vLLM takes")
-    enforce_eager: bool = Field(True, description="false compiles the model: minutes at every start")
+    enforce_eager: bool = Field(True, description="false compiles the model at every start, which takes long")
 
 
 class CannedEngineConfig(_Section):
