@@ -147,14 +147,6 @@ def test_alternate_runs_every_arm_once_per_round_in_rotated_order():
     assert order == [(0, "a"), (0, "b"), (0, "c"), (1, "b"), (1, "c"), (1, "a"), (2, "c"), (2, "a"), (2, "b"), (3, "a"), (3, "b"), (3, "c")]
 
 
-@pytest.mark.parametrize("module", ["engines", "decode", "streams", "cli"])
-def test_each_bench_module_imports_first_without_a_cycle(module):
-    import subprocess
-    import sys
-
-    subprocess.run([sys.executable, "-c", f"import fucina_jobs.bench.{module}"], check=True, timeout=120)
-
-
 def test_format_table_aligns():
     text = format_table(["arm", "n"], [["long name", 1], ["x", 100]])
     lines = text.splitlines()

@@ -16,8 +16,7 @@ from fucina_jobs.eval.evaluate import evaluate
 from fucina_jobs.pipeline.cli import compose
 from fucina_jobs.pipeline.config import validate
 
-from tests.helpers import read_dir
-from tests.helpers import REPO
+from tests.helpers import REPO, read_dir
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("local_ray")]
 
@@ -34,7 +33,8 @@ def test_shipped_invoice_eval_on_4_rows(tmp_path):
     run = result.run_dir  # scores and reports go next to the version's manifest
     assert result.ok and run.parent == out and run.name.startswith("version=")
     scores = json.loads((run / "scores.json").read_text())
-    assert scores["conformance"]["rows"] == 4 and scores["conformance"]["validate_rate"] is not None
+    conformance, records = scores["conformance"], read_dir(out, "records")
+    assert conformance["rows"] == 4 and conformance["validate_rate"] == len(records) / 4 and conformance["rejects"] == 4 - len(records)
     acc = scores["accuracy"]
     assert acc["rows_scored"] == 4 and acc["gold_not_in_run"] == 20
     assert set(acc["fields"]) == {"invoice_number", "invoice_date", "due_date", "vendor", "customer", "currency", "subtotal", "tax", "total"}
@@ -43,7 +43,7 @@ def test_shipped_invoice_eval_on_4_rows(tmp_path):
     e = scores["efficiency"]
     assert e["shards"] == 2 and e["tokens_per_forward"] > 1 and e["acceptance"]["forced"]["rate"] > 0 and e["tok_s"] > 0
     fields = set(acc["fields"])
-    for record in read_dir(out, "records"):  # per-field confidence, in [0, 1]
+    for record in records:  # per-field confidence, in [0, 1]
         low, mean = dict(record["field_confidence_min"]), dict(record["field_confidence_mean"])
         assert set(low) == set(mean) and fields <= set(low)
         assert all(0.0 <= low[k] <= mean[k] <= 1.0 for k in low) and record["record_confidence"] == min(mean.values())
