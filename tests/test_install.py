@@ -1,6 +1,11 @@
-"""A job in a folder of the user's own: ``conf=NAME`` from ./conf first, then the package's jobs; input paths likewise."""
+"""A job in a folder of the user's own: ``conf=NAME`` from ./conf first, then the package's jobs; input paths likewise.
+
+The slow test installs the wheel into a fresh virtualenv and runs jobs from a folder outside the checkout.
+"""
 
 import os
+import shutil
+import site
 import subprocess
 import sys
 from pathlib import Path
@@ -9,6 +14,8 @@ import pytest
 
 from fucina_jobs.pipeline.cli import compose
 from fucina_jobs.pipeline.config import SHIPPED, locate
+from fucina_jobs.pipeline.rundir import RunDir
+from tests.helpers import REPO
 
 MY_JOB = """\
 defaults:
@@ -62,3 +69,58 @@ def test_cli_names_the_jobs_when_conf_names_none(project):
     assert run.returncode == 2 and run.stderr.count("\n") == 1
     assert run.stderr.startswith(f"conf=nope: no nope.yaml in {project / 'conf'} or the package's jobs; the jobs are ")
     assert {"extract_invoices", "myjob"} <= set(run.stderr.split("the jobs are ")[1].strip().split(", "))
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory):
+    """A fresh virtualenv with the package's wheel installed: its heavy dependencies (torch, Ray...) are the running
+    environment's, reached through a .pth file, so nothing is downloaded; the checkout is not on its path."""
+    work = tmp_path_factory.mktemp("wheel")
+    source = work / "source"  # only what the wheel is built from, so the build leaves nothing in the checkout
+    shutil.copytree(REPO / "fucina_jobs", source / "fucina_jobs", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO / name, source / name)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
+    subprocess.run([*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", str(work / "dist"), str(source)], check=True, timeout=600, env=env)
+    venv = work / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=300, env=env)
+    python = venv / "bin" / "python"
+    purelib = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                             check=True, capture_output=True, text=True, env=env).stdout.strip()
+    Path(purelib, "_dependencies.pth").write_text("".join(f"{path}\n" for path in site.getsitepackages()))
+    (wheel,) = (work / "dist").glob("fucina_jobs-*.whl")
+    # --ignore-installed: the running environment may hold the package too (an editable install), reachable through the .pth
+    install = ["--python", str(python), "install", "--no-deps", "--no-index", "--ignore-installed", str(wheel)]
+    subprocess.run([*pip, *install], check=True, timeout=600, env=env)
+    return venv / "bin", env
+
+
+@pytest.mark.slow
+def test_the_wheel_runs_a_starter_job_and_a_shipped_job_from_a_folder_of_ones_own(installed, tmp_path):
+    bin_dir, env = installed
+    project = tmp_path / "project"
+
+    def run(*args: str, cwd: Path = project) -> subprocess.CompletedProcess:
+        done = subprocess.run([str(a) for a in args], cwd=cwd, env=env, capture_output=True, text=True, timeout=1200)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return done
+
+    where = run(bin_dir / "python", "-c", "import fucina_jobs; print(fucina_jobs.__file__)", cwd=tmp_path).stdout
+    assert where.startswith(str(bin_dir.parent)), f"the wheel's package, not the checkout's: {where}"
+    assert run(bin_dir / "fucina-jobs", "--help", cwd=tmp_path).stdout == run(bin_dir / "python", "-m", "fucina_jobs", "--help", cwd=tmp_path).stdout
+    run(bin_dir / "fucina-jobs", "init", project, cwd=tmp_path)
+
+    # The starter job, in the folder's own conf/, with the canned engine: every row ends exactly once.
+    run(bin_dir / "fucina-jobs", "run", "conf=invoices", "engine=canned", "runtime.replicas=1")
+    rejects = RunDir.open(project / "outputs" / "invoices").read("rejects").to_pylist()
+    assert sorted(r["row_id"] for r in rejects) == [f"inv-00{k}" for k in range(1, 6)]
+    assert {r["reason"] for r in rejects} == {"schema_violation"}  # "{}" is no invoice
+
+    # A shipped job by name, its schema, prompts and rows read from the package, on the default model.
+    run(bin_dir / "python", "-m", "fucina_jobs", "run", "conf=extract_invoices", "dataset.limit=2", "runtime.replicas=1",
+        "output.dir=shipped")
+    out = RunDir.open(project / "shipped")
+    ids = [r["row_id"] for kind in ("records", "rejects") for r in out.read(kind).to_pylist()]
+    assert sorted(ids) == ["inv-001", "inv-002"] and out.read_manifest()["status"] == "complete"
+    assert out.read("records").num_rows >= 1 and "invoice_number" in out.read("records").column_names

@@ -5,8 +5,9 @@
 from the jobs the package ships (``pkg://fucina_jobs.conf``, which also holds
 ``base``); everything else is an ordinary Hydra override. The composed config
 is resolved, validated with pydantic and written as JSON into the run's
-manifest before any model loads. ``hydra_command`` is shared by every Hydra-driven subcommand (``run``,
-``eval``), so they read configs and overrides the same way.
+manifest before any model loads. ``hydra_command`` is shared by every
+Hydra-driven subcommand (``run``, ``eval``), so they read configs and
+overrides the same way.
 """
 
 from __future__ import annotations
@@ -107,13 +108,14 @@ def compose(name: str, overrides: list[str]) -> dict[str, Any]:
     from omegaconf import OmegaConf
 
     register_defaults()
-    primary, overrides, _ = config_search([f"--config-name={name}", *overrides])
-    if primary == PACKAGE_CONF:
+    search = config_search([f"--config-name={name}", *overrides])
+    if search.primary == PACKAGE_CONF:
         init = initialize_config_module("fucina_jobs.conf", version_base="1.3")
     else:
-        init = initialize_config_dir(primary, version_base="1.3")
+        init = initialize_config_dir(search.primary, version_base="1.3")
+    overrides = [a for a in search.argv if not a.startswith("--config-name=")]
     with init:
-        return OmegaConf.to_container(hydra_compose(config_name=name, overrides=overrides[1:]), resolve=True)
+        return OmegaConf.to_container(hydra_compose(config_name=name, overrides=overrides), resolve=True)
 
 
 def _hydra_error(err: Exception, folder: Path) -> str:
