@@ -344,6 +344,16 @@ def _use_onednn_linears(model: torch.nn.Module) -> None:
             module.__class__ = _OneDNNLinear
 
 
+def _onednn_packs(dtype: torch.dtype) -> bool:
+    """oneDNN can pack this CPU's weights of ``dtype``: float32 wherever oneDNN is built in, bfloat16 only
+    where the CPU has the instructions its packed path needs (AVX-512 BW/VL/DQ or AVX-NE-CONVERT; without them
+    the reorder raises, and the model keeps torch's own linears)."""
+    ops = ("_linear_pointwise", "_reorder_linear_weight")
+    if not (torch.backends.mkldnn.is_available() and all(hasattr(torch.ops.mkldnn, op) for op in ops)):
+        return False
+    return dtype == torch.float32 or (dtype == torch.bfloat16 and torch.ops.mkldnn._is_mkldnn_bf16_supported())
+
+
 def _compiled(model: torch.nn.Module) -> torch.nn.Module:
     """``torch.compile`` of the model, its generated code cached across runs under the model cache."""
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache_dir() / "inductor"))
@@ -402,8 +412,7 @@ class HFRunner:
         self._fold_heads = model.dtype in (torch.bfloat16, torch.float16)
         self.vocab_size = model.config.vocab_size
         _fuse_projections(model)
-        onednn = torch.backends.mkldnn.is_available() and all(hasattr(torch.ops.mkldnn, op) for op in ("_linear_pointwise", "_reorder_linear_weight"))
-        if self.device.type == "cpu" and model.dtype in (torch.float32, torch.bfloat16) and onednn:
+        if self.device.type == "cpu" and _onednn_packs(model.dtype):
             _use_onednn_linears(model)
         self._call = _compiled(model) if compile else model
         self.store = KVStore(config.num_hidden_layers, config.num_key_value_heads, head_dim, model.dtype, self.device)
