@@ -35,7 +35,7 @@ def resolve(location: str, base: Path) -> tuple[pafs.FileSystem, str]:
             return pafs.FileSystem.from_uri(location)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as err:
             raise ConfigError(f"{location}: not a usable filesystem URI ({str(err).splitlines()[0]})") from None
-    return pafs.LocalFileSystem(), str((base / location).resolve())
+    return pafs.LocalFileSystem(), os.path.abspath(base / location)  # not resolve(): /dev/stdin must not become /proc/N/fd/pipe:[M]
 
 
 def is_local(fs: pafs.FileSystem) -> bool:
