@@ -181,7 +181,7 @@ def failed_rows(cfg: DatasetConfig, piece: Slice) -> list[Row]:
     """A failed shard's rows, for its rejects: read back, or named by the plan alone when the dataset no longer reads back."""
     try:
         return read_slice(cfg, piece)
-    except (DatasetChanged, OSError):
+    except (DatasetChanged, *READ_ERRORS):
         return [Row(row_id, loc.index) for row_id, loc in zip(piece.table.column("id").to_pylist(), piece.locs)]
 
 
@@ -195,13 +195,18 @@ def check_output_outside(cfg: DatasetConfig, output_dir: str, base: Path) -> Non
     if fs.get_file_info(root).type == pafs.FileType.Directory:
         if real(out) == real(root) or real(out).startswith(real(root).rstrip("/") + "/"):
             raise ConfigError(f"output.dir {out} is inside dataset.path {root}: each run would read its own outputs (logs, manifest, "
-                              f"Parquet shards) back as rows; choose an output.dir outside {root}")
+                              f"Parquet shards) back as rows; choose an output.dir outside {root}{_log_only(fs, out)}")
         return
     pattern = _glob_pattern(fs, root)
     ours = ["cli.log", "logs/replica-0.log", "version=0/manifest.json", "version=0/records/run=0/shard-0.parquet"]
     if pattern and any(_glob_matches(pattern, f"{path}/{name}") for path in {out, real(out)} for name in ours):
         raise ConfigError(f"output.dir {out} is reached by the glob dataset.path {cfg.path}: each run would read its own outputs "
                           "back as rows; choose an output.dir the glob does not match")
+
+
+def _log_only(fs: pafs.FileSystem, out: str) -> str:
+    """A hint to delete an output.dir that holds nothing but the log the command line opened before the refusal."""
+    return f", and delete {out}, which holds only this command's cli.log" if [PurePosixPath(p).name for p in list_files(fs, out)] == ["cli.log"] else ""
 
 
 def _batch(pending: list[tuple]) -> pa.RecordBatch:
@@ -404,8 +409,8 @@ def _items_at(cfg: DatasetConfig, piece: Slice) -> Iterator[tuple[Loc, Item]]:
 def _jsonl(fs: pafs.FileSystem, root: str, file: str, cfg: DatasetConfig, seen: Seen) -> Iterator[tuple[int, int, int, Item]]:
     name, offset = PurePosixPath(file).name, 0
     with open_stream(fs, file) as f:
-        sniff(f.peek(HEAD)[:HEAD], name, "jsonl")
         try:
+            sniff(f.peek(HEAD)[:HEAD], name, "jsonl")
             for line_no, raw in enumerate(f, 1):
                 if seen:
                     seen(raw)
@@ -476,8 +481,8 @@ def _csv(fs: pafs.FileSystem, root: str, file: str, cfg: DatasetConfig, seen: Se
 
     def lines() -> Iterator[str]:
         with open_stream(fs, file) as f:
-            sniff(f.peek(HEAD)[:HEAD], path.name, "csv")
             try:
+                sniff(f.peek(HEAD)[:HEAD], path.name, "csv")
                 for n, raw in enumerate(f, 1):
                     if seen:
                         seen(raw)

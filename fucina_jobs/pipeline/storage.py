@@ -48,7 +48,8 @@ def open_input(fs: pafs.FileSystem, path: str) -> BinaryIO:
 
 
 def read_bytes(fs: pafs.FileSystem, path: str) -> bytes:
-    with fs.open_input_stream(path) as f:
+    """The file's bytes as stored (pyarrow would otherwise decompress by suffix: ``dataset_files`` goes by magic bytes)."""
+    with fs.open_input_stream(path, compression=None) as f:
         return f.read()
 
 
