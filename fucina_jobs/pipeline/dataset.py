@@ -1,17 +1,23 @@
 """Dataset readers: every input row comes back, readable or not, and each knows where it lives.
 
 A row that cannot be used (bad JSON, invalid UTF-8, a lone surrogate, a
-binary file, a missing text field) is returned with its problem attached, so
-the sink turns it into a reject instead of losing it. Whole-file problems (a
-missing file, a directory where a file belongs, a CSV quote that never
-closes) are errors that name the file and line.
+binary file, a missing text field, a symlink loop in a text_dir) is returned
+with its problem attached, so the sink turns it into a reject instead of
+losing it. Whole-file problems (a missing file, a directory where a file
+belongs, a CSV quote that never closes, a file of the wrong format or
+encoding) are errors that name the file and say what to set;
+``dataset_files.py`` opens (and decompresses) the files and sniffs them.
 
 The driver never holds the rows. ``scan`` streams the dataset once and keeps
 an index of about 80 bytes a row, whatever the rows' size: the row's id, its
 content digest (what "the same row" means across runs, so an edited row is
 decoded again) and its ``Loc``: file, byte range (jsonl, csv) or row number
 (parquet), line and position. The driver ships shards as ``Slice``s of that
-index, and each replica reads its own rows back with ``read_slice``.
+index, and each replica reads its own rows back with ``read_slice``, which
+checks each against the id and digest the scan found there: a file replaced or
+moved during the run raises ``DatasetChanged`` rather than decode a row the
+plan does not hold. The scan hashes the bytes it parses: the manifest's
+dataset hash.
 ``dataset.path`` is a local path or a ``pyarrow.fs`` URI (``storage.py``):
 every read goes through the filesystem, and a replica's byte ranges are
 ranged reads, so an ``s3://`` dataset is never copied whole.
@@ -161,9 +167,9 @@ def read_slice(cfg: DatasetConfig, piece: Slice) -> list[Row]:
     file replaced, edited or moved since the scan raises ``DatasetChanged``, so
     a shard never decodes a row its plan does not hold."""
     where = [_where(cfg, piece.root, file) for file in piece.files]
+    names = [_nameless(cfg, piece.root, file) for file in piece.files]
     try:
-        rows = [_checked(cfg, where[loc.file], _fallback_id(cfg, piece.root, piece.files[loc.file], loc.line), loc.index, item)
-                for loc, item in _items_at(cfg, piece)]
+        rows = [_checked(cfg, where[loc.file], names[loc.file].format(line=loc.line), loc.index, item) for loc, item in _items_at(cfg, piece)]
     except FileNotFoundError as err:
         raise DatasetChanged(f"a file of dataset.path {piece.root} is gone, moved or deleted during the run ({str(err).splitlines()[0]}); "
                              "put it back and rerun the same command, or rerun to decode the dataset as it is now") from None
@@ -238,12 +244,14 @@ def _files(cfg: DatasetConfig, fs: pafs.FileSystem, root: str) -> tuple[list[str
         if not is_dir:
             what = "a directory" if cfg.format == "text_dir" else "a directory of MaskBench .json files"
             raise ConfigError(f"dataset.format={cfg.format} needs {what}, but {root} is a file")
-        if cfg.format == "maskbench":
-            return [name for name in _below(fs, root) if "/" not in name and name.endswith(".json")], {}
         if is_local(fs):
             listing = walk(root)
-            return listing.files, listing.problems
-        return [name for name in _below(fs, root) if not any(part.startswith(".") for part in name.split("/"))], {}
+            files, problems = listing.files, listing.problems
+        else:
+            files, problems = [name for name in _below(fs, root) if not any(part.startswith(".") for part in name.split("/"))], {}
+        if cfg.format == "maskbench":
+            files = [name for name in files if "/" not in name and name.endswith(".json")]
+        return files, {name: problems[name] for name in files if name in problems}
     if is_dir and cfg.format in ("jsonl", "csv"):
         raise ConfigError(f"dataset.path {root} is a directory, but dataset.format={cfg.format} reads one file; "
                           "give the file, a glob of files, or dataset.format=text_dir for a folder of documents")
@@ -316,22 +324,19 @@ def _glob_matches(pattern: str, path: str) -> bool:
     return match(pattern.split("/"), path.split("/"))
 
 
-def _path(cfg: DatasetConfig, root: str, file: str) -> str:
-    """A file's path on the filesystem: text_dir and maskbench files are named below ``root``, the rest in full."""
-    return f"{root}/{file}" if cfg.format in ("text_dir", "maskbench") else file
-
-
 def _where(cfg: DatasetConfig, root: str, file: str) -> PurePosixPath:
     """The path a row's messages name: its file, or the folder for one-file-a-row formats."""
     return PurePosixPath(root if cfg.format in ("text_dir", "maskbench") else file)
 
 
-def _fallback_id(cfg: DatasetConfig, root: str, file: str, line: int) -> str:
-    """The name of a row with no id: its document's id, or its file (below the dataset's folder or glob) and line."""
+def _nameless(cfg: DatasetConfig, root: str, file: str) -> str:
+    """How a file's rows without an id are named (``.format(line=...)``): the document's id, or the file (below the
+    dataset's folder or glob) and the line."""
     if cfg.format in ("text_dir", "maskbench"):
-        return _document_id(file)
+        return _document_id(file).replace("{", "{{").replace("}", "}}")
     below = _fixed_prefix(root.rstrip("/")).rstrip("/") + "/"
-    return f"{file[len(below):] if file.startswith(below) and file != root else PurePosixPath(file).name}:{line}"
+    name = file[len(below):] if file.startswith(below) and file != root else PurePosixPath(file).name
+    return name.replace("{", "{{").replace("}", "}}") + ":{line}"
 
 
 def _place(cfg: DatasetConfig, piece: Slice, loc: Loc) -> str:
@@ -354,12 +359,12 @@ def _located(cfg: DatasetConfig, fs: pafs.FileSystem, root: str, files: list[str
     reader = _READERS[cfg.format]
     index = 0
     for file_no, file in enumerate(files):
-        where = _where(cfg, root, file)
+        where, nameless = _where(cfg, root, file), _nameless(cfg, root, file)
         items = [(0, 0, 0, _problem_item(cfg, file, problems[file]))] if file in problems else reader(fs, root, file, cfg, seen)
         for start, end, line, item in items:
             if cfg.limit is not None and index >= cfg.limit:
                 return
-            yield Loc(file_no, start, end, line, index), _checked(cfg, where, _fallback_id(cfg, root, file, line), index, item)
+            yield Loc(file_no, start, end, line, index), _checked(cfg, where, nameless.format(line=line), index, item)
             index += 1
 
 
@@ -649,7 +654,7 @@ def _check_unique(table: pa.Table, cfg: DatasetConfig, root: str, files: list[st
     both = table.filter(pc.equal(ids, row_id)).slice(0, 2).to_pylist()
     first, second = (row["index"] for row in both)
     name = PurePosixPath(root).name
-    nameless = [row["index"] for row in both if _fallback_id(cfg, root, files[row["file"]], row["line"]) == row_id]
+    nameless = [row["index"] for row in both if _nameless(cfg, root, files[row["file"]]).format(line=row["line"]) == row_id]
     if nameless and cfg.format not in ("text_dir", "maskbench"):
         other = second if nameless[0] == first else first
         raise ConfigError(f"{name}: row {nameless[0]} has no id field {cfg.id_field!r}, so its reject would be named {row_id!r}, "
