@@ -131,7 +131,7 @@ MAX_DEPTH = 128
 
 def scan(cfg: DatasetConfig, base: Path) -> RowIndex:
     """Stream the dataset once into a ``RowIndex``; duplicate ids are an error naming both rows."""
-    fs, root = resolve(cfg.path, base)
+    fs, root = _resolve(cfg, base)
     files, problems = _files(cfg, fs, root)
     batches, pending, first_usable = [], [], None
     digest = hashlib.sha256()
@@ -150,7 +150,7 @@ def scan(cfg: DatasetConfig, base: Path) -> RowIndex:
 
 def read_rows(cfg: DatasetConfig, base: Path) -> list[Row]:
     """Every row, in memory: for small datasets and tests; jobs use ``scan`` and ``read_slice``."""
-    fs, root = resolve(cfg.path, base)
+    fs, root = _resolve(cfg, base)
     files, problems = _files(cfg, fs, root)
     located = list(_located(cfg, fs, root, files, problems, None))
     rows = [row for _, row in located]
@@ -193,7 +193,7 @@ def failed_rows(cfg: DatasetConfig, piece: Slice) -> list[Row]:
 
 def check_output_outside(cfg: DatasetConfig, output_dir: str, base: Path) -> None:
     """Refuse an output.dir that the scan would read back as rows: inside a dataset folder, or reached by its glob."""
-    fs, root = resolve(cfg.path, base)
+    fs, root = _resolve(cfg, base)
     out_fs, out = resolve(output_dir, base)
     if type(fs) is not type(out_fs):
         return
@@ -208,6 +208,14 @@ def check_output_outside(cfg: DatasetConfig, output_dir: str, base: Path) -> Non
     if pattern and any(_glob_matches(pattern, f"{path}/{name}") for path in {out, real(out)} for name in ours):
         raise ConfigError(f"output.dir {out} is reached by the glob dataset.path {cfg.path}: each run would read its own outputs "
                           "back as rows; choose an output.dir the glob does not match")
+
+
+def _resolve(cfg: DatasetConfig, base: Path) -> tuple[pafs.FileSystem, str]:
+    """dataset.path's filesystem and path; ``/dev/stdin`` redirected from a file is that file (a replica's own stdin is not)."""
+    fs, root = resolve(cfg.path, base)
+    if is_local(fs) and root.startswith(("/dev/", "/proc/")) and os.path.isfile(root):
+        return fs, os.path.realpath(root)
+    return fs, root
 
 
 def _log_only(fs: pafs.FileSystem, out: str) -> str:

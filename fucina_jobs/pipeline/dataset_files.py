@@ -216,7 +216,6 @@ def walk(root: str) -> Listing:
     (``loop -> .``), a dangling link, a name that is not UTF-8 and anything
     that is not a regular file (a named pipe would block its reader)."""
     files: dict[str, str | None] = {}  # name -> None, or why it is a reject
-    repeats: set[str] = set()
     read: dict[tuple[int, int], str] = {}  # (device, inode) -> the name that reads it
     seen_dirs = {_identity(os.stat(root))}
     linked: list[tuple[str, str]] = []  # a heap of (name below root, path) reached through a link, followed after the real tree

@@ -203,9 +203,14 @@ def test_stdin_and_named_pipes_are_one_line_saying_what_to_do(tmp_path):
     os.mkfifo(fifo)
     _refused(fifo, "is a named pipe, not a file", "save it to a file first")
     script = ("from pathlib import Path\nfrom fucina_jobs.pipeline.config import DatasetConfig\nfrom fucina_jobs.pipeline.dataset import scan\n"
-              "try:\n    scan(DatasetConfig(path='/dev/stdin'), Path('.'))\nexcept Exception as err:\n    print(type(err).__name__, err)\n")
+              "try:\n    index = scan(DatasetConfig(path='/dev/stdin'), Path('.'))\n    print(len(index), index.root)\n"
+              "except Exception as err:\n    print(type(err).__name__, err)\n")
     res = subprocess.run([sys.executable, "-c", script], input='{"id": "a", "text": "x"}\n', capture_output=True, text=True, cwd=REPO, timeout=120)
     assert res.stdout.startswith("ConfigError dataset.path /dev/stdin is a named pipe, not a file"), res.stdout + res.stderr[-2000:]
+    (tmp_path / "in.jsonl").write_bytes(JSONL[:300])
+    with open(tmp_path / "in.jsonl") as stdin:  # `< in.jsonl`: the file itself, which a replica can open (its own stdin is not it)
+        res = subprocess.run([sys.executable, "-c", script], stdin=stdin, capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert res.stdout.strip() == f"{len(read_rows(_cfg(tmp_path / 'in.jsonl'), tmp_path))} {tmp_path / 'in.jsonl'}", res.stdout + res.stderr[-2000:]
 
 
 def test_a_row_without_an_id_is_named_by_file_and_line_and_a_clash_says_so(tmp_path):
