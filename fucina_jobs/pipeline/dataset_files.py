@@ -26,6 +26,7 @@ import io
 import json
 import lzma
 import os
+import re
 import stat
 from typing import Any, BinaryIO, Callable, NamedTuple
 
@@ -159,9 +160,20 @@ def sniff(head: bytes, name: str, fmt: str) -> None:
     if b"\n" not in head and sum(1 for part in head.split(b"\r") if part.strip()) > 1:
         raise ConfigError(f"dataset.path {name} ends its lines with a lone CR (old Mac line ends): "
                           f"convert them to LF, e.g. tr '\\r' '\\n' < {name} > fixed.{fmt}")
-    first = next((line for line in head.decode("utf-8-sig", "replace").split("\n") if line.strip()), "").strip()
-    if first:
+    lines = head.decode("utf-8-sig", "replace").split("\n")
+    n = next((n for n, line in enumerate(lines) if line.strip()), None)
+    if n is None:
+        return
+    first, whole = lines[n].strip(), n < len(lines) - 1 or len(head) < HEAD  # whole: the line ends within the head
+    if fmt == "jsonl" and not whole and re.match(r"\[\s*\{", first):
+        raise _json_array(name)
+    if whole:
         (_sniff_jsonl if fmt == "jsonl" else _sniff_csv)(first, name)
+
+
+def _json_array(name: str) -> ConfigError:
+    return ConfigError(f"dataset.path {name} holds a JSON array of objects, not JSON Lines (one object per line): "
+                       f"convert it, e.g. jq -c '.[]' {name} > rows.jsonl")
 
 
 def _sniff_jsonl(first: str, name: str) -> None:
@@ -172,8 +184,7 @@ def _sniff_jsonl(first: str, name: str) -> None:
         value = None
     else:
         if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
-            raise ConfigError(f"dataset.path {name} holds a JSON array of objects, not JSON Lines (one object per line): "
-                              f"convert it, e.g. jq -c '.[]' {name} > rows.jsonl")
+            raise _json_array(name)
         return
     if first in ("{", "[") or (first[0] in "{[" and first[-1] in "{[,"):
         raise ConfigError(f"dataset.path {name} holds pretty-printed JSON (a value spread over lines), not JSON Lines "

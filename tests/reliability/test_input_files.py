@@ -127,6 +127,8 @@ def test_wrong_formats_say_what_to_set(tmp_path):
     _refused(tmp_path / "rows.csv", "looks like CSV", "'id,text'", "dataset.format=csv")
     (tmp_path / "array.json").write_text(json.dumps(ROWS[:3]))
     _refused(tmp_path / "array.json", "a JSON array of objects", "jq -c '.[]'")
+    (tmp_path / "big-array.json").write_text(json.dumps(ROWS))  # one line, longer than what sniff reads
+    _refused(tmp_path / "big-array.json", "a JSON array of objects")
     (tmp_path / "pretty.json").write_text(json.dumps(ROWS[:3], indent=2))
     _refused(tmp_path / "pretty.json", "pretty-printed JSON", "jq -c '.[]'")
     (tmp_path / "objects.json").write_text("\n".join(json.dumps(r, indent=2) for r in ROWS[:3]))
@@ -146,6 +148,9 @@ def test_what_jsonl_really_allows_still_reads(tmp_path):
     assert [(r.id, r.problem is None) for r in read_rows(_cfg(path), tmp_path)] == [("a", True), ("in.jsonl:2", False), ("b", True)]
     path.write_text('{not json, at all\n{"id": "b", "text": "y"}\n')
     assert [r.id for r in read_rows(_cfg(path), tmp_path)] == ["in.jsonl:1", "b"]
+    long = {"id": "long", "text": "," * 100_000}  # a first row longer than what sniff reads, cut after a comma
+    path.write_text(json.dumps(long) + "\n")
+    assert [(r.id, r.problem) for r in read_rows(_cfg(path), tmp_path)] == [("long", None)]
 
 
 def test_parquet_folder_without_parquet_files_says_what_it_holds(tmp_path):
