@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import gzip
 import json
 import os
 import re
@@ -60,6 +61,7 @@ class Case:
         self.exits: list[int] = []
         self.note = ""
         self.counted: Outcome | None = None  # set by a case whose outputs vanish afterwards (a tmpfs)
+        self.expected: list[str] | None = None  # the input's ids, where the dataset is no plain jsonl (else read from it)
 
     def start(self, *overrides: str) -> subprocess.Popen:
         args = [f"dataset.path={self.dataset}", "dataset.limit=null", "decoding.max_tokens=8", "runtime.replicas=1",
@@ -211,6 +213,51 @@ def full_disk(c: Case) -> None:
         subprocess.run(["umount", str(c.out)], check=False)
 
 
+def dataset_replaced(c: Case) -> None:
+    proc = c.start()
+    c.wait(proc, lambda: c.committed() >= 1)
+    committed = c.committed()
+    lines = c.dataset.read_text()
+    tmp = c.dataset.with_name(".in.jsonl.part")  # a nightly export: one row added at the top, the file replaced atomically
+    tmp.write_text(json.dumps({"id": "n00", "text": json.loads(lines.splitlines()[0])["text"]}) + "\n" + lines)
+    os.replace(tmp, c.dataset)
+    c.finish(proc)
+    c.note = f"replaced (n00 added at the top) with {committed} of 4 shards committed; first run: {_summary(c, 0)}; rerun: "
+    c.run()
+    c.note += _summary(c, 1)
+
+
+def symlink_loop(c: Case) -> None:
+    docs = c.dataset.with_name("docs")
+    docs.mkdir()
+    rows = [json.loads(line) for line in c.dataset.read_text().splitlines()]
+    for row in rows:
+        (docs / f"{row['id']}.txt").write_text(row["text"])
+    os.symlink(".", docs / "loop")
+    os.symlink("gone.txt", docs / "dangling.txt")
+    c.dataset, c.expected = docs, [row["id"] for row in rows] + ["loop", "dangling"]
+    proc = c.start("dataset.format=text_dir")
+    c.wait(proc, lambda: c.committed() >= 1)
+    c.kill(proc)
+    c.note = f"docs/loop -> . and a dangling link; killed with {c.committed()} of 5 shards committed; rerun: "
+    c.run("dataset.format=text_dir")
+    c.note += _summary(c, 1)
+
+
+def compressed_dataset(c: Case) -> None:
+    packed = c.dataset.with_name("in.jsonl.gz")
+    packed.write_bytes(gzip.compress(c.dataset.read_bytes()))
+    c.expected = [json.loads(line)["id"] for line in c.dataset.read_text().splitlines()]
+    c.dataset.unlink()
+    c.dataset = packed
+    proc = c.start()
+    c.wait(proc, lambda: c.committed() >= 1)
+    c.kill(proc)
+    c.note = f"in.jsonl.gz; killed with {c.committed()} of 4 shards committed; rerun: "
+    c.run()
+    c.note += _summary(c, 1)
+
+
 def ctrl_c(c: Case) -> None:
     proc = c.start()
     c.wait(proc, lambda: c.committed() >= 1)
@@ -229,6 +276,9 @@ CASES: dict[str, Callable[[Case], None]] = {
     "edited_dataset": edited_dataset,
     "full_disk": full_disk,
     "ctrl_c": ctrl_c,
+    "dataset_replaced": dataset_replaced,
+    "symlink_loop": symlink_loop,
+    "compressed_dataset": compressed_dataset,
 }
 
 
@@ -244,7 +294,7 @@ def _last_line(path: Path) -> str:
 
 
 def count(c: Case) -> Outcome:
-    expected = [json.loads(line)["id"] for line in c.dataset.read_text().splitlines()]
+    expected = c.expected or [json.loads(line)["id"] for line in c.dataset.read_text().splitlines()]
     run_dir = RunDir.open(c.out)
     seen = collections.Counter(row_id for kind in ("records", "rejects") for row_id in run_dir.read(kind, ["row_id"]).column("row_id").to_pylist())
     manifest = c.manifest()

@@ -1,17 +1,23 @@
 """Dataset readers: every input row comes back, readable or not, and each knows where it lives.
 
 A row that cannot be used (bad JSON, invalid UTF-8, a lone surrogate, a
-binary file, a missing text field) is returned with its problem attached, so
-the sink turns it into a reject instead of losing it. Whole-file problems (a
-missing file, a directory where a file belongs, a CSV quote that never
-closes) are errors that name the file and line.
+binary file, a missing text field, a symlink loop in a text_dir) is returned
+with its problem attached, so the sink turns it into a reject instead of
+losing it. Whole-file problems (a missing file, a directory where a file
+belongs, a CSV quote that never closes, a file of the wrong format or
+encoding) are errors that name the file and say what to set;
+``dataset_files.py`` opens (and decompresses) the files and sniffs them.
 
 The driver never holds the rows. ``scan`` streams the dataset once and keeps
 an index of about 80 bytes a row, whatever the rows' size: the row's id, its
 content digest (what "the same row" means across runs, so an edited row is
 decoded again) and its ``Loc``: file, byte range (jsonl, csv) or row number
 (parquet), line and position. The driver ships shards as ``Slice``s of that
-index, and each replica reads its own rows back with ``read_slice``.
+index, and each replica reads its own rows back with ``read_slice``, which
+checks each against the id and digest the scan found there: a file replaced or
+moved during the run raises ``DatasetChanged`` rather than decode a row the
+plan does not hold. The scan hashes the bytes it parses: the manifest's
+dataset hash.
 ``dataset.path`` is a local path or a ``pyarrow.fs`` URI (``storage.py``):
 every read goes through the filesystem, and a replica's byte ranges are
 ranged reads, so an ``s3://`` dataset is never copied whole.
@@ -27,9 +33,11 @@ import glob
 import hashlib
 import io
 import json
+import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any, Iterator, NamedTuple, Union
+from typing import Any, Callable, Iterator, NamedTuple, Union
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -38,7 +46,12 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from .config import ConfigError, DatasetConfig
-from .storage import is_local, list_files, open_input, read_bytes, resolve_input
+from .dataset_files import COMPRESSED_SUFFIXES, HEAD, READ_ERRORS, decompress, open_ranged, open_stream, sniff, special_file, unreadable, walk, wide_encoding
+from .storage import is_local, list_files, read_bytes, resolve, resolve_input
+
+
+class DatasetChanged(RuntimeError):
+    """A replica read back a row that is not the one the scan indexed there (or its file is gone): the dataset changed under the run."""
 
 
 @dataclass(frozen=True)
@@ -57,6 +70,8 @@ class Row:
 
 #: What a reader yields per row: its fields, a problem with no fields, or fields it could read plus a problem.
 Item = Union[dict[str, Any], str, tuple[dict[str, Any], str]]
+#: Where a reader hands the bytes it parsed, for the dataset's hash (None: nobody asks).
+Seen = Union[Callable[[bytes], Any], None]
 
 
 class Loc(NamedTuple):
@@ -65,18 +80,19 @@ class Loc(NamedTuple):
     file: int
     start: int
     end: int
-    line: int  # the file's line, for messages (jsonl)
+    line: int  # the file's line (jsonl, csv) or row number from 1 (parquet), for messages and id-less rows' names
     index: int  # the row's position in the dataset
 
 
 @dataclass
 class Slice:
-    """Rows a replica reads for itself: small to ship (five integer columns), whatever the rows' size."""
+    """Rows a replica reads for itself: small to ship (their locations, ids and digests), whatever the rows' size."""
 
     fs: pafs.FileSystem  # where the files are (local, or an object store)
     root: str  # the resolved dataset.path (text_dir ids are paths below it)
     files: list[str]
-    table: pa.Table  # Loc's columns; ``file`` indexes ``files``
+    table: pa.Table  # Loc's columns (``file`` indexes ``files``), then id and digest: what the scan found there
+    problems: dict[str, str] = field(default_factory=dict)  # text_dir files that are rejects whatever they hold (a loop, a dangling link)
 
     @property
     def locs(self) -> list[Loc]:
@@ -92,6 +108,8 @@ class RowIndex:
     files: list[str]
     table: pa.Table  # id, digest, file, start, end, line, index
     first_usable: Row | None  # the template is checked against it
+    hash: str = ""  # sha256 of the bytes the scan parsed: the manifest's record of what was read
+    problems: dict[str, str] = field(default_factory=dict)  # text_dir files that are rejects whatever they hold
 
     def __len__(self) -> int:
         return self.table.num_rows
@@ -99,21 +117,25 @@ class RowIndex:
     def slice(self, table: pa.Table) -> Slice:
         """A ``Slice`` of the rows of ``table`` (a subset of this index), naming only the files they use."""
         used = pc.unique(table.column("file")).sort()
-        locs = table.select(list(Loc._fields)).set_column(0, "file", pc.index_in(table.column("file"), value_set=used))
-        return Slice(self.fs, self.root, [self.files[f] for f in used.to_pylist()], locs.combine_chunks())
+        locs = table.select([*Loc._fields, "id", "digest"]).set_column(0, "file", pc.index_in(table.column("file"), value_set=used))
+        files = [self.files[f] for f in used.to_pylist()]
+        return Slice(self.fs, self.root, files, locs.combine_chunks(), {f: self.problems[f] for f in files if f in self.problems})
 
 
 INDEX_SCHEMA = pa.schema([("id", pa.string()), ("digest", pa.string()), ("file", pa.int32()), ("start", pa.int64()),
                           ("end", pa.int64()), ("line", pa.int64()), ("index", pa.int64())])
 _BATCH = 65_536
+#: Deeper JSON is a reject, not a RecursionError (serde_json's default limit).
+MAX_DEPTH = 128
 
 
 def scan(cfg: DatasetConfig, base: Path) -> RowIndex:
     """Stream the dataset once into a ``RowIndex``; duplicate ids are an error naming both rows."""
-    fs, root = resolve_input(cfg.path, base)
-    files = _files(cfg, fs, root)
+    fs, root = _resolve(cfg, base)
+    files, problems = _files(cfg, fs, root)
     batches, pending, first_usable = [], [], None
-    for loc, row in _located(cfg, fs, root, files):
+    digest = hashlib.sha256()
+    for loc, row in _located(cfg, fs, root, files, problems, digest.update):
         if first_usable is None and row.problem is None:
             first_usable = row
         pending.append((row.id, row.digest, *loc))
@@ -122,32 +144,83 @@ def scan(cfg: DatasetConfig, base: Path) -> RowIndex:
             pending = []
     batches.append(_batch(pending))
     table = pa.Table.from_batches(batches, INDEX_SCHEMA)
-    _check_unique(table, root, cfg.id_field)
-    return RowIndex(fs, root, files, table, first_usable)
+    _check_unique(table, cfg, root, files)
+    return RowIndex(fs, root, files, table, first_usable, digest.hexdigest(), problems)
 
 
 def read_rows(cfg: DatasetConfig, base: Path) -> list[Row]:
     """Every row, in memory: for small datasets and tests; jobs use ``scan`` and ``read_slice``."""
-    fs, root = resolve_input(cfg.path, base)
-    rows = [row for _, row in _located(cfg, fs, root, _files(cfg, fs, root))]
-    _check_unique(pa.table({"id": [r.id for r in rows], "index": [r.index for r in rows]}), root, cfg.id_field)
+    fs, root = _resolve(cfg, base)
+    files, problems = _files(cfg, fs, root)
+    located = list(_located(cfg, fs, root, files, problems, None))
+    rows = [row for _, row in located]
+    table = pa.table({"id": [r.id for r in rows], "index": [r.index for r in rows], "file": [loc.file for loc, _ in located],
+                      "line": [loc.line for loc, _ in located]})
+    _check_unique(table, cfg, root, files)
     return rows
 
 
 def read_slice(cfg: DatasetConfig, piece: Slice) -> list[Row]:
-    """The rows of a slice, read from their files, checked as ``scan`` checked them."""
+    """The rows of a slice, read from their files and checked as ``scan`` checked them.
+
+    Each must be the row the scan found there, by id and content digest; a
+    file replaced, edited or moved since the scan raises ``DatasetChanged``, so
+    a shard never decodes a row its plan does not hold."""
     where = [_where(cfg, piece.root, file) for file in piece.files]
-    return [_checked(cfg, where[loc.file], loc.index, item) for loc, item in _items_at(cfg, piece)]
+    names = [_nameless(cfg, piece.root, file) for file in piece.files]
+    try:
+        rows = [_checked(cfg, where[loc.file], names[loc.file].format(line=loc.line), loc.index, item) for loc, item in _items_at(cfg, piece)]
+    except FileNotFoundError as err:
+        raise DatasetChanged(f"a file of dataset.path {piece.root} is gone, moved or deleted during the run ({str(err).splitlines()[0]}); "
+                             "put it back and rerun the same command, or rerun to decode the dataset as it is now") from None
+    expected = zip(piece.table.column("id").to_pylist(), piece.table.column("digest").to_pylist())
+    for row, loc, (row_id, digest) in zip(rows, piece.locs, expected):
+        if (row.id, row.digest) != (row_id, digest):
+            now = ("its content is not what the scan read" if row.id == row_id else
+                   f"now holds row {row.id!r}" if row.problem is None else f"now holds something else ({row.problem})")
+            raise DatasetChanged(f"dataset.path changed during the run: {_place(cfg, piece, loc)} held row {row_id!r} at the scan and "
+                                 f"{now}; rerun the same command to decode the dataset as it is now")
+    return rows
 
 
-def dataset_hash(cfg: DatasetConfig, index: RowIndex) -> str:
-    """sha256 over the dataset's files' bytes, in scan order: the manifest's record of what was read."""
-    digest = hashlib.sha256()
-    for file in index.files:
-        with index.fs.open_input_stream(_path(cfg, index.root, file)) as f:
-            for chunk in iter(lambda: f.read(1 << 20), b""):
-                digest.update(chunk)
-    return digest.hexdigest()
+def failed_rows(cfg: DatasetConfig, piece: Slice) -> list[Row]:
+    """A failed shard's rows, for its rejects: read back, or named by the plan alone when the dataset no longer reads back."""
+    try:
+        return read_slice(cfg, piece)
+    except (DatasetChanged, *READ_ERRORS):
+        return [Row(row_id, loc.index) for row_id, loc in zip(piece.table.column("id").to_pylist(), piece.locs)]
+
+
+def check_output_outside(cfg: DatasetConfig, output_dir: str, base: Path) -> None:
+    """Refuse an output.dir that the scan would read back as rows: inside a dataset folder, or reached by its glob."""
+    fs, root = _resolve(cfg, base)
+    out_fs, out = resolve(output_dir, base)
+    if type(fs) is not type(out_fs):
+        return
+    real = os.path.realpath if is_local(fs) else (lambda path: path)
+    if fs.get_file_info(root).type == pafs.FileType.Directory:
+        if real(out) == real(root) or real(out).startswith(real(root).rstrip("/") + "/"):
+            raise ConfigError(f"output.dir {out} is inside dataset.path {root}: each run would read its own outputs (logs, manifest, "
+                              f"Parquet shards) back as rows; choose an output.dir outside {root}{_log_only(fs, out)}")
+        return
+    pattern = _glob_pattern(fs, root)
+    ours = ["cli.log", "logs/replica-0.log", "version=0/manifest.json", "version=0/records/run=0/shard-0.parquet"]
+    if pattern and any(_glob_matches(pattern, f"{path}/{name}") for path in {out, real(out)} for name in ours):
+        raise ConfigError(f"output.dir {out} is reached by the glob dataset.path {cfg.path}: each run would read its own outputs "
+                          "back as rows; choose an output.dir the glob does not match")
+
+
+def _resolve(cfg: DatasetConfig, base: Path) -> tuple[pafs.FileSystem, str]:
+    """dataset.path's filesystem and path; ``/dev/stdin`` redirected from a file is that file (a replica's own stdin is not)."""
+    fs, root = resolve_input(cfg.path, base)
+    if is_local(fs) and root.startswith(("/dev/", "/proc/")) and os.path.isfile(root):
+        return fs, os.path.realpath(root)
+    return fs, root
+
+
+def _log_only(fs: pafs.FileSystem, out: str) -> str:
+    """A hint to delete an output.dir that holds nothing but the log the command line opened before the refusal."""
+    return f", and delete {out}, which holds only this command's cli.log" if [PurePosixPath(p).name for p in list_files(fs, out)] == ["cli.log"] else ""
 
 
 def _batch(pending: list[tuple]) -> pa.RecordBatch:
@@ -156,46 +229,107 @@ def _batch(pending: list[tuple]) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays([pa.array(col, f.type) for col, f in zip(columns, INDEX_SCHEMA)], schema=INDEX_SCHEMA)
 
 
-def _files(cfg: DatasetConfig, fs: pafs.FileSystem, root: str) -> list[str]:
-    """The dataset's files: one path, a glob (``data/*.jsonl``), a parquet folder, or a text_dir/maskbench folder's documents."""
-    if any(ch in root for ch in "*?["):  # the path, not the location: a URI's query has a '?'
-        matches = _glob(fs, root)
-        if not matches:
-            raise ConfigError(f"dataset.path {cfg.path} matches no file")
-        return matches
+def _files(cfg: DatasetConfig, fs: pafs.FileSystem, root: str) -> tuple[list[str], dict[str, str]]:
+    """The dataset's files: one path, a glob (``data/*.jsonl``), a parquet folder, or a text_dir/maskbench folder's documents;
+    with the text_dir files that are rejects whatever they hold (a loop, a dangling link), and why.
+
+    A path that exists is that path, brackets and all; only a path that does not is a glob."""
     kind = fs.get_file_info(root).type
     if kind == pafs.FileType.NotFound:
-        raise ConfigError(f"dataset.path {root} does not exist")
+        pattern = _glob_pattern(fs, root)
+        if pattern is None:
+            raise ConfigError(f"dataset.path {root} does not exist")
+        matches = _glob(fs, pattern)
+        if not matches:
+            raise ConfigError(f"dataset.path {cfg.path} matches no file")
+        return matches, {}
+    special = special_file(root) if is_local(fs) else None
+    if special:
+        raise ConfigError(f"dataset.path {root} is {special}, not a file: replicas read their rows back from the file by position, "
+                          "so a stream cannot be read; save it to a file first (e.g. cat > rows.jsonl) and give that file")
     is_dir = kind == pafs.FileType.Directory
     if cfg.format in ("text_dir", "maskbench"):
         if not is_dir:
             what = "a directory" if cfg.format == "text_dir" else "a directory of MaskBench .json files"
             raise ConfigError(f"dataset.format={cfg.format} needs {what}, but {root} is a file")
-        below = [path[len(root.rstrip("/")) + 1:] for path in list_files(fs, root)]
+        if is_local(fs):
+            listing = walk(root)
+            files, problems = listing.files, listing.problems
+        else:
+            files, problems = [name for name in _below(fs, root) if not any(part.startswith(".") for part in name.split("/"))], {}
         if cfg.format == "maskbench":
-            return [name for name in below if "/" not in name and name.endswith(".json")]
-        return [name for name in below if not any(part.startswith(".") for part in name.split("/"))]
+            files = [name for name in files if "/" not in name and name.endswith(".json")]
+        return files, {name: problems[name] for name in files if name in problems}
     if is_dir and cfg.format in ("jsonl", "csv"):
         raise ConfigError(f"dataset.path {root} is a directory, but dataset.format={cfg.format} reads one file; "
                           "give the file, a glob of files, or dataset.format=text_dir for a folder of documents")
     if is_dir:
-        return [path for path in list_files(fs, root) if path.endswith(".parquet")]
-    return [root]
+        return _parquet_files(fs, root), {}
+    return [root], {}
+
+
+def _below(fs: pafs.FileSystem, root: str) -> list[str]:
+    return [path[len(root.rstrip("/")) + 1:] for path in list_files(fs, root)]
+
+
+def _parquet_files(fs: pafs.FileSystem, root: str) -> list[str]:
+    """A parquet folder's ``.parquet`` files, each real file once, without hidden or ``_`` names (Arrow's own rule)."""
+    if is_local(fs):
+        listing = walk(root)
+        names = [name for name in listing.files if name not in listing.repeats]
+        bad = next((listing.problems[name] for name in names if name in listing.problems and name.endswith(".parquet")), None)
+        if bad:
+            raise ConfigError(f"dataset.path {root}: {bad}")
+    else:
+        names = _below(fs, root)
+    found = [f"{root.rstrip('/')}/{name}" for name in names if name.endswith(".parquet") and not any(part.startswith(("_", ".")) for part in name.split("/"))]
+    if not found:
+        holds = f"it holds {len(names)} files, e.g. {', '.join(names[:3])}" if names else "it is empty"
+        raise ConfigError(f"dataset.path {root} is a folder with no .parquet files ({holds}), but dataset.format=parquet; "
+                          "give a glob of the files and their format (dataset.path='<folder>/*.jsonl' dataset.format=jsonl), "
+                          "or dataset.format=text_dir for a folder of documents")
+    return found
+
+
+def _glob_pattern(fs: pafs.FileSystem, root: str) -> str | None:
+    """``root`` as a glob, its leading folders that exist taken literally (a ``[`` in the working directory is no
+    character class); None when it holds no wildcard."""
+    if not any(ch in root for ch in "*?["):  # the path, not the location: a URI's query has a '?'
+        return None
+    if not is_local(fs):
+        return root
+    parts = root.split("/")
+    for n in range(len(parts) - 1, 0, -1):
+        literal = "/".join(parts[:n]) or "/"
+        if os.path.isdir(literal):
+            return "/".join([glob.escape(literal).rstrip("/"), *parts[n:]])
+    return root
 
 
 def _glob(fs: pafs.FileSystem, pattern: str) -> list[str]:
     """Files matching a glob: the local ``glob`` (``**`` recurses); on an object store, a listing below the
     pattern's fixed prefix, matched with ``fnmatch`` (``*`` there crosses ``/``)."""
     if is_local(fs):
-        return sorted(glob.glob(pattern, recursive=True))
-    fixed = pattern.split("/")
-    fixed = "/".join(fixed[: next(i for i, part in enumerate(fixed) if any(ch in part for ch in "*?["))])
-    return [path for path in list_files(fs, fixed) if fnmatch.fnmatchcase(path, pattern)]
+        return sorted(path for path in glob.glob(pattern, recursive=True) if os.path.isfile(path))
+    return [path for path in list_files(fs, _fixed_prefix(pattern)) if fnmatch.fnmatchcase(path, pattern)]
 
 
-def _path(cfg: DatasetConfig, root: str, file: str) -> str:
-    """A file's path on the filesystem: text_dir and maskbench files are named below ``root``, the rest in full."""
-    return f"{root}/{file}" if cfg.format in ("text_dir", "maskbench") else file
+def _fixed_prefix(pattern: str) -> str:
+    """A glob's leading folders without wildcards."""
+    parts = pattern.split("/")
+    return "/".join(parts[: next((i for i, part in enumerate(parts) if any(ch in part for ch in "*?[")), len(parts))])
+
+
+def _glob_matches(pattern: str, path: str) -> bool:
+    """Whether ``glob.glob(pattern, recursive=True)`` would list ``path``: ``*`` stays within a name, ``**`` spans folders."""
+    def match(parts: list[str], names: list[str]) -> bool:
+        if not parts:
+            return not names
+        if parts[0] == "**":
+            return any(match(parts[1:], names[i:]) for i in range(len(names) + 1))
+        return bool(names) and fnmatch.fnmatchcase(names[0], parts[0]) and match(parts[1:], names[1:])
+
+    return match(pattern.split("/"), path.split("/"))
 
 
 def _where(cfg: DatasetConfig, root: str, file: str) -> PurePosixPath:
@@ -203,16 +337,47 @@ def _where(cfg: DatasetConfig, root: str, file: str) -> PurePosixPath:
     return PurePosixPath(root if cfg.format in ("text_dir", "maskbench") else file)
 
 
-def _located(cfg: DatasetConfig, fs: pafs.FileSystem, root: str, files: list[str]) -> Iterator[tuple[Loc, Row]]:
-    reader = {"jsonl": _jsonl, "parquet": _parquet, "csv": _csv, "text_dir": _text_dir, "maskbench": _maskbench}[cfg.format]
+def _nameless(cfg: DatasetConfig, root: str, file: str) -> str:
+    """How a file's rows without an id are named (``.format(line=...)``): the document's id, or the file (below the
+    dataset's folder or glob) and the line."""
+    if cfg.format in ("text_dir", "maskbench"):
+        return _document_id(file).replace("{", "{{").replace("}", "}}")
+    below = _fixed_prefix(root.rstrip("/")).rstrip("/") + "/"
+    name = file[len(below):] if file.startswith(below) and file != root else PurePosixPath(file).name
+    return name.replace("{", "{{").replace("}", "}}") + ":{line}"
+
+
+def _place(cfg: DatasetConfig, piece: Slice, loc: Loc) -> str:
+    """Where a row is, for a message: its file and line (jsonl, csv), row (parquet), or document."""
+    file = piece.files[loc.file]
+    if cfg.format in ("text_dir", "maskbench"):
+        return f"{PurePosixPath(piece.root).name}/{file}"
+    return f"{PurePosixPath(file).name} {'row' if cfg.format == 'parquet' else 'line'} {loc.line}"
+
+
+def _document_id(file: str) -> str:
+    """A text_dir document's id: its path below the folder without its suffix (nor a compression suffix before it)."""
+    path = PurePosixPath(file)
+    if path.suffix.lower() in COMPRESSED_SUFFIXES:
+        path = path.with_suffix("")
+    return path.with_suffix("").as_posix().encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")  # a name not UTF-8: caf\xe9
+
+
+def _located(cfg: DatasetConfig, fs: pafs.FileSystem, root: str, files: list[str], problems: dict[str, str], seen: Seen) -> Iterator[tuple[Loc, Row]]:
+    reader = _READERS[cfg.format]
     index = 0
     for file_no, file in enumerate(files):
-        where = _where(cfg, root, file)
-        for start, end, line, item in reader(fs, root, file, cfg):
+        where, nameless = _where(cfg, root, file), _nameless(cfg, root, file)
+        items = [(0, 0, 0, _problem_item(cfg, file, problems[file]))] if file in problems else reader(fs, root, file, cfg, seen)
+        for start, end, line, item in items:
             if cfg.limit is not None and index >= cfg.limit:
                 return
-            yield Loc(file_no, start, end, line, index), _checked(cfg, where, index, item)
+            yield Loc(file_no, start, end, line, index), _checked(cfg, where, nameless.format(line=line), index, item)
             index += 1
+
+
+def _problem_item(cfg: DatasetConfig, file: str, problem: str) -> Item:
+    return {cfg.id_field: _document_id(file)}, problem
 
 
 def _items_at(cfg: DatasetConfig, piece: Slice) -> Iterator[tuple[Loc, Item]]:
@@ -223,13 +388,18 @@ def _items_at(cfg: DatasetConfig, piece: Slice) -> Iterator[tuple[Loc, Item]]:
         for loc in locs:
             by_file.setdefault(loc.file, []).append(loc)
         for f, locs in by_file.items():
-            table = pds.dataset(piece.files[f], format="parquet", filesystem=piece.fs).take(pa.array([loc.start for loc in locs]))
+            try:
+                table = pds.dataset(piece.files[f], format="parquet", filesystem=piece.fs).take(pa.array([loc.start for loc in locs]))
+            except (pa.ArrowIndexError, pa.ArrowInvalid) as err:
+                raise DatasetChanged(f"dataset.path changed during the run: {piece.files[f]} no longer holds the rows the scan read "
+                                     f"({str(err).splitlines()[0]}); rerun the same command to decode the dataset as it is now") from None
             yield from zip(locs, table.to_pylist())
         return
     if cfg.format in ("text_dir", "maskbench"):
-        reader = _text_dir if cfg.format == "text_dir" else _maskbench
+        reader = _READERS[cfg.format]
         for loc in locs:
-            yield loc, next(iter(reader(piece.fs, piece.root, piece.files[loc.file], cfg)))[3]
+            file = piece.files[loc.file]
+            yield loc, _problem_item(cfg, file, piece.problems[file]) if file in piece.problems else next(iter(reader(piece.fs, piece.root, file, cfg, None)))[3]
         return
     handles: dict[int, Any] = {}
     names = [PurePosixPath(file).name for file in piece.files]
@@ -237,7 +407,7 @@ def _items_at(cfg: DatasetConfig, piece: Slice) -> Iterator[tuple[Loc, Item]]:
         header = {}
         for loc in locs:
             if loc.file not in handles:
-                handles[loc.file] = open_input(piece.fs, piece.files[loc.file])
+                handles[loc.file] = open_ranged(piece.fs, piece.files[loc.file])
                 if cfg.format == "csv":
                     header[loc.file] = _csv_header(handles[loc.file], piece.files[loc.file])
             f = handles[loc.file]
@@ -249,14 +419,20 @@ def _items_at(cfg: DatasetConfig, piece: Slice) -> Iterator[tuple[Loc, Item]]:
             f.close()
 
 
-def _jsonl(fs: pafs.FileSystem, root: str, file: str, cfg: DatasetConfig) -> Iterator[tuple[int, int, int, Item]]:
-    path, offset = PurePosixPath(file), 0
-    with open_input(fs, file) as f:
-        for line_no, raw in enumerate(f, 1):
-            start, offset = offset, offset + len(raw)
-            item = _jsonl_item(raw, path.name, line_no)
-            if item is not None:
-                yield start, offset, line_no, item
+def _jsonl(fs: pafs.FileSystem, root: str, file: str, cfg: DatasetConfig, seen: Seen) -> Iterator[tuple[int, int, int, Item]]:
+    name, offset = PurePosixPath(file).name, 0
+    with open_stream(fs, file) as f:
+        try:
+            sniff(f.peek(HEAD)[:HEAD], name, "jsonl")
+            for line_no, raw in enumerate(f, 1):
+                if seen:
+                    seen(raw)
+                start, offset = offset, offset + len(raw)
+                item = _jsonl_item(raw, name, line_no)
+                if item is not None:
+                    yield start, offset, line_no, item
+        except READ_ERRORS as err:
+            raise unreadable(name, err) from None
 
 
 def _jsonl_item(raw: bytes, name: str, line_no: int) -> Item | None:
@@ -267,35 +443,66 @@ def _jsonl_item(raw: bytes, name: str, line_no: int) -> Item | None:
         return f"{name}:{line_no}: not valid UTF-8 (byte 0x{raw[err.start]:02x} at column {err.start + 1})"
     if not line.strip():
         return None
+    too_deep = f"{name}:{line_no}: JSON nested deeper than {MAX_DEPTH} levels"
+    if _depth(line) > MAX_DEPTH:
+        return too_deep
     try:
         value = json.loads(line)
     except json.JSONDecodeError as err:
         return f"{name}:{line_no}: not valid JSON ({err.msg})"
+    except RecursionError:
+        return too_deep
     return value if isinstance(value, dict) else f"{name}:{line_no}: expected a JSON object, got {type(value).__name__}"
 
 
-def _parquet(fs: pafs.FileSystem, root: str, file: str, cfg: DatasetConfig) -> Iterator[tuple[int, int, int, dict[str, Any]]]:
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+_BRACKET = re.compile(r"[\[\]{}]")
+
+
+def _depth(line: str) -> int:
+    """How deep a JSON text nests (brackets inside strings aside): cheap, since most lines hold few brackets."""
+    if line.count("[") + line.count("{") <= MAX_DEPTH:
+        return 0
+    depth = deepest = 0
+    for bracket in _BRACKET.findall(_STRING.sub("", line)):
+        depth += 1 if bracket in "[{" else -1
+        deepest = max(deepest, depth)
+    return deepest
+
+
+def _parquet(fs: pafs.FileSystem, root: str, file: str, cfg: DatasetConfig, seen: Seen) -> Iterator[tuple[int, int, int, dict[str, Any]]]:
     try:
-        batches = pq.ParquetFile(fs.open_input_file(file)).iter_batches(batch_size=_BATCH)
+        f = fs.open_input_file(file)
+        if seen:  # the file's own bytes, through the handle the rows are read from
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                seen(chunk)
+            f.seek(0)
+        batches = pq.ParquetFile(f).iter_batches(batch_size=_BATCH)
         number = 0
         for batch in batches:
             for row in batch.to_pylist():
-                yield number, number + 1, 0, row
+                yield number, number + 1, number + 1, row
                 number += 1
     except (pa.ArrowInvalid, OSError) as err:
         raise ConfigError(f"dataset.path {file} is not a Parquet file ({str(err).splitlines()[0]}); check dataset.format") from None
 
 
-def _csv(fs: pafs.FileSystem, root: str, file: str, cfg: DatasetConfig) -> Iterator[tuple[int, int, int, dict[str, Any]]]:
+def _csv(fs: pafs.FileSystem, root: str, file: str, cfg: DatasetConfig, seen: Seen) -> Iterator[tuple[int, int, int, dict[str, Any]]]:
     """Records with their byte ranges; a record may span lines (a quoted newline)."""
     path = PurePosixPath(file)
     ends = {0: 0}  # line number -> byte offset where it ends; only the last record's lines are kept
 
     def lines() -> Iterator[str]:
-        with open_input(fs, file) as f:
-            for n, raw in enumerate(f, 1):
-                ends[n] = ends[n - 1] + len(raw)
-                yield _utf8_line(raw, n, path)
+        with open_stream(fs, file) as f:
+            try:
+                sniff(f.peek(HEAD)[:HEAD], path.name, "csv")
+                for n, raw in enumerate(f, 1):
+                    if seen:
+                        seen(raw)
+                    ends[n] = ends[n - 1] + len(raw)
+                    yield _utf8_line(raw, n, path)
+            except READ_ERRORS as err:
+                raise unreadable(path.name, err) from None
 
     reader = csv.DictReader(lines(), strict=True)  # utf-8-sig drops any BOM
     line = 1  # the header
@@ -328,11 +535,22 @@ def _csv_record(raw: bytes, header: list[str]) -> dict[str, Any]:
     return next(csv.DictReader(io.StringIO(raw.decode("utf-8"), newline=""), fieldnames=header, strict=True))
 
 
-def _text_dir(fs: pafs.FileSystem, root: str, file: str, cfg: DatasetConfig) -> Iterator[tuple[int, int, int, Item]]:
+def _text_dir(fs: pafs.FileSystem, root: str, file: str, cfg: DatasetConfig, seen: Seen) -> Iterator[tuple[int, int, int, Item]]:
     """One row per file, subdirectories included; a row's id is its path below ``root`` without the suffix."""
     where = PurePosixPath(file)
-    row_id = where.with_suffix("").as_posix()
-    data = read_bytes(fs, f"{root}/{file}")
+    row_id = _document_id(file)
+    raw = read_bytes(fs, f"{root}/{file}")
+    try:
+        data = decompress(raw)
+    except READ_ERRORS as err:
+        yield 0, 0, 0, ({cfg.id_field: row_id}, f"{where}: cannot decompress it ({str(err).splitlines()[0]})")
+        return
+    if seen:
+        seen(data)
+    wide = wide_encoding(data[:1024])
+    if wide:
+        yield 0, 0, 0, ({cfg.id_field: row_id}, f"{where}: {wide} text, not UTF-8; save it as UTF-8")
+        return
     if b"\x00" in data:
         yield 0, 0, 0, ({cfg.id_field: row_id}, f"{where}: a binary file, not text (it holds NUL bytes)")
         return
@@ -348,13 +566,16 @@ MASKBENCH_PROMPT = (
 )
 
 
-def _maskbench(fs: pafs.FileSystem, root: str, file: str, cfg: DatasetConfig) -> Iterator[tuple[int, int, int, Item]]:
+def _maskbench(fs: pafs.FileSystem, root: str, file: str, cfg: DatasetConfig, seen: Seen) -> Iterator[tuple[int, int, int, Item]]:
     """One row per MaskBench file (``schema``, ``tests``, ``meta.features``): generation prompts each schema."""
     path = PurePosixPath(root, file)
     try:
-        suite = json.loads(read_bytes(fs, str(path)).decode("utf-8"))
-    except json.JSONDecodeError as err:
-        yield 0, 0, 0, f"{path.name}: not valid JSON ({err.msg})"
+        data = decompress(read_bytes(fs, str(path)))
+        if seen:
+            seen(data)
+        suite = json.loads(data.decode("utf-8"))
+    except (ValueError, RecursionError, *READ_ERRORS) as err:  # JSON, UTF-8 and decompression errors
+        yield 0, 0, 0, f"{path.name}: not valid JSON ({getattr(err, 'msg', None) or type(err).__name__})"
         return
     if not isinstance(suite, dict) or not isinstance(suite.get("schema"), (dict, bool)):
         yield 0, 0, 0, f"{path.name}: not a MaskBench file (no 'schema' object)"
@@ -368,15 +589,18 @@ def _maskbench(fs: pafs.FileSystem, root: str, file: str, cfg: DatasetConfig) ->
     }
 
 
-def _checked(cfg: DatasetConfig, path: PurePosixPath, index: int, item: Item) -> Row:
-    fallback_id = f"row-{index}"
+_READERS = {"jsonl": _jsonl, "parquet": _parquet, "csv": _csv, "text_dir": _text_dir, "maskbench": _maskbench}
+
+
+def _checked(cfg: DatasetConfig, path: PurePosixPath, fallback_id: str, index: int, item: Item) -> Row:
     if isinstance(item, str):
         return Row(fallback_id, index, problem=item)
     fields, problem = item if isinstance(item, tuple) else (item, None)
+    fields = _text_values(fields)
     row_id = fields.get(cfg.id_field)
     where = f"{path.name} row {index}"
     if row_id is None or row_id == "":
-        return Row(fallback_id, index, fields, f"{where}: missing id field {cfg.id_field!r}")
+        return Row(fallback_id, index, fields, f"{where}: missing id field {cfg.id_field!r} (this reject is named {fallback_id!r})")
     if problem:
         return Row(str(row_id), index, fields, problem)
     if _surrogate(str(row_id)):
@@ -387,11 +611,27 @@ def _checked(cfg: DatasetConfig, path: PurePosixPath, index: int, item: Item) ->
     if bad is not None:
         return Row(str(row_id), index, {}, f"{where}: field {bad!r} is not valid Unicode (a lone surrogate, \\ud800-\\udfff)")
     text = fields.get(cfg.text_field)
+    if isinstance(text, bytes):
+        return Row(str(row_id), index, fields, f"{where}: text field {cfg.text_field!r} holds bytes that are not UTF-8 text")
     if not isinstance(text, str) or not text.strip():
         return Row(str(row_id), index, fields, f"{where}: missing or empty text field {cfg.text_field!r}")
     if cfg.schema_field and not isinstance(fields.get(cfg.schema_field), (dict, str)):
         return Row(str(row_id), index, fields, f"{where}: missing schema field {cfg.schema_field!r}")
     return Row(str(row_id), index, fields)
+
+
+def _text_values(fields: dict[str, Any]) -> dict[str, Any]:
+    """Binary values that hold UTF-8 text (a Parquet string column stored as ``binary``) as strings."""
+    if not any(isinstance(v, bytes) for v in fields.values()):
+        return fields
+    return {k: _utf8_or_bytes(v) if isinstance(v, bytes) else v for k, v in fields.items()}
+
+
+def _utf8_or_bytes(value: bytes) -> str | bytes:
+    try:
+        return value.decode("utf-8")
+    except UnicodeDecodeError:
+        return value
 
 
 def _surrogate(value: Any) -> bool:
@@ -409,7 +649,7 @@ def _surrogate(value: Any) -> bool:
     return False
 
 
-def _check_unique(table: pa.Table, path: str, id_field: str) -> None:
+def _check_unique(table: pa.Table, cfg: DatasetConfig, root: str, files: list[str]) -> None:
     """Sort the ids and compare neighbours: a few bytes a row (the sorted copy and its order), never the rows."""
     ids = table.column("id")
     if len(ids) < 2:
@@ -419,8 +659,15 @@ def _check_unique(table: pa.Table, path: str, id_field: str) -> None:
     if not pc.any(same).as_py():
         return
     row_id = ordered[pc.index(same, True).as_py()].as_py()
-    first, second = table.filter(pc.equal(ids, row_id)).column("index").to_pylist()[:2]
+    both = table.filter(pc.equal(ids, row_id)).slice(0, 2).to_pylist()
+    first, second = (row["index"] for row in both)
+    name = PurePosixPath(root).name
+    nameless = [row["index"] for row in both if _nameless(cfg, root, files[row["file"]]).format(line=row["line"]) == row_id]
+    if nameless and cfg.format not in ("text_dir", "maskbench"):
+        other = second if nameless[0] == first else first
+        raise ConfigError(f"{name}: row {nameless[0]} has no id field {cfg.id_field!r}, so its reject would be named {row_id!r}, "
+                          f"which row {other} has as its id; give row {nameless[0]} an id")
     raise ConfigError(
-        f"{PurePosixPath(path).name}: rows {first} and {second} share the id {row_id!r} in field {id_field!r}; "
+        f"{name}: rows {first} and {second} share the id {row_id!r} in field {cfg.id_field!r}; "
         "ids must be unique so that every row is accounted for exactly once"
     )

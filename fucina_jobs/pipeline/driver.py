@@ -32,7 +32,7 @@ from ..engines import EngineUnavailable, GrammarCheck, GrammarError, ModelNotFou
 from ..grounding import alarm
 from ..run_info import file_hash, fingerprint, package_versions, text_hash, utc_now
 from .config import ConfigError, JobConfig, read_text_option
-from .dataset import Slice, dataset_hash, read_slice, scan
+from .dataset import Slice, check_output_outside, failed_rows, scan
 from .progress import Progress
 from .job_constraint import resolve
 from .rundir import Committed, RunDir, shard_key
@@ -68,6 +68,7 @@ class Job:
         self.base = base
         _check_engine(cfg)
         self.resolved = resolved or cfg.model_dump()
+        check_output_outside(cfg.dataset, cfg.output.dir, base)  # before the scan reads its own outputs back
         self.index = scan(cfg.dataset, base)
         self.run_id = secrets.token_hex(8)  # replicas commit only while the manifest names this run
         self._check_template()
@@ -185,7 +186,7 @@ class Job:
             "config": self.resolved,
             "seed": c.decoding.seed,
             "hashes": {
-                "dataset": dataset_hash(self.cfg.dataset, self.index),
+                "dataset": self.index.hash,  # of what the scan read, even if the files change or go during the run
                 "constraint": self.constraint.digest if self.constraint else None,
                 "model": file_hash(Path(model_path)) if Path(model_path).exists() else model_path,
             },
@@ -255,7 +256,7 @@ class Job:
                     try:
                         for index, result, error in pool.map(deque(range(len(keys))), payload, self.cfg.runtime.max_retries, on_dispatch):
                             if result is None:  # every replica failed it: its rows become rejects that carry the error
-                                rows = read_slice(self.cfg.dataset, payload(index)[1])
+                                rows = failed_rows(self.cfg.dataset, payload(index)[1])
                                 result = self.writer.write(keys[index], index, -1, rows, None, {}, error)
                             self._count(result, summary, progress)
                     finally:

@@ -35,14 +35,14 @@ def resolve(location: str, base: Path) -> tuple[pafs.FileSystem, str]:
             return pafs.FileSystem.from_uri(location)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as err:
             raise ConfigError(f"{location}: not a usable filesystem URI ({str(err).splitlines()[0]})") from None
-    return pafs.LocalFileSystem(), str((base / location).resolve())
+    return pafs.LocalFileSystem(), os.path.abspath(base / location)  # not resolve(): /dev/stdin must not become /proc/N/fd/pipe:[M]
 
 
 def resolve_input(location: str, base: Path) -> tuple[pafs.FileSystem, str]:
     """``resolve`` for what a job reads: a local relative path is found as ``config.locate`` says."""
     if "://" in location:
         return resolve(location, base)
-    return pafs.LocalFileSystem(), str(locate(location, base).resolve())
+    return pafs.LocalFileSystem(), os.path.abspath(locate(location, base))
 
 
 def is_local(fs: pafs.FileSystem) -> bool:
@@ -55,7 +55,8 @@ def open_input(fs: pafs.FileSystem, path: str) -> BinaryIO:
 
 
 def read_bytes(fs: pafs.FileSystem, path: str) -> bytes:
-    with fs.open_input_stream(path) as f:
+    """The file's bytes as stored (pyarrow would otherwise decompress by suffix: ``dataset_files`` goes by magic bytes)."""
+    with fs.open_input_stream(path, compression=None) as f:
         return f.read()
 
 

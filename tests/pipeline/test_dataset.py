@@ -16,7 +16,7 @@ def test_jsonl_malformed_rows_are_kept_with_their_problem(tmp_path):
     f = tmp_path / "in.jsonl"
     f.write_text('{"id": "a", "text": "hello"}\n{not json\n[1, 2]\n{"id": "d"}\n\n{"text": "no id"}\n')
     rows = read_rows(_cfg(f), tmp_path)
-    assert [r.id for r in rows] == ["a", "row-1", "row-2", "d", "row-4"]
+    assert [r.id for r in rows] == ["a", "in.jsonl:2", "in.jsonl:3", "d", "in.jsonl:6"]  # an id-less row is named by its file and line
     assert rows[0].problem is None
     assert "in.jsonl:2: not valid JSON" in rows[1].problem
     assert "expected a JSON object" in rows[2].problem
