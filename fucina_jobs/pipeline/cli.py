@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import errno
 import logging
+import signal
 import sys
 from pathlib import Path
 from typing import Any, Callable
 
-from .config import register_defaults
+from .config import ConfigError, register_defaults
+from .signals import Stopped, stopping
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 log = logging.getLogger("fucina_jobs")
@@ -49,18 +51,22 @@ def hydra_command(name: str, argv: list[str], task: Callable[[Any, dict[str, Any
     register_defaults()
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises instead of printing a traceback; the messages below say it in a line
     try:
-        hydra.main(config_path=str(CONF_DIR), config_name=None, version_base="1.3")(_validated(task))()
+        with stopping():  # SIGTERM and SIGHUP stop a run as Ctrl-C does
+            hydra.main(config_path=str(CONF_DIR), config_name=None, version_base="1.3")(_validated(task))()
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f"{mark.name} line {mark.line + 1}" if mark else "a config file"
         return _fail(f"{where}: malformed YAML ({getattr(err, 'problem', None) or err})", 2)
     except (HydraException, OmegaConfBaseException) as err:
+        ours = _our_error(err)
+        if ours is not None:
+            return _fail(str(ours), 2)
         where = f"override {err.override!r}: " if getattr(err, "override", None) else ""
         return _fail(where + " ".join(str(err).split()), 2)
     except OSError as err:
         return _fail(_disk_error(err), 1)
-    except KeyboardInterrupt:
-        return _fail("interrupted: rerun the same command to resume", 130)
+    except KeyboardInterrupt as err:
+        return _fail(*_interrupted(err))
     return _exit_code
 
 
@@ -73,6 +79,13 @@ def compose(name: str, overrides: list[str]) -> dict[str, Any]:
     register_defaults()
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         return OmegaConf.to_container(hydra_compose(config_name=name, overrides=overrides), resolve=True)
+
+
+def _our_error(err: BaseException) -> ConfigError | None:
+    """The ``ConfigError`` one of our resolvers (``config.hydra_dir``) raised, inside OmegaConf's and Hydra's wrapping."""
+    while err is not None and not isinstance(err, ConfigError):
+        err = err.__cause__ or err.__context__
+    return err
 
 
 def _fail(message: str, code: int) -> int:
@@ -92,11 +105,18 @@ def _disk_error(err: OSError) -> str:
     return f"{where}{err.strerror or err}; {_DISK_HINTS.get(err.errno, 'rerun the same command to resume once it is fixed')}"
 
 
+def _interrupted(err: KeyboardInterrupt) -> tuple[str, int]:
+    """The line and exit code for a stop: 130 for Ctrl-C, 128 + N for signal N (SIGTERM 143, SIGHUP 129)."""
+    if isinstance(err, Stopped) and err.signum != signal.SIGINT:
+        return f"interrupted by {err.name}: rerun the same command to resume", err.exit_code
+    return "interrupted: rerun the same command to resume", 130
+
+
 def _validated(task: Callable[[Any, dict[str, Any]], int]) -> Callable[[Any], None]:
     def main(cfg) -> None:
         from omegaconf import OmegaConf
 
-        from .config import ConfigError, validate
+        from .config import validate
 
         global _exit_code
         resolved = OmegaConf.to_container(cfg, resolve=True)
@@ -108,9 +128,9 @@ def _validated(task: Callable[[Any, dict[str, Any]], int]) -> Callable[[Any], No
         except OSError as err:
             log.error("%s", _disk_error(err))
             _exit_code = 1
-        except KeyboardInterrupt:
-            log.error("interrupted: rerun the same command to resume")
-            _exit_code = 130
+        except KeyboardInterrupt as err:
+            message, _exit_code = _interrupted(err)
+            log.error("%s", message)
 
     return main
 

@@ -64,6 +64,22 @@ def compile_schema(engine: Engine, c: ConstraintConfig, schema: dict[str, Any], 
     return engine.constraint(json_schema=compiled.schema, whitespace_flexible=c.whitespace_flexible), relaxations
 
 
+class RowSchemaError(ValueError):
+    """A row's own schema (``dataset.schema_field``) is no JSON object: that row is a reject, and its shard goes on."""
+
+
+def row_schema(value: Any) -> dict[str, Any]:
+    """A row's schema field as a schema: a JSON object, or JSON text of one."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as err:
+            raise RowSchemaError(f"is not JSON: {err.msg} at character {err.pos}") from None
+    if not isinstance(value, dict):
+        raise RowSchemaError(f"is a JSON {type(value).__name__}, not a JSON Schema object")
+    return value
+
+
 def resolve(c: ConstraintConfig, base: Path) -> JobConstraint | None:
     """Read and check the configured constraint file; None when rows carry their own schema."""
     if c.kind is None:

@@ -19,13 +19,13 @@ from typing import Any
 import numpy as np
 
 from ..confidence import Leaf, confidence, output_values
-from ..engine import DRAFT_SOURCES, Completion, Engine, FucinaEngine, GrammarError, Prompt, SamplingParams, SpecConfig, load_model
+from ..engine import DRAFT_SOURCES, Completion, Engine, FucinaEngine, GrammarError, Prompt, SamplingParams, SpecConfig, load_model, prompt_overflow
 from ..grounding.declaration import GroundingError, grounded_fields
 from ..grounding.grammar import grounded_lark
 from .config import JobConfig, NullEngineConfig, VLLMEngineConfig, read_text_option
 from .dataset import Row, Slice, read_slice
 from .decode_loop import DecodeLoop
-from .job_constraint import JobConstraint, compile_schema
+from .job_constraint import JobConstraint, RowSchemaError, compile_schema, row_schema
 from .rundir import RunDir
 from .shard_writer import ShardSummary, ShardWriter
 
@@ -109,20 +109,24 @@ class ShardWorker:
             text = self.template.format_map(row.fields)
         except KeyError as err:
             return None, f"row {row.id!r}: prompt.template uses field {err} that the row does not have", [], 0.0
+        d = self.cfg.decoding
+        overflow = prompt_overflow(self.engine, Prompt(row.id, text, self.system, max_tokens=d.max_tokens))
+        if overflow:  # from the token count alone: a long document's grounded grammar takes minutes to build
+            return None, overflow, [], 0.0
         start = time.perf_counter()
         try:
             constraint, relaxations, grounded = self._constraint(row)
-        except (GrammarError, GroundingError, json.JSONDecodeError) as err:
+        except RowSchemaError as err:
+            return None, f"row {row.id!r}: its schema ({self.cfg.dataset.schema_field}) {err}", [], 0.0
+        except (GrammarError, GroundingError) as err:
             return None, f"row {row.id!r}: its schema does not compile: {err}", [], 0.0
-        d = self.cfg.decoding
         seconds = time.perf_counter() - start if grounded else 0.0
         return Prompt(row.id, text, self.system, constraint, record_seed(d.seed, row.id), d.max_tokens), None, relaxations, seconds
 
     def _constraint(self, row: Row) -> tuple[Any, list[str], bool]:
         """The row's own grounded grammar where its schema grounds fields, else the shared constraint; its relaxations; grounded or not."""
         field_name = self.cfg.dataset.schema_field
-        schema = row.fields[field_name] if field_name else self.schema
-        schema = json.loads(schema) if isinstance(schema, str) else schema
+        schema = row_schema(row.fields.get(field_name)) if field_name else self.schema
         if (grounded_fields(schema) if field_name else self.grounded):
             source = str(row.fields.get(self.cfg.dataset.text_field, ""))
             return self.engine.constraint(lark=grounded_lark(schema, source)), [], True
