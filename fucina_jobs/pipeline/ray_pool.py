@@ -223,11 +223,15 @@ def probe_cluster(address: str, timeout: float = 5.0) -> None:
     else:
         from ray._private.services import canonicalize_bootstrap_address_or_die
 
+        ray_log, level = logging.getLogger("ray._private.services"), logging.getLogger("ray._private.services").level
+        ray_log.setLevel(logging.ERROR)  # not its "found multiple Ray instances" warning: an error below names the address
         try:
             target = canonicalize_bootstrap_address_or_die(address)
         except (ConnectionError, ValueError) as err:
             raise ConfigError(f"{key}: {' '.join(str(err).split())} (start one with `ray start --head`, or leave runtime.ray_address "
                               "unset for a private local Ray)") from None
+        finally:
+            ray_log.setLevel(level)
     host, _, port = target.rpartition(":")
     try:
         answered = _speaks_http2(host, int(port), timeout)

@@ -296,7 +296,8 @@ class RunDir:
         try:
             return read(path)
         except pa.ArrowInvalid as err:
-            raise DamagedShard(f"{self.store.name(path)} is damaged ({str(err).splitlines()[0]})") from None
+            why = re.sub(r"^Could not open Parquet input source '.*?': ", "", str(err).splitlines()[0])  # the path is named already
+            raise DamagedShard(f"{self.store.name(path)} is damaged ({why})") from None
 
     def write_outputs(self, key: str, records: pa.Table, rejects: pa.Table) -> None:
         """A shard's records and rejects, before its commit."""

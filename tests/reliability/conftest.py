@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from ..pipeline.conftest import REPO, assert_exactly_once, job_dict, manifest, read_dir, shard_files  # noqa: F401  (test modules import them from here)
+from ..pipeline.conftest import REPO, assert_exactly_once, job_dict, manifest, read_dir, s3, shard_files  # noqa: F401  (test modules import them from here)
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -24,13 +24,18 @@ def invoice_rows(ids: list[str]) -> list[dict]:
     return [{"id": i, "text": INVOICES[k]["text"]} for k, i in enumerate(ids)]
 
 
-def small_job(out: Path, dataset: Path, **sections) -> dict:
-    """The invoice job on ``dataset``, tiny: 8 tokens per row, one replica, two streams."""
-    raw = job_dict(out, dataset={"path": str(dataset), "limit": None}, decoding={"max_tokens": 8},
+def small_job(out: Path, data: Path, **sections) -> dict:
+    """The invoice job on the dataset file ``data``, tiny: 8 tokens per row, one replica, two streams."""
+    raw = job_dict(out, dataset={"path": str(data), "limit": None}, decoding={"max_tokens": 8},
                    runtime={"replicas": 1, "streams": 2, "shard_size": 2})
     for key, value in sections.items():
         raw[key] = {**raw.get(key, {}), **value}
     return raw
+
+
+def canned_job(out: Path, data: Path, answer: str, **sections) -> dict:
+    """A job on ``data`` whose engine answers every row with ``answer`` at once (no model): the pipeline alone."""
+    return small_job(out, data, engine={"name": "null", "output": answer}, **sections)
 
 
 def cli(*args: str, timeout: float = 900, **popen) -> subprocess.CompletedProcess:
