@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .config import ConfigError, register_defaults
-from .signals import Stopped, stopping
+from .signals import stop_of, stopping
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 log = logging.getLogger("fucina_jobs")
@@ -34,7 +34,8 @@ def hydra_command(name: str, argv: list[str], task: Callable[[Any, dict[str, Any
 
     ``task`` returns the exit code. Errors come back as one line, never a traceback: a
     ``ConfigError`` or a config file Hydra cannot read exits 2, a disk error (full,
-    read-only) exits 1, Ctrl-C exits 130; a rerun of the same command resumes."""
+    read-only) exits 1, Ctrl-C exits 130, SIGTERM 143 and SIGHUP 129; a rerun of the
+    same command resumes."""
     import os
 
     import hydra
@@ -107,8 +108,9 @@ def _disk_error(err: OSError) -> str:
 
 def _interrupted(err: KeyboardInterrupt) -> tuple[str, int]:
     """The line and exit code for a stop: 130 for Ctrl-C, 128 + N for signal N (SIGTERM 143, SIGHUP 129)."""
-    if isinstance(err, Stopped) and err.signum != signal.SIGINT:
-        return f"interrupted by {err.name}: rerun the same command to resume", err.exit_code
+    stop = stop_of(err)
+    if stop.signum != signal.SIGINT:
+        return f"interrupted by {stop.name}: rerun the same command to resume", stop.exit_code
     return "interrupted: rerun the same command to resume", 130
 
 

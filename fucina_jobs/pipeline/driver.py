@@ -36,7 +36,7 @@ from .progress import Progress
 from .job_constraint import resolve
 from .rundir import Committed, RunDir, shard_key
 from .shard_writer import ShardSummary, ShardWriter
-from .signals import Stopped, deferred
+from .signals import deferred, stop_of
 
 log = logging.getLogger(__name__)
 
@@ -231,7 +231,7 @@ class Job:
                 status, error = "failed", f"{type(err).__name__}: {err}"
                 raise
             except KeyboardInterrupt as err:
-                error = f"{err if isinstance(err, Stopped) else 'stopped by Ctrl-C'}; rerun the same command to resume"
+                error = f"{stop_of(err)}; rerun the same command to resume"
                 raise
             finally:
                 with deferred():  # a stop signal now waits until the manifest says how the run ended

@@ -21,7 +21,7 @@ from collections import Counter, deque
 from typing import Any, Callable, Iterator
 
 import ray
-from ray.exceptions import ActorDiedError, ActorUnavailableError, GetTimeoutError, RayError, RayTaskError
+from ray.exceptions import ActorDiedError, GetTimeoutError, RayError, RayTaskError
 
 from .config import ConfigError, JobConfig, NullEngineConfig
 from .job_constraint import JobConstraint
@@ -156,23 +156,24 @@ class ReplicaPool:
             try:
                 ray.get(self.actors[replica].ping.remote(), timeout=max(1.0, deadline - time.monotonic()))
                 return True
-            except ActorUnavailableError:
-                time.sleep(1.0)
             except (ActorDiedError, GetTimeoutError):
                 break
+            except RayError:  # unavailable while it restarts, or killed again on its way up (Ray's out-of-memory killer): wait
+                time.sleep(1.0)
         log.error("replica %d is gone and will get no more shards", replica)
         return False
 
 
 def replica_count(cfg: JobConfig, model_path: str, shards: int) -> int:
-    """``runtime.replicas``, capped at the shards there are to decode and, for a local Ray, at what this machine's memory holds.
+    """``runtime.replicas``, capped at the shards there are to decode and, for the local Ray we start, at what this machine's memory holds.
 
-    On a cluster Ray places replicas by its resources, so only the shard count caps them there."""
+    On a cluster Ray places replicas by its resources, and a Ray the caller started
+    has the slots the caller gave it (``ReplicaPool._fit``), so only the shard count caps them there."""
     wanted = cfg.runtime.replicas
     count = max(1, min(wanted, shards))
     if count < wanted:
         log.warning("runtime.replicas=%d: starting %d, one per shard to decode", wanted, count)
-    if cfg.runtime.ray_address is None:
+    if cfg.runtime.ray_address is None and not ray.is_initialized():
         free, each = available_memory(), replica_memory(cfg, model_path)
         fits = max(1, int(0.8 * free // each)) if free else count
         if fits < count:

@@ -38,25 +38,32 @@ class Stopped(KeyboardInterrupt):
 _active = False
 _held = 0  # depth of deferred() blocks
 _pending: int | None = None  # a signal that arrived while held
+_received: int | None = None  # the last stop signal, for stop_of()
 
 
 def _handle(signum: int, frame: Any) -> None:
-    global _pending
+    global _pending, _received
+    _received = signum
     if _held and _pending is None:
         _pending = signum
         return
     raise Stopped(signum)
 
 
+def stop_of(err: KeyboardInterrupt) -> Stopped:
+    """The stop ``err`` stands for: Ray turns a ``Stopped`` raised inside its waits into a plain ``KeyboardInterrupt``."""
+    return err if isinstance(err, Stopped) else Stopped(_received or signal.SIGINT)
+
+
 @contextmanager
 def stopping() -> Iterator[None]:
     """Turn stop signals into ``Stopped`` while the block runs (main thread only; elsewhere a no-op)."""
-    global _active
+    global _active, _received
     if threading.current_thread() is not threading.main_thread() or _active:
         yield
         return
     previous = {s: signal.getsignal(s) for s in SIGNALS}
-    _active = True
+    _active, _received = True, None
     reclaim()
     try:
         yield

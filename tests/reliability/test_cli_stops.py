@@ -1,8 +1,9 @@
-"""Issue 12 through the command line: a second run on a busy output.dir, then Ctrl-C, then a rerun.
+"""Issues 12 and 28 through the command line: a second run on a busy output.dir, Ctrl-C and SIGTERM, then a rerun.
 
 The first run is a real ``python -m fucina_jobs run`` process: the lock it holds
 must stop a second run at once, and SIGINT to its process group (what a
-terminal's Ctrl-C sends) must stop it cleanly, so that a rerun resumes.
+terminal's Ctrl-C sends) or SIGTERM to the driver (what systemd and Kubernetes
+send) must stop it cleanly, so that a rerun resumes.
 """
 
 import os
@@ -59,3 +60,29 @@ def test_busy_output_dir_then_ctrl_c_then_rerun(tmp_path):
     assert resumed.ok and resumed.shards_resumed == len(m["shards"])
     assert_exactly_once(out, set(IDS))
     assert manifest(out)["status"] == "complete"
+
+
+def test_sigterm_is_a_clean_stop_and_the_rerun_resumes(tmp_path):
+    """Issue 28: SIGTERM (what systemd and Kubernetes send) aborted the driver (exit 134, a native stack dump), manifest `running`."""
+    data = write_jsonl(tmp_path / "in.jsonl", invoice_rows(IDS))
+    out = tmp_path / "out"
+    args = [f"dataset.path={data}", "dataset.limit=null", "decoding.max_tokens=8", "runtime.replicas=1", "runtime.streams=2",
+            "runtime.shard_size=2", f"output.dir={out}"]
+    proc = subprocess.Popen([sys.executable, "-m", "fucina_jobs", "run", "conf=extract_invoices", *args], cwd=REPO,
+                            start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for(lambda: shard_files(out, "stats"), proc, "committed shard")
+        os.kill(proc.pid, signal.SIGTERM)  # the driver alone, as `kill PID` and Kubernetes send it
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 128 + signal.SIGTERM, stderr[-3000:]
+    assert "Traceback" not in stderr and "SIGTERM received" not in stderr and "interrupted by SIGTERM: rerun the same command" in stderr
+    m = manifest(out)
+    assert m["status"] == "interrupted" and m["error"].startswith("stopped by SIGTERM") and 1 <= len(m["shards"]) < 4
+
+    resumed = Job(validate(small_job(out, data)), REPO).run()
+    assert resumed.ok and resumed.shards_resumed == len(m["shards"])
+    assert_exactly_once(out, set(IDS))
