@@ -33,7 +33,7 @@ from ..grounding.declaration import GroundingError, grounded_fields
 from .config import ConfigError, JobConfig, read_text_option
 from .dataset import Row
 from .flags import record_flags
-from .job_constraint import JobConstraint, row_schema
+from .job_constraint import JobConstraint, parse_row_schema
 from .rundir import RunDir
 from .sink import Outcome, Validator, json_schema_fields, outcome_tables, record_schema
 
@@ -168,7 +168,7 @@ class ShardWriter:
 
     def _row_schema(self, row: Row) -> dict | None:
         field_name = self.cfg.dataset.schema_field
-        return row_schema(row.fields.get(field_name)) if field_name else None
+        return parse_row_schema(row.fields.get(field_name)) if field_name else None
 
     def _record_id(self, row_id: str) -> str:
         return hashlib.sha256(f"{self.cfg.name}:{row_id}".encode()).hexdigest()[:16]

@@ -54,17 +54,18 @@ def probe(location: str, base: Path, timeout: float = PROBE_SECONDS) -> tuple[pa
 
     if "://" not in location:
         return ask()
+    shown = location.split("?", 1)[0]  # a URI's query may carry keys
     answer: list = []
     asking = threading.Thread(target=lambda: answer.append(_outcome(ask)), name="storage-probe", daemon=True)
     asking.start()
     asking.join(timeout)
     if not answer:  # the thread is left to its retries; it holds nothing of ours
-        raise ConfigError(f"{location}: the store did not answer within {timeout:.0f}s; check its credentials, endpoint and network")
+        raise ConfigError(f"{shown}: the store did not answer within {timeout:.0f}s; check its credentials, endpoint and network")
     value, err = answer[0]
     if isinstance(err, ConfigError):
         raise err
     if err is not None:
-        raise ConfigError(f"{location}: cannot reach it ({_first_line(err)})") from None
+        raise ConfigError(f"{shown}: cannot reach it ({_first_line(err)})") from None
     return value
 
 
@@ -113,7 +114,7 @@ class Storage:
         """The location's store, asked once (``probe``): an unreachable store or a file in the folder's place is a ``ConfigError``."""
         fs, root, info = probe(location, base)
         if info.type == pafs.FileType.File:
-            raise ConfigError(f"{location} is a file, not a folder; give a folder's path")
+            raise ConfigError(f"{location.split('?', 1)[0]} is a file, not a folder; give a folder's path")
         return cls(fs, root.rstrip("/"), location if "://" in location else root)
 
     @property

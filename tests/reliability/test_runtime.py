@@ -6,6 +6,7 @@ redoes, and that every row still ends exactly once.
 """
 
 import json
+import socket
 
 import pytest
 
@@ -51,18 +52,41 @@ def test_a_catastrophic_pattern_rejects_its_row_and_the_shard_beside_it_commits(
 def test_a_row_schema_that_is_not_json_rejects_that_row_alone(tmp_path):
     """Defect 5: one row's ``"not json {"`` failed its whole shard (9 rows), on every rerun."""
     rows = [{"id": f"ok-{i}", "text": "x", "schema": json.dumps({"type": "object"})} for i in range(7)]
-    rows[2:2] = [{"id": "not-json", "text": "x", "schema": "not json {"}, {"id": "a-list", "text": "x", "schema": "[1, 2]"}]
+    rows[2:2] = [{"id": "not-json", "text": "x", "schema": "not json {"}, {"id": "a-list", "text": "x", "schema": "[1, 2]"},
+                 {"id": "bad-keyword", "text": "x", "schema": json.dumps({"properties": [1]})}]  # crashed the grounding check
     data = write_jsonl(tmp_path / "in.jsonl", rows)
     out = tmp_path / "out"
-    raw = canned_job(out, data, "{}", **PER_ROW, runtime={"shard_size": 9})
+    raw = canned_job(out, data, "{}", **PER_ROW, runtime={"shard_size": 10})
     summary = _run(raw)
-    assert summary.ok and summary.shards == 1 and summary.records == 7 and summary.rejects == 2
+    assert summary.ok and summary.shards == 1 and summary.records == 7 and summary.rejects == 3
     rejects = {r["row_id"]: r["error"] for r in read_dir(out, "rejects")}
     assert rejects == {"not-json": "row 'not-json': its schema (schema) is not JSON: Expecting value at character 0",
-                       "a-list": "row 'a-list': its schema (schema) is a JSON list, not a JSON Schema object"}
+                       "a-list": "row 'a-list': its schema (schema) is a JSON list, not a JSON Schema object",
+                       "bad-keyword": "row 'bad-keyword': its schema cannot be used: not a valid JSON Schema at properties: [1] is not of type 'object'"}
     again = _run(raw)
     assert again.ok and again.shards_resumed == 1 and again.shards_redone == 0
     assert_exactly_once(out, {r["id"] for r in rows})
+
+
+def test_a_row_schemas_ref_to_a_file_or_a_url_reads_nothing_and_opens_no_connection(tmp_path):
+    """Found clean by issue 28, and kept so: an untrusted ``$ref`` is that row's reject, never a read or a request."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}/x"
+        rows = [{"id": "file", "text": "x", "schema": json.dumps({"$ref": "file:///etc/passwd"})},
+                {"id": "http", "text": "x", "schema": json.dumps({"type": "object", "properties": {"a": {"$ref": url}}})},
+                {"id": "ok", "text": "x", "schema": json.dumps({"type": "object"})}]
+        out = tmp_path / "out"
+        summary = _run(canned_job(out, write_jsonl(tmp_path / "in.jsonl", rows), '{"a": "root:x:0:0"}', **PER_ROW, runtime={"shard_size": 3}))
+        listener.setblocking(False)
+        with pytest.raises(BlockingIOError):
+            listener.accept()  # nobody connected
+    assert summary.ok and summary.records == 1
+    rejects = {r["row_id"]: r for r in read_dir(out, "rejects")}
+    assert set(rejects) == {"file", "http"} and all(r["reason"] == "error" for r in rejects.values())
+    assert "file:///etc/passwd" in rejects["file"]["error"] and url in rejects["http"]["error"]
+    assert_exactly_once(out, {"file", "http", "ok"})
 
 
 def test_a_damaged_shard_is_a_one_line_error_for_readers_and_redone_by_a_rerun(tmp_path, capsys):
