@@ -266,6 +266,36 @@ def ctrl_c(c: Case) -> None:
     c.run()
 
 
+def _stop(c: Case, point: str, ready: Callable[[], bool], sig: int = signal.SIGTERM, group: bool = False) -> None:
+    """Send ``sig`` to the driver (``group``: to its whole process group) once ``ready``, then rerun the same command."""
+    proc = c.start()
+    c.wait(proc, ready)
+    committed = c.committed()
+    (os.killpg if group else os.kill)(proc.pid, sig)
+    code = c.finish(proc)
+    log = (c.out.parent / "run-0.log").read_text(errors="replace")
+    dumped = "received at time=" in log or "Traceback" in log  # a native stack dump or a Python traceback
+    c.note = (f"{signal.Signals(sig).name} {point} ({committed} of 4 shards committed, manifest then {c.manifest().get('status', '-')}, "
+              f"{'a dump or traceback' if dumped else 'no traceback'}, exit {code}): {_last_line(c.out.parent / 'run-0.log')}")
+    c.run()
+
+
+def sigterm_at_start(c: Case) -> None:
+    _stop(c, "once the manifest said running", lambda: bool(c.manifest()))
+
+
+def sigterm_mid_run(c: Case) -> None:
+    _stop(c, "after the first commit", lambda: c.committed() >= 1)
+
+
+def sigterm_at_end(c: Case) -> None:
+    _stop(c, "once the last shard committed", lambda: c.committed() >= len(IDS) // 2)
+
+
+def sighup_to_the_group(c: Case) -> None:
+    _stop(c, "to the process group (a closed terminal), after the first commit", lambda: c.committed() >= 1, signal.SIGHUP, group=True)
+
+
 CASES: dict[str, Callable[[Case], None]] = {
     "kill9_at_start": kill9_at_start,
     "kill9_after_first_shard": kill9_after_first_shard,
@@ -279,6 +309,10 @@ CASES: dict[str, Callable[[Case], None]] = {
     "dataset_replaced": dataset_replaced,
     "symlink_loop": symlink_loop,
     "compressed_dataset": compressed_dataset,
+    "sigterm_at_start": sigterm_at_start,
+    "sigterm_mid_run": sigterm_mid_run,
+    "sigterm_at_end": sigterm_at_end,
+    "sighup_to_the_group": sighup_to_the_group,
 }
 
 

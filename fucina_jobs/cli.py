@@ -62,3 +62,4 @@ def main(argv: list[str] | None = None) -> int:
         return bench(rest)
     sys.stderr.write(f"unknown command {command!r}\n\n{USAGE}")
     return 2
+

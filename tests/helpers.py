@@ -220,13 +220,26 @@ def invoice_rows(ids: list[str]) -> list[dict]:
     return [{"id": i, "text": INVOICES[k]["text"]} for k, i in enumerate(ids)]
 
 
-def small_job(out: Path, dataset: Path, **sections) -> dict:
-    """The invoice job on ``dataset``, tiny: 8 tokens per row, one replica, two streams."""
-    raw = job_dict(out, dataset={"path": str(dataset), "limit": None}, decoding={"max_tokens": 8},
+def small_job(out: Path, data: Path, **sections) -> dict:
+    """The invoice job on the dataset file ``data``, tiny: 8 tokens per row, one replica, two streams (``sections`` update the job's)."""
+    raw = job_dict(out, dataset={"path": str(data), "limit": None}, decoding={"max_tokens": 8},
                    runtime={"replicas": 1, "streams": 2, "shard_size": 2})
     for key, value in sections.items():
         raw[key] = {**raw.get(key, {}), **value}
     return raw
+
+
+def ray_running() -> str | None:
+    """Why a test of ``ray_address=auto`` without a cluster cannot run here: ``auto`` finds any Ray this machine runs
+    (its GCS process), whatever a stale ``ray start`` left on disk."""
+    from ray._private.services import find_gcs_addresses
+
+    return "a Ray cluster runs on this machine: ray_address=auto joins it" if find_gcs_addresses() else None
+
+
+def canned_job(out: Path, data: Path, answer: str, **sections) -> dict:
+    """A job on ``data`` whose engine answers every row with ``answer`` at once (no model): the pipeline alone."""
+    return small_job(out, data, engine={"name": "canned", "output": answer}, **sections)
 
 
 def cli(*args: str, timeout: float = 900, **popen) -> subprocess.CompletedProcess:

@@ -75,6 +75,18 @@ def context_overflow(prompt_tokens: int, max_tokens: int, context: int | None) -
         return None
     return (f"the prompt is {prompt_tokens} tokens: with max_tokens={max_tokens} it exceeds the model's context of "
             f"{context} tokens; shorten the document or lower decoding.max_tokens")
+
+
+def prompt_overflow(engine: Any, p: Prompt) -> str | None:
+    """``context_overflow`` for ``p`` on ``engine``, from its token count alone, before any grammar is built for it.
+
+    An engine without a context and a tokenizer (the canned one) fits any prompt."""
+    context = getattr(engine, "context", None)
+    if context is None:
+        return None
+    return context_overflow(len(encode_chat(engine.tokenizer, p.text, p.system)), p.max_tokens, context)
+
+
 def completion_text(tokenizer: Any, tokens: list[int]) -> tuple[str, list[tuple[int, int]]]:
     """The completion's text, and each token's character span in it (per-value confidence needs both)."""
     decode = lambda ids: tokenizer.decode(ids, skip_special_tokens=False)  # noqa: E731

@@ -6,7 +6,6 @@ its stdout is a short score summary, logs go to stderr.
 
 from __future__ import annotations
 
-import argparse
 import logging
 import sys
 from pathlib import Path
@@ -25,15 +24,15 @@ def _eval_task(cfg: Any, resolved: dict[str, Any]) -> int:
     from .evaluate import evaluate
 
     result = evaluate(cfg, Path.cwd(), resolved)
-    sys.stdout.write(summary(result.scores) + "\n")
+    sys.stdout.write(summary(result.scores, cfg.eval.report) + "\n")
     return 0 if result.ok else 1
 
 
-def summary(scores: dict[str, Any]) -> str:
-    """A few lines for the terminal; the full story is in scores.json and report.html."""
+def summary(scores: dict[str, Any], reports: bool = True) -> str:
+    """A few lines for the terminal; the full story is in scores.json and (``reports``) report.html."""
     from .report import num, pct
 
-    run = Path(scores["run_dir"])
+    run = scores["run_dir"]
     lines = [f"{scores['name']} ({scores['mode']}): {run}", f"content hash {scores['content_hash']}"]
     if "conformance" in scores:
         c = scores["conformance"]
@@ -68,8 +67,8 @@ def summary(scores: dict[str, Any]) -> str:
             lines.append(f"regressions against {scores['config']['baseline']}: {scores['regressions']['count']} ({_counts(scores['regressions']['by_cause'])})")
         lines.append(f"timing: compile p50/p99 {num(t['compile_ms']['p50'])}/{num(t['compile_ms']['p99'])} ms, "
                      f"mask p50/p99 {num(t['mask_us']['p50'], 1)}/{num(t['mask_us']['p99'], 1)} µs")
-    outputs = ["scores.json"] + [p for p in ("report.md", "report.html") if (run / p).exists()]
-    lines.append("wrote " + ", ".join(str(run / p) for p in outputs))
+    outputs = ["scores.json"] + (["report.md", "report.html"] if reports else [])
+    lines.append("wrote " + ", ".join(f"{run}/{p}" for p in outputs))
     return "\n".join(lines)
 
 
@@ -88,20 +87,21 @@ def _first(items: list[str], top: int = 3) -> str:
 
 
 def compare_command(argv: list[str]) -> int:
+    from .arguments import ArgumentParser, positive_int
+    from ..pipeline.config import ConfigError
     from .compare import compare, format_comparison
 
-    parser = argparse.ArgumentParser(prog="python -m fucina_jobs compare",
-                                     description="Tell whether two runs output the same (content hash); show differing scores and records. "
-                                                 "Exit 0 identical, 1 different, 2 usage error.")
-    parser.add_argument("run_a", type=Path)
-    parser.add_argument("run_b", type=Path)
-    parser.add_argument("--limit", type=int, default=20, help="show at most this many differing scores and records")
+    parser = ArgumentParser(prog="python -m fucina_jobs compare",
+                            description="Tell whether two runs output the same (content hash); show differing scores and records. "
+                                        "Exit 0 identical, 1 different, 2 usage error. A run is a local folder or a URI (s3://...).")
+    parser.add_argument("run_a")
+    parser.add_argument("run_b")
+    parser.add_argument("--limit", type=positive_int, default=20, help="show at most this many differing scores and records")
     args = parser.parse_args(argv)
     try:
         result = compare(args.run_a, args.run_b)
-    except FileNotFoundError as err:
-        logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
-        log.error("%s", err)
+    except (ConfigError, OSError) as err:  # no run there, a file, a store out of reach, a damaged shard
+        sys.stderr.write(f"compare: {err}\n")
         return 2
     sys.stdout.write(format_comparison(result, args.run_a, args.run_b, args.limit))
     return 0 if result.identical else 1

@@ -58,7 +58,7 @@ def record_diff(a: Run, b: Run) -> list[tuple[str, dict | None, dict | None]]:
     return diff
 
 
-def compare(path_a: Path, path_b: Path) -> Comparison:
+def compare(path_a: str | Path, path_b: str | Path) -> Comparison:
     a, b = read_run(path_a), read_run(path_b)
     for run in (a, b):
         if not run.exists:
@@ -79,7 +79,7 @@ def _short(row: dict | None, width: int = 100) -> str:
     return f"expected={row['expected']} accepted={row['accepted']} final={row.get('final')} compile_error={row['compile_error']!r}"
 
 
-def format_comparison(c: Comparison, a: Path, b: Path, limit: int = 20) -> str:
+def format_comparison(c: Comparison, a: str | Path, b: str | Path, limit: int = 20) -> str:
     lines = [f"A: {a}", f"B: {b}", f"content hash A {c.hash_a}", f"content hash B {c.hash_b}",
              "identical outputs" if c.identical else f"DIFFERENT outputs: {len(c.records)} output(s) differ (records, rejects or verdicts)"]
     if c.scores:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import logging
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,7 @@ import pyarrow as pa
 from ..pipeline.config import ConfigError, JobConfig, locate, validate
 from ..pipeline.driver import Job
 from ..pipeline.sink import META_FIELDS
-from ..pipeline.storage import write_json, write_table
+from ..pipeline.storage import Storage
 from ..run_info import file_hash, fingerprint, package_versions, utc_now
 from . import calibration, scoring
 from .runs import VERDICT_SCHEMA, VERDICTS, Run, content_hash, read_run
@@ -32,19 +31,25 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class Evaluation:
-    run_dir: Path
+    run: Run  # scores and reports are written beside its manifest
     scores: dict[str, Any]
     ok: bool  # the job completed; grammar mode: no cause the known limitations do not explain, or no regression against eval.baseline
+
+    @property
+    def run_dir(self) -> str:
+        return self.run.path
 
 
 def evaluate(cfg: JobConfig, base: Path, resolved: dict[str, Any] | None = None) -> Evaluation:
     result = _grammar(cfg, base, resolved) if cfg.eval.mode == "grammar" else _generate(cfg, base, resolved)
-    write_json(result.run_dir / "scores.json", result.scores)
+    run, store = result.run, result.run.dir.store
+    store.write_json(run.file("scores.json"), result.scores)
     if cfg.eval.report:
-        from .report import write_report
+        from .report import report_files
 
-        write_report(result.run_dir, result.scores)
-    log.info("scores written to %s", result.run_dir / "scores.json")
+        for name, data in report_files(result.scores).items():
+            store.write_bytes(run.file(name), data)
+    log.info("scores written to %s/scores.json", result.run_dir)
     return result
 
 
@@ -53,17 +58,16 @@ def evaluate(cfg: JobConfig, base: Path, resolved: dict[str, Any] | None = None)
 
 def _generate(cfg: JobConfig, base: Path, resolved: dict[str, Any] | None) -> Evaluation:
     if cfg.eval.run_dir:
-        run = read_run((base / cfg.eval.run_dir).resolve())
+        run = read_run(cfg.eval.run_dir, base)
         if not run.exists:
             raise ConfigError(f"eval.run_dir={cfg.eval.run_dir}: {run.path} holds no run (no records/, rejects/ or manifest.json)")
         job_cfg = _run_config(run, cfg)
         ok = (run.manifest or {}).get("status", "complete") == "complete"
     else:
-
         job = Job(cfg, base, resolved)
         ok = job.run().ok
-        run, job_cfg = read_run(Path(job.dir.path)), cfg
-    return Evaluation(run.path, generate_scores(run, job_cfg, base), ok)
+        run, job_cfg = read_run(job.dir.name, base), cfg
+    return Evaluation(run, generate_scores(run, job_cfg, base), ok)
 
 
 def _run_config(run: Run, cfg: JobConfig) -> JobConfig:
@@ -72,11 +76,27 @@ def _run_config(run: Run, cfg: JobConfig) -> JobConfig:
     if not recorded:
         log.warning("%s has no manifest config: scoring it under the command's config", run.path)
         return cfg
+    _check_same_job(run, recorded, cfg)
     try:
         return validate({**recorded, "eval": cfg.eval.model_dump()})
     except ConfigError as err:
         log.warning("the run's recorded config no longer validates (%s): scoring it under the command's config", err)
         return cfg
+
+
+def _check_same_job(run: Run, recorded: dict[str, Any], cfg: JobConfig) -> None:
+    """Refuse a run of another job (another dataset or constraint): its rows are not what this command's gold labels."""
+    def job(dataset: Any, constraint: Any) -> tuple:
+        dataset, constraint = dataset or {}, constraint or {}
+        kind = next((k for k in ("json_schema", "lark", "regex") if constraint.get(k)), None)
+        return dataset.get("path"), dataset.get("schema_field"), kind, constraint.get(kind) if kind else None
+
+    theirs = job(recorded.get("dataset"), recorded.get("constraint"))
+    ours = job(cfg.dataset.model_dump(), cfg.constraint.model_dump())
+    if theirs != ours:
+        describe = lambda j: f"dataset {j[0]}, " + (f"constraint.{j[2]}={j[3]}" if j[2] else f"schemas from {j[1]}")  # noqa: E731
+        raise ConfigError(f"eval.run_dir={cfg.eval.run_dir} holds a run of another job, {recorded.get('name')!r} ({describe(theirs)}), "
+                          f"not of {cfg.name!r} ({describe(ours)}); give that job's conf=, or a run of this one")
 
 
 def generate_scores(run: Run, cfg: JobConfig, base: Path) -> dict[str, Any]:
@@ -140,31 +160,32 @@ def _grammar(cfg: JobConfig, base: Path, resolved: dict[str, Any] | None) -> Eva
     files = suite_files(suite, cfg.dataset.limit) if suite.is_dir() else []
     if not files:
         raise ConfigError(f"dataset.path={cfg.dataset.path}: no MaskBench .json files in {suite}")
-    out = (base / cfg.output.dir).resolve()
+    out = Storage.at(cfg.output.dir, base)  # a local folder or a URI, as a run's output.dir
     started = utc_now()
     model_path = resolve_source(cfg.model.source)
     tokenizer = load_tokenizer(cfg.model.source)
     report = run_suite(files, tokenizer, stop_token=min(stop_tokens(tokenizer)), relax=cfg.constraint.relax == "auto")
-    shutil.rmtree(out / VERDICTS, ignore_errors=True)
-    write_table(out / VERDICTS / "verdicts.parquet", pa.Table.from_pylist(report["verdicts"], schema=VERDICT_SCHEMA))
-    write_json(out / "manifest.json", {
+    for old in out.list(out.join(VERDICTS)):
+        out.delete(old)
+    out.write_table(out.join(VERDICTS, "verdicts.parquet"), pa.Table.from_pylist(report["verdicts"], schema=VERDICT_SCHEMA))
+    out.write_json(out.join("manifest.json"), {
         "name": cfg.name, "mode": "grammar", "fingerprint": fingerprint(cfg), "config": resolved or cfg.model_dump(),
         "hashes": {"dataset": file_hash(suite), "tokenizer": _tokenizer_hash(Path(model_path)) if Path(model_path).is_dir() else model_path},
         "versions": package_versions(("fucina_jobs", "llguidance", "transformers", "tokenizers")),
         "started": started, "ended": utc_now(), "status": "complete", "totals": {"files": report["files"], "instances": report["instances"]},
     })
-    run = read_run(out)
+    run = read_run(cfg.output.dir, base)
     scores = _header(run, cfg, "grammar")
     scores["grammar"] = scoring.grammar_scores(report, KNOWN_LIMITATIONS)
     scores["timing"] = scoring.grammar_timing(report)
     if cfg.eval.baseline:
         scores["regressions"] = scoring.regressions(_baseline_verdicts(base / cfg.eval.baseline), report["verdicts"])
-        return Evaluation(out, scores, not scores["regressions"]["count"])
-    return Evaluation(out, scores, not scores["grammar"]["unexplained"])
+        return Evaluation(run, scores, not scores["regressions"]["count"])
+    return Evaluation(run, scores, not scores["grammar"]["unexplained"])
 
 
 def _baseline_verdicts(path: Path) -> list[dict[str, Any]]:
-    run = read_run(path.resolve())
+    run = read_run(path)
     if not run.verdicts:
         raise ConfigError(f"eval.baseline={path}: no verdicts/ there; give the output.dir of an earlier eval.mode=grammar run")
     return run.verdicts
@@ -193,6 +214,6 @@ def _header(run: Run, cfg: JobConfig, mode: str) -> dict[str, Any]:
         setup |= {"model": cfg.model.source, "dtype": cfg.model.dtype, "gold": cfg.eval.gold, "temperature": d.temperature, "seed": d.seed,
                   "max_tokens": d.max_tokens, "replicas": r.replicas, "streams": r.streams, "speculative": d.speculative.enabled}
     return {
-        "name": cfg.name, "mode": mode, "run_dir": str(run.path), "content_hash": content_hash(run),
+        "name": cfg.name, "mode": mode, "run_dir": run.path, "content_hash": content_hash(run),
         "fingerprint": manifest.get("fingerprint"), "status": manifest.get("status"), "config": setup,
     }

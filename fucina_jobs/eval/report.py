@@ -15,7 +15,6 @@ import html
 import io
 import logging
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Sequence
 
 log = logging.getLogger(__name__)
@@ -304,8 +303,8 @@ def to_html(sections: Sequence[Section], images: dict[str, bytes]) -> str:
     return "\n".join(parts)
 
 
-def write_report(run_dir: Path, scores: dict[str, Any]) -> list[Path]:
-    """Write ``report.md``, ``report.html`` and ``plots/*.png``; return the report paths."""
+def report_files(scores: dict[str, Any]) -> dict[str, bytes]:
+    """``report.md``, ``report.html`` and ``plots/*.png``, by name in the run's folder (``runs.Run.write`` writes them)."""
     sections = build(scores)
     pngs: dict[str, bytes] = {}
     try:
@@ -313,13 +312,8 @@ def write_report(run_dir: Path, scores: dict[str, Any]) -> list[Path]:
     except ImportError:
         log.warning("matplotlib is not installed (pip install 'fucina_jobs[report]'): the reports have no plots")
     else:
-        for s in sections:
-            for p in s.plots:
-                pngs[p.name] = render_png(p)
-        (run_dir / "plots").mkdir(parents=True, exist_ok=True)
-        for name, data in pngs.items():
-            (run_dir / "plots" / f"{name}.png").write_bytes(data)
-    md, page = run_dir / "report.md", run_dir / "report.html"
-    md.write_text(to_markdown(sections, {name: f"plots/{name}.png" for name in pngs}), encoding="utf-8")
-    page.write_text(to_html(sections, pngs), encoding="utf-8")
-    return [md, page]
+        pngs = {p.name: render_png(p) for s in sections for p in s.plots}
+    files = {f"plots/{name}.png": data for name, data in pngs.items()}
+    files["report.md"] = to_markdown(sections, {name: f"plots/{name}.png" for name in pngs}).encode()
+    files["report.html"] = to_html(sections, pngs).encode()
+    return files

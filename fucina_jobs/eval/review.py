@@ -7,9 +7,7 @@ ones most worth a look.
 
 from __future__ import annotations
 
-import argparse
 import sys
-from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from ..confidence import leaves
@@ -60,13 +58,21 @@ def _short(value: str) -> str:
 
 
 def review_command(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m fucina_jobs review",
-                                     description="List a run's least certain values first: confidence, record, field, value.")
-    parser.add_argument("run_dir", type=Path)
-    parser.add_argument("--limit", type=int, default=20, help="show at most this many values (default 20)")
+    from .arguments import ArgumentParser, positive_int
+    from ..pipeline.config import ConfigError
+
+    parser = ArgumentParser(prog="python -m fucina_jobs review",
+                            description="List a run's least certain values first: confidence, record, field, value. "
+                                        "RUN_DIR is a run's output.dir, a local folder or a URI (s3://...).")
+    parser.add_argument("run_dir")
+    parser.add_argument("--limit", type=positive_int, default=20, help="show at most this many values (default 20)")
     args = parser.parse_args(argv)
-    run = read_run(args.run_dir)
-    if not (run.path / "records").is_dir():
+    try:
+        run = read_run(args.run_dir)
+    except (ConfigError, OSError) as err:  # a file, a store out of reach, a damaged shard
+        sys.stderr.write(f"review: {err}\n")
+        return 2
+    if not run.dir.shard_files("records"):
         sys.stderr.write(f"review: {args.run_dir} holds no records/; give the output.dir of a run\n")
         return 2
     rows = least_certain(run.records, args.limit)

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from ..pipeline.rundir import RunDir
 from ..pipeline.sink import META_FIELDS
@@ -35,51 +34,45 @@ _VERDICT_KEYS = tuple(VERDICT_SCHEMA.names)
 
 @dataclass
 class Run:
-    path: Path
+    dir: RunDir  # where it lives, a local folder or an object store (``pipeline/storage.py``): readers and writers go through it
     records: list[dict[str, Any]] = field(default_factory=list)
     rejects: list[dict[str, Any]] = field(default_factory=list)
     stats: list[dict[str, Any]] = field(default_factory=list)
     verdicts: list[dict[str, Any]] = field(default_factory=list)
     manifest: dict[str, Any] | None = None
     scores: dict[str, Any] | None = None
+    exists: bool = False  # it holds records/, rejects/, verdicts/ or a manifest
 
     @property
-    def exists(self) -> bool:
-        return any((self.path / sub).is_dir() for sub in ("records", "rejects", VERDICTS)) or self.manifest is not None
+    def path(self) -> str:
+        """The run's folder as a user finds it: a local path, or a URI."""
+        return self.dir.name
+
+    def file(self, name: str) -> str:
+        """Where ``name`` (``scores.json``, ``plots/x.png``) lives in the run's folder, on ``dir.store``."""
+        return f"{self.dir.path}/{name}"
 
 
-def _read_dir(path: Path, columns: list[str] | None = None) -> list[dict[str, Any]]:
-    if not path.is_dir():
-        return []
-    rows: list[dict[str, Any]] = []
-    for file in sorted(path.glob("*.parquet")):
-        table = pq.read_table(file)
-        if columns is not None:
-            table = table.select([c for c in columns if c in table.column_names])
-        rows += table.to_pylist()
-    return rows
+def read_run(location: str | Path, base: Path = Path(".")) -> Run:
+    """Everything ``eval``, ``review`` and ``compare`` need from a run (missing parts are empty).
 
-
-def _read_json(path: Path) -> dict[str, Any] | None:
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
-
-
-def read_run(path: Path) -> Run:
-    """Everything ``eval`` and ``compare`` need from a run directory (missing parts are empty).
-
-    ``path`` is an output.dir (its newest version is read: every run partition),
-    one of its ``version=`` folders, or a folder written before versions."""
-    run_dir = RunDir.open(path)
-    path = Path(run_dir.path)
+    ``location`` is an output.dir, local or a URI (its newest version is read:
+    every run partition), one of its ``version=`` folders, or a folder written
+    before versions. A file there, or a store that cannot be reached, is a ``ConfigError``."""
+    run_dir = RunDir.open(str(location), base)
+    store, path = run_dir.store, run_dir.path
     meta = [f.name for f in META_FIELDS]
+    verdict_files = [p for p in store.list(f"{path}/{VERDICTS}") if p.endswith(".parquet")]
+    manifest = store.read_json(run_dir.manifest_path)
     return Run(
-        path=path,
+        dir=run_dir,
         records=run_dir.read("records", meta).to_pylist(),
         rejects=run_dir.read("rejects").to_pylist(),
         stats=run_dir.read("stats").to_pylist(),
-        verdicts=_read_dir(path / VERDICTS),
-        manifest=_read_json(path / "manifest.json"),
-        scores=_read_json(path / "scores.json"),
+        verdicts=[row for f in verdict_files for row in store.read_table(f).to_pylist()],
+        manifest=manifest,
+        scores=store.read_json(f"{path}/scores.json"),
+        exists=manifest is not None or any(store.list(f"{path}/{sub}") for sub in ("records", "rejects", VERDICTS)),
     )
 
 

@@ -94,7 +94,11 @@ def resolve_source(source: str) -> str:
     if source == DEFAULT_MODEL:
         return str(default_model_dir())
     if Path(source).expanduser().is_dir():
-        return str(Path(source).expanduser())
+        folder = Path(source).expanduser()
+        if not (folder / "config.json").is_file():
+            raise ModelNotFound(f"model.source {source!r} is a folder without config.json, not a transformers model directory; "
+                                "give a model's folder (as save_pretrained writes it), a hub id or 'default'")
+        return str(folder)
     if Path(source).expanduser().exists():
         raise ModelNotFound(f"model.source {source!r} is a file; point it at a transformers model directory")
     if source.startswith(("/", ".", "~")):

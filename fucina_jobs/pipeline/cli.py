@@ -15,11 +15,13 @@ from __future__ import annotations
 import errno
 import logging
 import re
+import signal
 import sys
 from pathlib import Path
 from typing import Any, Callable, NamedTuple
 
-from .config import ENGINES, SHIPPED, register_defaults, unknown_engine
+from .config import ENGINES, SHIPPED, ConfigError, register_defaults, unknown_engine
+from .signals import stop_of, stopping
 
 #: The package's own configs: ``base`` and the shipped jobs, searched after the job folder.
 PACKAGE_CONF = "pkg://fucina_jobs.conf"
@@ -37,7 +39,8 @@ def hydra_command(name: str, argv: list[str], task: Callable[[Any, dict[str, Any
 
     ``task`` returns the exit code. Errors come back as one line, never a traceback: a
     ``ConfigError`` or a config file Hydra cannot read exits 2, a disk error (full,
-    read-only) exits 1, Ctrl-C exits 130; a rerun of the same command resumes."""
+    read-only) exits 1, Ctrl-C exits 130, SIGTERM 143 and SIGHUP 129; a rerun of the
+    same command resumes."""
     import os
 
     import hydra
@@ -58,17 +61,19 @@ def hydra_command(name: str, argv: list[str], task: Callable[[Any, dict[str, Any
     register_defaults()
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises instead of printing a traceback; the messages below say it in a line
     try:
-        hydra.main(config_path=search.primary, config_name=None, version_base="1.3")(_validated(task))()
+        with stopping():  # SIGTERM and SIGHUP stop a run as Ctrl-C does
+            hydra.main(config_path=search.primary, config_name=None, version_base="1.3")(_validated(task))()
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f"{mark.name} line {mark.line + 1}" if mark else "a config file"
         return _fail(f"{where}: malformed YAML ({getattr(err, 'problem', None) or err})", 2)
     except (HydraException, OmegaConfBaseException) as err:
-        return _fail(_hydra_error(err, search.folder), 2)
+        ours = _our_error(err)
+        return _fail(str(ours) if ours is not None else _hydra_error(err, search.folder), 2)
     except OSError as err:
         return _fail(_disk_error(err), 1)
-    except KeyboardInterrupt:
-        return _fail("interrupted: rerun the same command to resume", 130)
+    except KeyboardInterrupt as err:
+        return _fail(*_interrupted(err))
     return _exit_code
 
 
@@ -136,6 +141,13 @@ def _override(arg: str) -> tuple[str, str]:
     return key.lstrip("+~"), value
 
 
+def _our_error(err: BaseException) -> ConfigError | None:
+    """The ``ConfigError`` one of our resolvers (``config.hydra_dir``) raised, inside OmegaConf's and Hydra's wrapping."""
+    while err is not None and not isinstance(err, ConfigError):
+        err = err.__cause__ or err.__context__
+    return err
+
+
 def _fail(message: str, code: int) -> int:
     sys.stderr.write(f"{message}\n")  # not logging: Hydra's own logging config sends it to stdout
     return code
@@ -153,11 +165,19 @@ def _disk_error(err: OSError) -> str:
     return f"{where}{err.strerror or err}; {_DISK_HINTS.get(err.errno, 'rerun the same command to resume once it is fixed')}"
 
 
+def _interrupted(err: KeyboardInterrupt) -> tuple[str, int]:
+    """The line and exit code for a stop: 130 for Ctrl-C, 128 + N for signal N (SIGTERM 143, SIGHUP 129)."""
+    stop = stop_of(err)
+    if stop.signum != signal.SIGINT:
+        return f"interrupted by {stop.name}: rerun the same command to resume", stop.exit_code
+    return "interrupted: rerun the same command to resume", 130
+
+
 def _validated(task: Callable[[Any, dict[str, Any]], int]) -> Callable[[Any], None]:
     def main(cfg) -> None:
         from omegaconf import OmegaConf
 
-        from .config import ConfigError, validate
+        from .config import validate
 
         global _exit_code
         resolved = OmegaConf.to_container(cfg, resolve=True)
@@ -169,9 +189,9 @@ def _validated(task: Callable[[Any, dict[str, Any]], int]) -> Callable[[Any], No
         except OSError as err:
             log.error("%s", _disk_error(err))
             _exit_code = 1
-        except KeyboardInterrupt:
-            log.error("interrupted: rerun the same command to resume")
-            _exit_code = 130
+        except KeyboardInterrupt as err:
+            message, _exit_code = _interrupted(err)
+            log.error("%s", message)
 
     return main
 

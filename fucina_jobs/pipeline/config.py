@@ -12,10 +12,12 @@ names the key, the value given and what is allowed.
 from __future__ import annotations
 
 import glob
+import re
+import tempfile
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 
 class ConfigError(ValueError):
@@ -151,6 +153,18 @@ class OutputConfig(_Section):
     dir: str = Field(description="a local path or a pyarrow.fs URI; an S3 endpoint: s3://b/p?endpoint_override=host:port&scheme=http, or AWS_ENDPOINT_URL")
     fresh: bool = Field(False, description="decode every row again: delete this config's version in output.dir (other versions stay)")
 
+    @field_validator("dir")
+    @classmethod
+    def _named(cls, value: str) -> str:
+        return check_output_dir(value)
+
+
+def check_output_dir(value: str) -> str:
+    """``output.dir`` as given; an empty one would scatter a run's files into the working directory."""
+    if not value.strip():
+        raise ValueError("is empty; set it to a folder or a URI, e.g. output.dir=outputs/NAME")
+    return value
+
 
 class EvalConfig(_Section):
     run_dir: str | None = Field(None, description="score this existing run; null runs the job first, into output.dir")
@@ -193,13 +207,31 @@ def register_defaults() -> None:
 
     ``conf/base.yaml``, which every job lists first, pulls in both; ``engine=vllm`` picks another engine."""
     from hydra.core.config_store import ConfigStore
+    from omegaconf import OmegaConf
 
     store = ConfigStore.instance()
+    OmegaConf.register_new_resolver("hydra_dir", hydra_dir, replace=True)
     settings = {name: _defaults(field.annotation, field) for name, field in JobConfig.model_fields.items() if name != "engine"}
     settings["output"]["dir"] = DEFAULT_OUTPUT_DIR
     store.store(name="settings", node=settings)
     for name, model in ENGINES.items():
         store.store(group="engine", name=name, node=model.model_construct(name=name).model_dump())
+
+
+def hydra_dir(output_dir: str | None) -> str:
+    """Where Hydra keeps its own log (``cli.log``): ``output.dir`` itself, or for a URI a local temporary folder.
+
+    Hydra makes this folder before the job's config is validated, so an empty
+    ``output.dir`` or a file in its place is refused here, before anything is written."""
+    try:
+        value = check_output_dir(str(output_dir or ""))
+    except ValueError as err:
+        raise ConfigError(f"output.dir {err}") from None
+    if "://" in value:
+        return str(Path(tempfile.gettempdir()) / "fucina_jobs" / "hydra" / re.sub(r"[^A-Za-z0-9._-]+", "_", value.split("?")[0]))
+    if Path(value).is_file():
+        raise ConfigError(f"output.dir={value} is a file, not a folder; give a folder's path")
+    return value
 
 
 def _defaults(annotation: Any, field: Any) -> Any:
@@ -214,7 +246,10 @@ def validate(raw: dict[str, Any]) -> JobConfig:
     try:
         return JobConfig.model_validate(raw)
     except ValidationError as err:
-        raise ConfigError("invalid job config:\n" + "\n".join(_describe(e) for e in err.errors())) from None
+        problems = [_describe(e) for e in err.errors()]
+        if len(problems) == 1:  # the usual case: one line
+            raise ConfigError(f"invalid job config: {problems[0].strip()}") from None
+        raise ConfigError("invalid job config:\n" + "\n".join(problems)) from None
 
 
 def unknown_engine(name: Any) -> str:
@@ -232,7 +267,7 @@ def _describe(error: dict[str, Any]) -> str:
         return f"  {key}: unknown key (check the spelling; see --cfg job for the known keys)"
     if error["type"] == "missing":
         return f"  {key}: required, but not set"
-    return f"  {key}={error.get('input')!r}: {error['msg']}"
+    return f"  {key}={error.get('input')!r}: {error['msg'].removeprefix('Value error, ')}"
 
 
 def locate(path: str, base: Path) -> Path:

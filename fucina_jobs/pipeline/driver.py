@@ -37,6 +37,7 @@ from .progress import Progress
 from .job_constraint import resolve
 from .rundir import Committed, RunDir, shard_key
 from .shard_writer import ShardSummary, ShardWriter
+from .signals import deferred, stop_of
 
 log = logging.getLogger(__name__)
 
@@ -119,8 +120,8 @@ class Job:
             tokenizer = load_tokenizer(model_path)
         except ModelNotFound as err:
             raise ConfigError(str(err)) from None
-        except OSError as err:
-            raise ConfigError(f"model.source={m.source!r}: cannot load its tokenizer ({str(err).splitlines()[0]})") from None
+        except (OSError, ValueError) as err:  # transformers: a folder with no usable tokenizer files
+            raise ConfigError(f"model.source={m.source!r}: cannot load its tokenizer ({str(err).strip().splitlines()[0]})") from None
         c = self.constraint
         if c is not None:
             try:
@@ -211,6 +212,10 @@ class Job:
         """Decode every row no committed shard holds; the manifest ends complete, failed or interrupted, never running."""
         started = utc_now()
         model_path = self._check_model()
+        if self.cfg.runtime.ray_address is not None:
+            from .ray_pool import probe_cluster
+
+            probe_cluster(self.cfg.runtime.ray_address)  # a mistyped address fails here, in seconds, not in ray.init's minutes
         with self.dir.locked():
             self.dir.claim(self.cfg.output.fresh)
             self.dir.start_run()
@@ -227,8 +232,12 @@ class Job:
             except Exception as err:
                 status, error = "failed", f"{type(err).__name__}: {err}"
                 raise
+            except KeyboardInterrupt as err:
+                error = f"{stop_of(err)}; rerun the same command to resume"
+                raise
             finally:
-                self._close(started, summary, model_path, status, error)
+                with deferred():  # a stop signal now waits until the manifest says how the run ended
+                    self._close(started, summary, model_path, status, error)
         return summary
 
     def _close(self, started: str, summary: JobSummary, model_path: str, status: str, error: str | None) -> None:
@@ -252,7 +261,7 @@ class Job:
                 def payload(shard: int) -> tuple[str, Slice]:  # built when sent: a million rows' slices never sit in the driver at once
                     return keys[shard], self.index.slice(self.shards[keys[shard]])
 
-                with ReplicaPool(self.cfg, self.constraint, model_path, str(self.base), self.dir, self.run_id) as pool:
+                with ReplicaPool(self.cfg, self.constraint, model_path, str(self.base), self.dir, self.run_id, len(keys)) as pool:
                     try:
                         for index, result, error in pool.map(deque(range(len(keys))), payload, self.cfg.runtime.max_retries, on_dispatch):
                             if result is None:  # every replica failed it: its rows become rejects that carry the error

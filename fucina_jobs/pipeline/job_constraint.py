@@ -64,6 +64,29 @@ def compile_schema(engine: Engine, c: ConstraintConfig, schema: dict[str, Any], 
     return engine.constraint(json_schema=compiled.schema, whitespace_flexible=c.whitespace_flexible), relaxations
 
 
+class RowSchemaError(ValueError):
+    """A row's own schema (``dataset.schema_field``) is no JSON object: that row is a reject, and its shard goes on."""
+
+
+def parse_row_schema(value: Any) -> dict[str, Any]:
+    """A row's schema field as a schema: a JSON object, or JSON text of one."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as err:
+            raise RowSchemaError(f"is not JSON: {err.msg} at character {err.pos}") from None
+    if not isinstance(value, dict):
+        raise RowSchemaError(f"is a JSON {type(value).__name__}, not a JSON Schema object")
+    return value
+
+
+def meta_schema_problem(schema: dict[str, Any]) -> str | None:
+    """Where ``schema`` breaks its draft's meta-schema (formats aside), or None: the why of a schema our code could not use."""
+    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    err = jsonschema.exceptions.best_match(cls(cls.META_SCHEMA).iter_errors(schema))
+    return f"not a valid JSON Schema at {'/'.join(str(p) for p in err.absolute_path) or '<root>'}: {err.message}" if err else None
+
+
 def resolve(c: ConstraintConfig, base: Path) -> JobConstraint | None:
     """Read and check the configured constraint file; None when rows carry their own schema."""
     if c.kind is None:

@@ -15,18 +15,20 @@ from __future__ import annotations
 import logging
 import os
 import re
+import socket
 import time
 from collections import Counter, deque
 from typing import Any, Callable, Iterator
 
 import ray
-from ray.exceptions import ActorDiedError, ActorUnavailableError, GetTimeoutError, RayError, RayTaskError
+from ray.exceptions import ActorDiedError, GetTimeoutError, RayError, RayTaskError
 
-from .config import ConfigError, JobConfig
+from .config import ConfigError, JobConfig, CannedEngineConfig
 from .job_constraint import JobConstraint
 from .replica import ShardWorker
 from .rundir import RunDir
 from .shard_writer import ShardSummary
+from .signals import deferred, reclaim
 
 log = logging.getLogger(__name__)
 
@@ -34,9 +36,11 @@ ACTOR_PREFIX = "fucina-replica-"
 
 
 class ReplicaPool:
-    def __init__(self, cfg: JobConfig, constraint: JobConstraint | None, model_path: str, base: str, out: RunDir, run_id: str):
+    def __init__(self, cfg: JobConfig, constraint: JobConstraint | None, model_path: str, base: str, out: RunDir, run_id: str,
+                 shards: int):
         self.cfg = cfg
         self.args = (cfg.model_dump(), constraint, model_path, base, out, run_id)
+        self.replicas = replica_count(cfg, model_path, shards)
         self.retries = 0
         self._started_ray = False
         self.actors: list[Any] = []
@@ -49,24 +53,25 @@ class ReplicaPool:
             worker.options(name=f"{ACTOR_PREFIX}{i}", max_restarts=self.cfg.runtime.max_retries, max_task_retries=0,
                            max_concurrency=self.cfg.runtime.shards_in_flight + 1, **options)  # + 1: ping answers while shards run
             .remote(*self.args, i)
-            for i in range(self.cfg.runtime.replicas)
+            for i in range(self.replicas)
         ]
         try:
             ray.get([a.ping.remote() for a in self.actors], timeout=self.cfg.runtime.replica_timeout_s)
         except GetTimeoutError:
             self.__exit__(None, None, None)
             raise ConfigError(
-                f"{self.cfg.runtime.replicas} replica(s) did not start within runtime.replica_timeout_s="
+                f"{self.replicas} replica(s) did not start within runtime.replica_timeout_s="
                 f"{self.cfg.runtime.replica_timeout_s}: the cluster lacks the resources they ask for ({options})"
             ) from None
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        for actor in self.actors:
-            ray.kill(actor)
-        self.actors = []
-        if self._started_ray:
-            ray.shutdown()
+        with deferred():  # a stop signal waits for the replicas to go: Ray torn down half-way aborts the process
+            for actor in self.actors:
+                ray.kill(actor)
+            self.actors = []
+            if self._started_ray:
+                ray.shutdown()
 
     def _connect(self) -> None:
         if ray.is_initialized():
@@ -77,11 +82,12 @@ class ReplicaPool:
             # A private local cluster needs no token; without this, a token left in
             # ~/.ray by another cluster on the host makes our workers fail to connect.
             os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-            ray.init(address="local", resources={"replica": self.cfg.runtime.replicas}, include_dashboard=False,
+            ray.init(address="local", resources={"replica": self.replicas}, include_dashboard=False,
                      runtime_env=env, logging_level=logging.WARNING, log_to_driver=False)
         else:
             ray.init(address=address, runtime_env=env, logging_level=logging.WARNING)
         self._started_ray = True
+        reclaim()  # ray.init put its own SIGTERM handlers in place of ours
 
     def _placement(self) -> dict[str, Any]:
         resources = ray.cluster_resources()
@@ -89,13 +95,22 @@ class ReplicaPool:
             raise ConfigError("model.device=cuda, but the Ray cluster has no GPU; use model.device=auto or cpu, or add GPU nodes")
         wants_gpu = self.cfg.model.device == "cuda" or (self.cfg.model.device == "auto" and resources.get("GPU", 0) > 0)
         if wants_gpu:
+            self._fit(int(resources["GPU"]), "GPU")
             return {"num_gpus": 1}
         if resources.get("replica", 0) < 1:
             raise ConfigError(
                 "the Ray cluster has no GPU and no 'replica' resource: start CPU nodes with "
                 "ray start --resources='{\"replica\": 1}' (one unit per model replica the node can hold)"
             )
+        self._fit(int(resources["replica"]), "'replica' resource unit")
         return {"num_cpus": 0, "resources": {"replica": 1}}
+
+    def _fit(self, slots: int, what: str) -> None:
+        """On a local Ray, start no more replicas than it has slots for: the rest would wait for runtime.replica_timeout_s.
+        (A cluster's autoscaler may add nodes for them, so there they are all asked for.)"""
+        if self.cfg.runtime.ray_address is None and self.replicas > slots:
+            log.warning("runtime.replicas=%d: starting %d, one per %s of this Ray", self.cfg.runtime.replicas, slots, what)
+            self.replicas = slots
 
     def map(
         self, shards: deque[int], payload: Callable[[int], tuple], max_retries: int, on_dispatch: Callable[[int, Any], None] | None = None
@@ -141,12 +156,107 @@ class ReplicaPool:
             try:
                 ray.get(self.actors[replica].ping.remote(), timeout=max(1.0, deadline - time.monotonic()))
                 return True
-            except ActorUnavailableError:
-                time.sleep(1.0)
             except (ActorDiedError, GetTimeoutError):
                 break
+            except RayError:  # unavailable while it restarts, or killed again on its way up (Ray's out-of-memory killer): wait
+                time.sleep(1.0)
         log.error("replica %d is gone and will get no more shards", replica)
         return False
+
+
+def replica_count(cfg: JobConfig, model_path: str, shards: int) -> int:
+    """``runtime.replicas``, capped at the shards there are to decode and, for the local Ray we start, at what this machine's memory holds.
+
+    On a cluster Ray places replicas by its resources, and a Ray the caller started
+    has the slots the caller gave it (``ReplicaPool._fit``), so only the shard count caps them there."""
+    wanted = cfg.runtime.replicas
+    count = max(1, min(wanted, shards))
+    if count < wanted:
+        log.warning("runtime.replicas=%d: starting %d, one per shard to decode", wanted, count)
+    if cfg.runtime.ray_address is None and not ray.is_initialized():
+        free, each = available_memory(), replica_memory(cfg, model_path)
+        fits = max(1, int(0.8 * free // each)) if free else count
+        if fits < count:
+            log.warning("runtime.replicas=%d: starting %d, as many as this machine's free memory holds (%.1f GiB free, about %.1f GiB "
+                        "per replica)", wanted, fits, free / 2**30, each / 2**30)
+            count = fits
+    return count
+
+
+#: What a replica takes besides its weights: the Python, torch and Ray runtime, the KV cache, the engine's buffers.
+REPLICA_OVERHEAD = 600 * 2**20
+_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf", ".pt")
+
+
+def replica_memory(cfg: JobConfig, model_path: str) -> int:
+    """Bytes one replica is expected to hold: its model's weight files (none for the canned engine) plus ``REPLICA_OVERHEAD``."""
+    if isinstance(cfg.engine, CannedEngineConfig) or not os.path.isdir(model_path):
+        return REPLICA_OVERHEAD
+    weights = sum(e.stat().st_size for e in os.scandir(model_path) if e.name.endswith(_WEIGHT_SUFFIXES) and e.is_file())
+    return weights + REPLICA_OVERHEAD
+
+
+def available_memory() -> int | None:
+    """Bytes the kernel can give without swapping (``MemAvailable``), or None where it does not say."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def probe_cluster(address: str, timeout: float = 5.0) -> None:
+    """Fail in seconds, in one line, when ``runtime.ray_address`` names no Ray cluster.
+
+    ``ray.init`` retries an address where nothing answers, or where something other
+    than Ray does, for minutes; this resolves the address as Ray does (``auto``:
+    ``RAY_ADDRESS``, then the last ``ray start`` on this machine) and asks the port
+    for the HTTP/2 greeting that Ray's gRPC servers answer."""
+    if ray.is_initialized():  # a caller that connected Ray itself (tests, notebooks) is trusted
+        return
+    key = f"runtime.ray_address={address}"
+    if address.startswith("ray://"):
+        host, _, port = address[len("ray://"):].partition(":")
+        target = f"{host}:{port or 10001}"
+    else:
+        from ray._private.services import canonicalize_bootstrap_address_or_die
+
+        ray_log, level = logging.getLogger("ray._private.services"), logging.getLogger("ray._private.services").level
+        ray_log.setLevel(logging.ERROR)  # not its "found multiple Ray instances" warning: an error below names the address
+        try:
+            target = canonicalize_bootstrap_address_or_die(address)
+        except (ConnectionError, ValueError) as err:
+            raise ConfigError(f"{key}: {' '.join(str(err).split())} (start one with `ray start --head`, or leave runtime.ray_address "
+                              "unset for a private local Ray)") from None
+        finally:
+            ray_log.setLevel(level)
+    host, _, port = target.rpartition(":")
+    try:
+        answered = _speaks_http2(host, int(port), timeout)
+    except (OSError, ValueError) as err:
+        raise ConfigError(f"{key}: no Ray cluster answers at {target} ({getattr(err, 'strerror', None) or err}); check the address and "
+                          "that the cluster is up (`ray status`)") from None
+    if not answered:
+        raise ConfigError(f"{key}: {target} answers, but it is not a Ray cluster (no gRPC there); give the head node's GCS address "
+                          "(host:6379 by default)")
+
+
+def _speaks_http2(host: str, port: int, timeout: float) -> bool:
+    """True when the server at host:port answers an HTTP/2 client preface with a SETTINGS frame, as every gRPC server does."""
+    preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"  # + an empty SETTINGS frame
+    with socket.create_connection((host, port), timeout=timeout) as sock:
+        sock.settimeout(timeout)
+        sock.sendall(preface)
+        head = b""
+        while len(head) < 9:
+            chunk = sock.recv(9 - len(head))
+            if not chunk:
+                break
+            head += chunk
+    return len(head) == 9 and head[3] == 0x04  # a frame header: length (3 bytes), then the type, 4 = SETTINGS
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")

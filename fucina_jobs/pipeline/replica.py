@@ -20,13 +20,13 @@ import numpy as np
 
 from ..confidence import Leaf, confidence, output_values
 from .. import engines
-from ..engines import DRAFT_SOURCES, Completion, GrammarError, Prompt
+from ..engines import DRAFT_SOURCES, Completion, GrammarError, Prompt, prompt_overflow
 from ..grounding.declaration import GroundingError, grounded_fields
 from ..grounding.grammar import grounded_lark
 from .config import JobConfig, read_text_option
 from .dataset import Row, Slice, read_slice
 from .decode_loop import DecodeLoop
-from .job_constraint import JobConstraint, compile_schema
+from .job_constraint import JobConstraint, RowSchemaError, compile_schema, meta_schema_problem, parse_row_schema
 from .rundir import RunDir
 from .shard_writer import ShardSummary, ShardWriter
 
@@ -91,20 +91,29 @@ class ShardWorker:
             text = self.template.format_map(row.fields)
         except KeyError as err:
             return None, f"row {row.id!r}: prompt.template uses field {err} that the row does not have", [], 0.0
+        d = self.cfg.decoding
+        overflow = prompt_overflow(self.engine, Prompt(row.id, text, self.system, max_tokens=d.max_tokens))
+        if overflow:  # from the token count alone: a long document's grounded grammar takes minutes to build
+            return None, overflow, [], 0.0
         start = time.perf_counter()
         try:
             constraint, relaxations, grounded = self._constraint(row)
-        except (GrammarError, GroundingError, json.JSONDecodeError) as err:
+        except RowSchemaError as err:
+            return None, f"row {row.id!r}: its schema ({self.cfg.dataset.schema_field}) {err}", [], 0.0
+        except (GrammarError, GroundingError) as err:
             return None, f"row {row.id!r}: its schema does not compile: {err}", [], 0.0
-        d = self.cfg.decoding
+        except Exception as err:  # an untrusted row schema no check foresaw: that row is a reject, its shard goes on
+            if not self.cfg.dataset.schema_field:
+                raise
+            why = meta_schema_problem(parse_row_schema(row.fields.get(self.cfg.dataset.schema_field)))
+            return None, f"row {row.id!r}: its schema cannot be used: {why or f'{type(err).__name__}: {str(err)[:200]}'}", [], 0.0
         seconds = time.perf_counter() - start if grounded else 0.0
         return Prompt(row.id, text, self.system, constraint, record_seed(d.seed, row.id), d.max_tokens), None, relaxations, seconds
 
     def _constraint(self, row: Row) -> tuple[Any, list[str], bool]:
         """The row's own grounded grammar where its schema grounds fields, else the shared constraint; its relaxations; grounded or not."""
         field_name = self.cfg.dataset.schema_field
-        schema = row.fields[field_name] if field_name else self.schema
-        schema = json.loads(schema) if isinstance(schema, str) else schema
+        schema = parse_row_schema(row.fields.get(field_name)) if field_name else self.schema
         if (grounded_fields(schema) if field_name else self.grounded):
             source = str(row.fields.get(self.cfg.dataset.text_field, ""))
             return self.engine.constraint(lark=grounded_lark(schema, source)), [], True

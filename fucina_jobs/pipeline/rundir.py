@@ -36,12 +36,13 @@ import fcntl
 import hashlib
 import logging
 import os
+import re
 import tempfile
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, NamedTuple, Sequence
+from typing import Any, Callable, Iterator, NamedTuple, Sequence
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -53,9 +54,16 @@ log = logging.getLogger(__name__)
 
 KINDS = ("records", "rejects", "stats")
 MANIFEST = "manifest.json"
+_REPLICA_LOG = re.compile(r"replica-\d+\.log")
+#: Keys every manifest of ours has: a ``manifest.json`` without them (a web app's, say) is the user's.
+_MANIFEST_KEYS = {"fingerprint", "status"}
 LOCK = ".lock"
 VERSION = "version="
 RUN = "run="
+
+
+class DamagedShard(OSError):
+    """A shard file that does not read as Parquet, or disagrees with its stats: the shard is not committed."""
 
 
 @dataclass(frozen=True)
@@ -85,6 +93,11 @@ def shard_key(ids: Sequence[str], digests: Sequence[str]) -> str:
     return digest.hexdigest()[:16]
 
 
+def is_our_manifest(value: Any) -> bool:
+    """Whether a parsed ``manifest.json`` is one a run of ours wrote."""
+    return isinstance(value, dict) and _MANIFEST_KEYS <= value.keys()
+
+
 def run_name(now: dt.datetime | None = None) -> str:
     """A run partition's name: its UTC start to the second, sortable as text."""
     return (now or dt.datetime.now(dt.timezone.utc)).strftime("%Y%m%dT%H%M%SZ")
@@ -101,7 +114,10 @@ class RunDir:
     @classmethod
     def for_config(cls, location: str, base: Path, fingerprint: str) -> "RunDir":
         """The version of ``output.dir`` that a config with this fingerprint writes."""
-        store = Storage.at(location, base)
+        try:
+            store = Storage.at(location, base)
+        except ConfigError as err:
+            raise ConfigError(f"output.dir={err}") from None
         return cls(store, store.join(f"{VERSION}{fingerprint[:12]}"))
 
     @classmethod
@@ -213,38 +229,75 @@ class RunDir:
         return (self.read_manifest() or {}).get("run_id")
 
     def claim(self, fresh: bool) -> None:
-        """Refuse an output.dir holding outputs that no run of ours made; with ``fresh``, delete this version's files."""
+        """Refuse an output.dir holding outputs that no run of ours made; with ``fresh``, delete this version's files.
+
+        A manifest is ours by its content, not its name, and ``fresh`` deletes only
+        names our writer makes (this version's ``shard-*.parquet`` and manifest, ``logs/replica-<N>.log``)."""
         store = self.store
         foreign = [p for kind in (*KINDS, "logs") for p in store.list(store.join(kind))]
-        ours = store.exists(store.join(MANIFEST)) or store.exists(self.manifest_path) or any(
+        ours = is_our_manifest(store.read_json(store.join(MANIFEST))) or any(
             i.type == pafs.FileType.Directory and i.base_name.startswith(VERSION)
             for i in store.fs.get_file_info(pafs.FileSelector(store.root, allow_not_found=True)))
         if foreign and not ours:
             raise ConfigError(
-                f"output.dir {store.location} holds {len(foreign)} file(s) under records/, rejects/, stats/ or logs/ but no {MANIFEST}: "
-                "it is not a run of fucina_jobs, so nothing there is resumed or deleted; choose another output.dir"
+                f"output.dir {store.location} holds {len(foreign)} file(s) under records/, rejects/, stats/ or logs/ but no {MANIFEST} "
+                "of ours: it is not a run of fucina_jobs, so nothing there is resumed or deleted; choose another output.dir"
             )
         if fresh:
-            logs = [p for p in store.list(store.join("logs")) if p.rsplit("/", 1)[-1].startswith("replica-")]
+            logs = [p for p in store.list(store.join("logs")) if _REPLICA_LOG.fullmatch(p.rsplit("/", 1)[-1])]
             for path in [f.path for f in self.shard_files()] + logs + [self.manifest_path]:
                 store.delete(path)
 
     # -- shards ---------------------------------------------------------------------
 
     def committed(self) -> list[Committed]:
-        """Every committed shard of this version, in every partition."""
+        """Every committed shard of this version, in every partition.
+
+        A damaged shard (a file that does not read as Parquet, as a crash on a full
+        disk elsewhere leaves it, or holds other than its stats' count) is
+        uncommitted here, so the run decodes its rows again."""
+        files = self.shard_files()
+        paths = {(f.kind, f.run, f.key): f.path for f in files if f.key is not None}
         shards = []
-        for f in self.shard_files("stats"):
-            if f.key is None:
+        for f in files:
+            if f.kind != "stats" or f.key is None:
                 continue
-            stats = self.store.read_table(f.path)
-            if "row_ids" not in stats.column_names:  # written before shards carried their rows: redo it
-                self.discard(f.key, f.run)
+            try:
+                shard = self._committed(f, paths)
+            except DamagedShard as err:
+                log.warning("%s: decoding its rows again", err)
+                shard = None
+            if shard is None:  # uncommit it: its stats go first, so a stop half-way leaves only leftovers
+                for kind in ("stats", "records", "rejects"):
+                    if (kind, f.run, f.key) in paths:
+                        self.store.delete(paths[kind, f.run, f.key])
                 continue
-            rows = pa.table({"id": stats.column("row_ids")[0].values, "digest": stats.column("row_digests")[0].values})
-            scalar = {name: stats.column(name)[0].as_py() for name in ("failed", "records", "rejects")}
-            shards.append(Committed(f.key, f.run, rows, bool(scalar["failed"]), scalar["records"], scalar["rejects"]))
+            shards.append(shard)
         return shards
+
+    def _committed(self, f: ShardFile, paths: dict[tuple, str]) -> Committed | None:
+        """The shard ``f`` commits, or None when it must be decoded again; ``DamagedShard`` when one of its files is damaged."""
+        stats = self._parquet(f.path, self.store.read_table)
+        if "row_ids" not in stats.column_names:  # written before shards carried their rows: redo it
+            return None
+        rows = pa.table({"id": stats.column("row_ids")[0].values, "digest": stats.column("row_digests")[0].values})
+        scalar = {name: stats.column(name)[0].as_py() for name in ("failed", "records", "rejects")}
+        for kind in ("records", "rejects"):
+            path = paths.get((kind, f.run, f.key))
+            if path is None:
+                raise DamagedShard(f"shard {f.key} of {self.name} has no {kind} file")
+            held = self._parquet(path, self.store.row_count)
+            if held != scalar[kind]:
+                raise DamagedShard(f"{self.store.name(path)} holds {held} rows where its stats say {scalar[kind]}")
+        return Committed(f.key, f.run, rows, bool(scalar["failed"]), scalar["records"], scalar["rejects"])
+
+    def _parquet(self, path: str, read: Callable[[str], Any]) -> Any:
+        """``read(path)``; a file that does not read as Parquet (truncated, empty: a disk that lost part of it) is a ``DamagedShard``."""
+        try:
+            return read(path)
+        except pa.ArrowInvalid as err:
+            why = re.sub(r"^Could not open Parquet input source '.*?': ", "", str(err).splitlines()[0])  # the path is named already
+            raise DamagedShard(f"{self.store.name(path)} is damaged ({why})") from None
 
     def write_outputs(self, key: str, records: pa.Table, rejects: pa.Table) -> None:
         """A shard's records and rejects, before its commit."""
@@ -271,12 +324,14 @@ class RunDir:
         return len(leftovers)
 
     def read(self, kind: str, columns: list[str] | None = None) -> pa.Table:
-        """Every shard file of one kind, all partitions, as one table with a ``run`` column (schemas may differ: stats)."""
+        """Every shard file of one kind, all partitions, as one table with a ``run`` column (schemas may differ: stats).
+
+        A damaged file raises ``DamagedShard`` (a rerun of the job decodes its rows again)."""
         tables = []
         for f in self.shard_files(kind):
             if f.key is None:
                 continue
-            table = self.store.read_table(f.path)
+            table = self._parquet(f.path, self.store.read_table)
             if columns is not None:
                 table = table.select([c for c in columns if c in table.column_names])
             tables.append(table.append_column("run", pa.array([f.run] * table.num_rows, pa.string())))

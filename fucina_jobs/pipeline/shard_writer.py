@@ -33,7 +33,7 @@ from ..grounding.declaration import GroundingError, grounded_fields
 from .config import ConfigError, JobConfig, read_text_option
 from .dataset import Row
 from .flags import record_flags
-from .job_constraint import JobConstraint
+from .job_constraint import JobConstraint, parse_row_schema
 from .rundir import RunDir
 from .sink import Outcome, Validator, json_schema_fields, outcome_tables, record_schema
 
@@ -131,7 +131,7 @@ class ShardWriter:
                 why = row.problem or f"shard failed after {self.cfg.runtime.max_retries} retries: {error}; rerun to retry it"
                 outcomes.append(Outcome(row.id, "", "error", reason="error", error=why))
                 continue
-            row_schema = self._row_schema(row)
+            row_schema = self._row_schema(row) if c["finish_reason"] == "stop" else None  # a refused row's schema may be what is wrong
             record, reason, message = self.validator(c["text"], c["finish_reason"], c.get("error"), row_schema)
             if record is not None:
                 record, reason, message = self._grounded(row, record, row_schema)
@@ -168,10 +168,7 @@ class ShardWriter:
 
     def _row_schema(self, row: Row) -> dict | None:
         field_name = self.cfg.dataset.schema_field
-        if not field_name:
-            return None
-        schema = row.fields[field_name]
-        return json.loads(schema) if isinstance(schema, str) else schema
+        return parse_row_schema(row.fields.get(field_name)) if field_name else None
 
     def _record_id(self, row_id: str) -> str:
         return hashlib.sha256(f"{self.cfg.name}:{row_id}".encode()).hexdigest()[:16]

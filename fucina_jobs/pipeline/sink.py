@@ -17,6 +17,7 @@ import jsonschema
 import pyarrow as pa
 
 from ..confidence import Confidence
+from .bounded_check import CheckTimeout, bounded, time_limit
 
 META_FIELDS = [
     pa.field("record_id", pa.string()),
@@ -137,7 +138,8 @@ class Validator:
             value = json.loads(text)
         except json.JSONDecodeError as err:
             return None, "invalid_json", f"{err.msg} at character {err.pos}"
-        failure = schema_failure(json_validator(row_schema) if row_schema else self._json, value)
+        with time_limit():  # an untrusted row schema's regex cannot hold the replica
+            failure = schema_failure(json_validator(row_schema) if row_schema else self._json, value)
         if failure is not None:
             return None, *failure
         if self.pydantic_model is not None:
@@ -152,15 +154,18 @@ def json_validator(schema: dict[str, Any]) -> Any:
     """A format-asserting validator of the draft ``schema`` names in ``$schema`` (2020-12 when none).
 
     The schema's own draft matters: 2020-12 ignores draft-7 keywords such as
-    ``dependencies``, and a relaxed grammar leaves them to this check alone."""
+    ``dependencies``, and a relaxed grammar leaves them to this check alone. Its
+    regexes cannot hang a replica (``bounded_check``)."""
     cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
-    return cls(schema, format_checker=cls.FORMAT_CHECKER)
+    return bounded(cls)(schema, format_checker=cls.FORMAT_CHECKER)
 
 
 def schema_failure(validator: Any, value: Any) -> tuple[str, str] | None:
     """(reject reason, message) when ``value`` fails the original schema, None when it validates."""
     try:
         problem = jsonschema.exceptions.best_match(validator.iter_errors(value))
+    except CheckTimeout as err:
+        return "error", f"not checked: {err}"
     except Exception as err:  # a schema jsonschema cannot apply (unresolvable $ref, bad keyword value)
         return "error", f"the schema cannot be checked: {type(err).__name__}: {str(err).splitlines()[0][:200]}"
     if problem is None:

@@ -18,6 +18,7 @@ import io
 import json
 import os
 import secrets
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Callable
@@ -43,6 +44,48 @@ def resolve_input(location: str, base: Path) -> tuple[pafs.FileSystem, str]:
     if "://" in location:
         return resolve(location, base)
     return pafs.LocalFileSystem(), os.path.abspath(locate(location, base))
+
+
+#: Seconds a URI's store gets to answer its first request: without credentials some (gs://) retry for minutes, printing nothing.
+PROBE_SECONDS = 10.0
+
+
+def probe(location: str, base: Path, timeout: float = PROBE_SECONDS) -> tuple[pafs.FileSystem, str, pafs.FileInfo]:
+    """Resolve ``location`` and ask its store what is there, within ``timeout`` seconds, whatever the URI's scheme.
+
+    A store that refuses (no credentials, no access) or does not answer in time
+    is a one-line ``ConfigError`` in seconds, before any model loads."""
+    def ask() -> tuple[pafs.FileSystem, str, pafs.FileInfo]:
+        fs, path = resolve(location, base)
+        return fs, path, fs.get_file_info(path)
+
+    if "://" not in location:
+        return ask()
+    shown = location.split("?", 1)[0]  # a URI's query may carry keys
+    answer: list = []
+    asking = threading.Thread(target=lambda: answer.append(_outcome(ask)), name="storage-probe", daemon=True)
+    asking.start()
+    asking.join(timeout)
+    if not answer:  # the thread is left to its retries; it holds nothing of ours
+        raise ConfigError(f"{shown}: the store did not answer within {timeout:.0f}s; check its credentials, endpoint and network")
+    value, err = answer[0]
+    if isinstance(err, ConfigError):
+        raise err
+    if err is not None:
+        raise ConfigError(f"{shown}: cannot reach it ({_first_line(err)})") from None
+    return value
+
+
+def _outcome(call: Callable[[], Any]) -> tuple[Any, BaseException | None]:
+    try:
+        return call(), None
+    except Exception as err:  # handed to the caller's thread
+        return None, err
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
 
 
 def is_local(fs: pafs.FileSystem) -> bool:
@@ -76,7 +119,10 @@ class Storage:
 
     @classmethod
     def at(cls, location: str, base: Path) -> "Storage":
-        fs, root = resolve(location, base)
+        """The location's store, asked once (``probe``): an unreachable store or a file in the folder's place is a ``ConfigError``."""
+        fs, root, info = probe(location, base)
+        if info.type == pafs.FileType.File:
+            raise ConfigError(f"{location.split('?', 1)[0]} is a file, not a folder; give a folder's path")
         return cls(fs, root.rstrip("/"), location if "://" in location else root)
 
     @property
@@ -96,7 +142,10 @@ class Storage:
         self._write(path, lambda f: pq.write_table(table, f))
 
     def write_json(self, path: str, value: Any) -> None:
-        self._write(path, lambda f: f.write(_json_bytes(value)))
+        self.write_bytes(path, _json_bytes(value))
+
+    def write_bytes(self, path: str, data: bytes) -> None:
+        self._write(path, lambda f: f.write(data))
 
     def _write(self, path: str, write: Callable[[Any], None]) -> None:
         if self.local:
@@ -107,6 +156,11 @@ class Storage:
 
     def read_table(self, path: str, columns: list[str] | None = None) -> pa.Table:
         return pq.read_table(path, columns=columns, filesystem=self.fs)
+
+    def row_count(self, path: str) -> int:
+        """A Parquet file's rows, from its footer alone."""
+        with self.fs.open_input_file(path) as f:
+            return pq.ParquetFile(f).metadata.num_rows
 
     def read_json(self, path: str) -> Any | None:
         """The JSON at ``path``, or None when it is missing or unreadable."""

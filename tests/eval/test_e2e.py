@@ -9,6 +9,7 @@ record samples from its own seed, ``replica.record_seed``).
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from fucina_jobs.eval.compare import compare
@@ -30,7 +31,7 @@ def test_shipped_invoice_eval_on_4_rows(tmp_path):
     out = tmp_path / "inv"
     resolved = shipped("eval_invoices", "dataset.limit=4", "runtime.replicas=2", "runtime.streams=2", "runtime.shard_size=2", f"output.dir={out}")
     result = evaluate(validate(resolved), REPO, resolved)
-    run = result.run_dir  # scores and reports go next to the version's manifest
+    run = Path(result.run_dir)  # scores and reports go next to the version's manifest
     assert result.ok and run.parent == out and run.name.startswith("version=")
     scores = json.loads((run / "scores.json").read_text())
     conformance, records = scores["conformance"], read_dir(out, "records")
@@ -108,7 +109,7 @@ def test_maskbench_generate_mode_reports_coverage_validity_and_features(tmp_path
     assert scores["schema_coverage"]["schemas"] == 4 and scores["schema_coverage"]["coverage"] == 1.0
     valid = scores["conformance"]["validated"]
     assert sum(f["valid"] for f in scores["by_feature"].values()) >= valid and "additionalProperties" in scores["by_feature"]
-    assert "Valid outputs, top" in (result.run_dir / "report.md").read_text()
+    assert "Valid outputs, top" in (Path(result.run_dir) / "report.md").read_text()
 
 
 def test_relaxed_schemas_decode_and_post_validation_rejects_what_the_original_forbids(tmp_path):

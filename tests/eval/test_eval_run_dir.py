@@ -46,7 +46,7 @@ def hand_run(tmp_path):
 def test_scores_and_reports_from_an_existing_run(hand_run, tmp_path):
     run, gold = hand_run
     result = evaluate(validate(_job_raw(tmp_path / "unused", gold, run_dir=str(run))), REPO)
-    assert result.ok and result.run_dir == run
+    assert result.ok and result.run_dir == str(run)
     scores = json.loads((run / "scores.json").read_text())
     c = scores["conformance"]
     assert (c["rows"], c["parsed"], c["validated"], c["rejects_by_reason"]) == (4, 3, 2, {"length": 1, "schema_violation": 1})

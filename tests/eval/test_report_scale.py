@@ -6,7 +6,7 @@ import struct
 
 from fucina_jobs.eval.cli import summary
 from fucina_jobs.eval.maskbench import KNOWN_LIMITATIONS, PROPERTY_ORDER
-from fucina_jobs.eval.report import TOP_FEATURES, write_report
+from fucina_jobs.eval.report import TOP_FEATURES, report_files
 from fucina_jobs.eval.scoring import grammar_scores, grammar_timing
 
 FILES = 10_000
@@ -51,7 +51,9 @@ def test_report_of_a_10000_schema_run_stays_small(tmp_path):
     scores = {"name": "big", "mode": "grammar", "run_dir": str(tmp_path), "content_hash": "h", "config": {"tokenizer": "default", "baseline": None},
               "grammar": g, "timing": grammar_timing(report)}
     (tmp_path / "scores.json").write_text(json.dumps(scores))
-    write_report(tmp_path, scores)
+    for name, data in report_files(scores).items():
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_bytes(data)
     md = (tmp_path / "report.md").read_text()
     assert len(md.encode()) < 30_000, len(md.encode())
     assert f"top {TOP_FEATURES} of 230" in md and "Suite---schema_with_a_rather_long_file_name_09994.json" not in md
