@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Iterator, Protocol
+from typing import Any, Callable, Iterable, Iterator, Protocol, Sequence
 
 from .confidence import token_spans
 from .decoding.batch import BatchDecoder, Request, SpecConfig, StreamStats
+from .decoding.choice import LikelihoodChoice
 from .decoding.constraint import Constraint, GrammarError
 from .decoding.drafting import DRAFT_SOURCES
+from .decoding.processor import LogitProcessor
 from .decoding.relaxation import compile_json_schema
 from .decoding.sampler import SamplingParams
 from .models.hf_runner import HFRunner
@@ -36,6 +38,12 @@ class Prompt:
     constraint: Any = None  # from the engine's constraint(): fucina clones it per stream
     seed: int = 0
     max_tokens: int = 256
+    #: Worked examples as (user message, assistant answer) turns before ``text``: every row of a job
+    #: writes the same ones, so they sit in the prompt prefix that the prefix cache computes once.
+    examples: tuple[tuple[str, str], ...] = ()
+    #: Where to choose a whole value by its likelihood: (text written before it, option texts) pairs
+    #: (``grounding.choices``); the fucina engine layers ``LikelihoodChoice`` over the constraint.
+    choices: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
 
 @dataclass
@@ -117,20 +125,22 @@ def constraint_kind(json_schema: Any = None, lark: Any = None, regex: Any = None
 _SYSTEM, _USER = "\x00fucina-system\x00", "\x00fucina-user\x00"
 
 
-def encode_chat(tokenizer: Any, user: str, system: str | None = None) -> list[int]:
+def encode_chat(tokenizer: Any, user: str, system: str | None = None, examples: Sequence[tuple[str, str]] = ()) -> list[int]:
     """Chat-template the messages; message text is encoded with special tokens split.
 
     Only the template's own markers become control tokens, so a document that
-    contains ``<|im_end|>`` cannot end the turn.
+    contains ``<|im_end|>`` cannot end the turn. ``examples`` are (user,
+    assistant) turns between the system message and ``user``.
     """
-    contents = {_SYSTEM: system, _USER: user}
+    turns = [(role, f"\x00fucina-{i}-{role}\x00", content) for i, pair in enumerate(examples) for role, content in zip(("user", "assistant"), pair)]
+    contents = {_SYSTEM: system, _USER: user} | {marker: content for _, marker, content in turns}
     if tokenizer.chat_template:
-        messages = ([{"role": "system", "content": _SYSTEM}] if system else []) + [{"role": "user", "content": _USER}]
-        rendered = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        messages = ([{"role": "system", "content": _SYSTEM}] if system else []) + [{"role": role, "content": marker} for role, marker, _ in turns]
+        rendered = tokenizer.apply_chat_template(messages + [{"role": "user", "content": _USER}], add_generation_prompt=True, tokenize=False)
     else:
-        rendered = (f"{_SYSTEM}\n\n" if system else "") + f"{_USER}\n"
+        rendered = (f"{_SYSTEM}\n\n" if system else "") + "".join(f"{marker}\n" for _, marker, _ in turns) + f"{_USER}\n"
     ids: list[int] = []
-    for piece in re.split(f"({_SYSTEM}|{_USER})", rendered):
+    for piece in re.split("(" + "|".join(map(re.escape, contents)) + ")", rendered):
         if piece in contents:
             ids += tokenizer(contents[piece], add_special_tokens=False, split_special_tokens=True).input_ids
         elif piece:
@@ -196,8 +206,10 @@ class FucinaEngine:
         spec: SpecConfig | None = SpecConfig(),
         streams: int = 1,
         compile: bool = False,
+        choice_options: int = 16,
     ):
         self.loaded = loaded
+        self.choice_options = choice_options
         self.tokenizer = loaded.tokenizer
         self.runner = HFRunner(loaded.model, loaded.device, compile=compile)
         self.stops = stop_tokens(self.tokenizer)
@@ -212,6 +224,17 @@ class FucinaEngine:
         """Compile one constraint for this model's vocab and stop token (compact JSON by default)."""
         return compile_constraint(self.tokenizer, vocab_size=self.runner.vocab_size, json_schema=json_schema, lark=lark, regex=regex,
                                   whitespace_flexible=whitespace_flexible)
+
+    def processor(self, p: Prompt) -> LogitProcessor | None:
+        """The prompt's own processor: a clone of its constraint, with its likelihood choices layered over it."""
+        if p.constraint is None:
+            return None
+        if not p.choices:
+            return p.constraint.clone()
+        tokenizer = self.tokenizer
+        encode = lambda text: tokenizer(text, add_special_tokens=False, split_special_tokens=True).input_ids  # noqa: E731
+        decode = lambda ids: tokenizer.decode(ids, skip_special_tokens=False)  # noqa: E731
+        return LikelihoodChoice(p.constraint.clone(), p.choices, encode, decode, self.choice_options)
 
     def session(self, on_step: Callable[[], Any] | None = None) -> "FucinaSession":
         return FucinaSession(self, BatchDecoder(self.runner, self.stops, self.params, self.spec, self.streams, on_step))
@@ -234,12 +257,12 @@ class FucinaSession:
         self.width: int | None = 0
 
     def add(self, p: Prompt) -> None:
-        ids = encode_chat(self.engine.tokenizer, p.text, p.system)
+        ids = encode_chat(self.engine.tokenizer, p.text, p.system, p.examples)
         problem = context_overflow(len(ids), p.max_tokens, self.engine.context)
         if problem:
             self.refused.append(Completion(p.id, "", [], "error", StreamStats(prompt_tokens=len(ids)), error=problem))
             return
-        self.decoder.add(Request(p.id, ids, p.constraint.clone() if p.constraint else None, p.seed, p.max_tokens))
+        self.decoder.add(Request(p.id, ids, self.engine.processor(p), p.seed, p.max_tokens))
 
     @property
     def busy(self) -> bool:

@@ -119,7 +119,7 @@ class VLLMEngine:
 
         fits = []
         for p in prompts:
-            ids = encode_chat(self.tokenizer, p.text, p.system)
+            ids = encode_chat(self.tokenizer, p.text, p.system, p.examples)
             problem = context_overflow(len(ids), p.max_tokens, self.context)
             if problem:  # vLLM would refuse the whole call, and with it every other row of the shard
                 yield Completion(p.id, "", [], "error", StreamStats(prompt_tokens=len(ids)), error=problem)

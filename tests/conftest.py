@@ -124,6 +124,13 @@ class Recorder(LogitProcessor):
             self.rows.append(logits.clone())
         return self.inner.process(logits, history) if self.inner is not None else None
 
+    def named_probability(self):
+        return self.inner.named_probability() if self.inner is not None else 1.0
+
+    def bind(self, scorer):
+        if self.inner is not None:
+            self.inner.bind(scorer)
+
     def commit(self, token):
         self.commits.append(int(token))
         if self.inner is not None:

@@ -14,9 +14,12 @@ let a drafting layer exploit a processor that knows the future
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 import torch
+
+if TYPE_CHECKING:
+    from .choice import ContinuationScorer
 
 
 class LogitProcessor:
@@ -32,6 +35,15 @@ class LogitProcessor:
         it is: the same as a mask that keeps that token alone.
         """
         return None
+
+    def named_probability(self) -> float:
+        """The probability to record for the token ``process`` just named: 1 where a rule allows it alone;
+        a processor that chose it among alternatives it scored says how likely that choice was."""
+        return 1.0
+
+    def bind(self, scorer: "ContinuationScorer") -> None:
+        """The decoder offers a scorer of whole continuations of this stream's history
+        (``choice.ContinuationScorer``); processors that choose by likelihood keep it."""
 
     def commit(self, token: int) -> None:
         """Observe the token the sampler selected; called once per selection."""

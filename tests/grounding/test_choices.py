@@ -1,0 +1,42 @@
+"""Which grounded fields a decoder may choose by likelihood, and the options it weighs."""
+
+from fucina_jobs.grounding.choices import grounded_choices
+
+RECEIPT = {
+    "type": "object",
+    "properties": {
+        "company": {"type": "string", "maxLength": 40, "x-grounded": {"span": "lines"}},
+        "note": {"type": "string", "x-grounded": True},
+        "date": {"type": "string", "format": "date", "x-grounded": True},
+        "currency": {"enum": ["MYR", "USD", None], "x-grounded": {"spellings": {"MYR": ["RM"]}}},
+        "total": {"type": "number", "x-grounded": {"amount": True}},
+    },
+    "required": ["company", "note", "date", "currency", "total"],
+}
+TEXT = "KEDAI MURNI\nSDN BHD\nDATE: 03/02/2018\nTOTAL RM 25.75\nCASH 30.00"
+
+
+def test_numbers_dates_members_and_line_runs_are_choices_with_the_text_that_follows_them():
+    choices = dict(grounded_choices(RECEIPT, TEXT))
+    assert list(choices) == ['"company":', '"date":', '"currency":', '"total":']  # a run of words is not a short list
+    assert choices['"company":'][:4] == ('"KEDAI MURNI","note', '"KEDAI MURNI SDN BHD","note', '"KEDAI MURNI SDN BHD DATE: 03/02/2018","note',
+                                         '"SDN BHD","note')  # runs of whole lines up to maxLength
+    assert all(len(o) <= 40 + len('"",note') for o in choices['"company":'])
+    assert choices['"date":'] == ('"2018-02-03","currency', '"2018-03-02","currency')  # both readings of 03/02/2018
+    assert choices['"currency":'] == ('"MYR","total', 'null,"total')  # the written member, and null
+    assert choices['"total":'] == ("30}", "25.75}")
+
+
+def test_fields_after_a_nested_one_are_left_to_the_decoder_and_an_optional_next_key_leaves_numbers_out():
+    schema = {"type": "object", "properties": {
+        "date": {"type": "string", "format": "date", "x-grounded": True},
+        "lines": {"type": "array", "items": {"type": "object", "properties": {"total": {"type": "number", "x-grounded": True}}}},
+        "total": {"type": "number", "x-grounded": True}}, "required": ["date", "lines", "total"]}
+    assert [a for a, _ in grounded_choices(schema, TEXT)] == ['"date":']
+    optional = {"type": "object", "properties": {"total": {"type": "number", "x-grounded": True}, "tax": {"type": "number"}}}
+    assert grounded_choices(optional, TEXT) == []  # where 30 ends would go unscored
+
+
+def test_a_single_value_is_no_choice():
+    schema = {"type": "object", "properties": {"total": {"type": "number", "x-grounded": True}}, "required": ["total"]}
+    assert grounded_choices(schema, "TOTAL 9.00") == []
