@@ -200,6 +200,9 @@ class RecordingRunner:
     def fork(self, state, length):
         return self.runner.fork(state, length)
 
+    def branch(self, state, length, branches):
+        return self.runner.branch(state, length, branches)
+
 
 # -- decoding helpers ------------------------------------------------------------
 

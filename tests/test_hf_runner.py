@@ -83,6 +83,23 @@ def test_fork_evolves_independently(tiny_runner, full):
     assert tiny_runner.fork(state, 99).length == state.length
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_branches_over_one_prefix_match_full_forwards(tiny_model, full, dtype):
+    """Each branch sees the prefix and its own earlier tokens only, at the positions it would have alone."""
+    model = copy.deepcopy(tiny_model).to(dtype)
+    runner = HFRunner(model)
+    prompt, branches = tokens(40, 9), [tokens(41, 3), tokens(42, 1), tokens(43, 5)]
+    state = runner.new_state()
+    runner.forward([(state, prompt)], logits=False)
+    rows = runner.branch(state, 7, branches)
+    for branch, row in zip(branches, rows):
+        assert row.shape == (len(branch), runner.vocab_size)
+        assert torch.allclose(row, full(prompt[:7] + branch, model)[7:], atol=1e-5)
+    assert state.length == 9  # the stream's own cache is untouched
+    (after,) = runner.forward([(state, [5])])
+    assert torch.allclose(after, full(prompt + [5], model)[-1:], atol=1e-5)
+
+
 def test_trim_then_extend(tiny_runner, full):
     sequence, retry = tokens(30, 10), tokens(31, 5)
     state = tiny_runner.new_state()

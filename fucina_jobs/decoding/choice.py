@@ -42,12 +42,12 @@ def continuation_logprobs(runner: ModelRunner, state: Any, history: Sequence[int
                           continuations: Sequence[Sequence[int]]) -> list[float]:
     """The ``ContinuationScorer`` of a stream whose cache ``state`` holds ``history``: one forward for all continuations.
 
-    Each continuation but its last token runs on a fork of the cache (the last
+    Each continuation but its last token is a branch over the cache (the last
     token's log-probability comes from the row before it); ``row`` scores every
     first token. In float64, so that sums of many small terms rank alike on every path."""
     first = torch.log_softmax(row.double(), -1)
     longer = [c for c in continuations if len(c) > 1]
-    rows = runner.forward([(runner.fork(state, len(history)), c[:-1]) for c in longer]) if longer else []
+    rows = runner.branch(state, len(history), [c[:-1] for c in longer]) if longer else []
     following = iter(rows)
     totals = []
     for c in continuations:

@@ -33,3 +33,8 @@ class ModelRunner(Protocol):
 
     def fork(self, state: Any, length: int) -> Any:
         """A new state holding ``state``'s first ``length`` positions; later changes to either stay apart."""
+
+    def branch(self, state: Any, length: int, branches: Sequence[Sequence[int]]) -> list[torch.Tensor]:
+        """Each branch's logits, as if each alone continued ``state``'s first ``length`` positions; ``state`` is unchanged.
+
+        Scores several continuations of one prefix (``choice``) with one forward and no copy of the prefix per branch."""

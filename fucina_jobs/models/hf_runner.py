@@ -435,6 +435,38 @@ class HFRunner:
         ids = torch.tensor([t for _, tokens in batch for t in tokens], dtype=torch.long)
         positions = torch.cat([torch.arange(state.length, state.length + n) for (state, _), n in zip(batch, counts)])
         step = self._plan(batch, counts, positions)
+        logits = self._run(ids, positions, step, _rows_to_keep(counts, wanted))
+        for (state, _), n in zip(batch, counts):
+            state.length += n
+        if not any(wanted):
+            return []
+        return list(logits.float().cpu().split([n for n, want in zip(counts, wanted) if want]))
+
+    @torch.no_grad()
+    def branch(self, state: SlotState, length: int, branches: Sequence[Sequence[int]]) -> list[torch.Tensor]:
+        """Each branch's logits, ``[len(branch), vocab]``, as if each alone continued ``state``'s first ``length`` positions.
+
+        One forward over one copy of the prefix: the branches' keys go past
+        the prefix of a scratch fork, each attending to the prefix and to its
+        own earlier tokens (a tree mask), at the positions it would have
+        alone. ``state`` is left as it was."""
+        counts = [len(b) for b in branches]
+        total = sum(counts)
+        twin = self.fork(state, length)
+        self.store.reserve(length + total)
+        ids = torch.tensor([t for b in branches for t in b], dtype=torch.long)
+        positions = torch.tensor([length + i for n in counts for i in range(n)])
+        heads = torch.arange(self.store.keys.shape[2])[:, None]
+        rows = ((twin.slot * self.store.keys.shape[2] + heads) * self.store.capacity + torch.arange(length, length + total)).flatten()
+        owner = torch.tensor([k for k, n in enumerate(counts) for _ in range(n)])
+        own = (owner[:, None] == owner[None, :]) & (torch.arange(total)[None, :] <= torch.arange(total)[:, None])
+        mask = torch.cat([torch.ones(total, length, dtype=torch.bool), own], 1).to(self.device)
+        step = _Step(self.store, rows.to(self.device), [_Span(twin.slot, 0, total, length + total, mask, False)], None, None, self._fused)
+        logits = self._run(ids, positions, step, torch.arange(total))
+        return list(logits.float().cpu().split(counts))
+
+    def _run(self, ids: torch.Tensor, positions: torch.Tensor, step: _Step, keep: torch.Tensor) -> torch.Tensor:
+        """The model over one packed row, through the slotted attention; the logits of the rows in ``keep``."""
         # The slotted attention is on for this forward only: the model keeps its
         # own everywhere else, so it still works when called directly.
         config = self.model.config
@@ -445,16 +477,12 @@ class HFRunner:
                 input_ids=ids[None].to(self.device),
                 position_ids=positions[None].to(self.device),
                 use_cache=False,
-                logits_to_keep=_rows_to_keep(counts, wanted).to(self.device),
+                logits_to_keep=keep.to(self.device),
                 slot_step=step,
             )
         finally:
             config._attn_implementation = own
-        for (state, _), n in zip(batch, counts):
-            state.length += n
-        if not any(wanted):
-            return []
-        return list(out.logits[0].float().cpu().split([n for n, want in zip(counts, wanted) if want]))
+        return out.logits[0]
 
     def _plan(self, batch: Sequence[tuple[SlotState, Sequence[int]]], counts: list[int], positions: torch.Tensor) -> _Step:
         """Where the new keys go, and what each sequence's queries see.

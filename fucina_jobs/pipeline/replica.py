@@ -52,6 +52,8 @@ def build_engine(cfg: JobConfig, model_path: str) -> Engine:
         from ..vllm_engine import VLLMEngine, VLLMOptions
 
         e = cfg.engine
+        if d.choice == "likelihood":
+            log.info("decoding.choice=likelihood is the fucina engine's: vLLM writes grounded values token by token")
         options = VLLMOptions(e.max_model_len, e.kv_cache_gib, e.gpu_memory_utilization, e.enforce_eager)
         return VLLMEngine(model_path, params, spec, cfg.runtime.streams, cfg.model.dtype, cfg.constraint.whitespace_flexible, options, d.seed)
     loaded = load_model(model_path, cfg.model.device, cfg.model.dtype)
