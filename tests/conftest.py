@@ -200,8 +200,8 @@ class RecordingRunner:
     def fork(self, state, length):
         return self.runner.fork(state, length)
 
-    def branch(self, state, length, branches):
-        return self.runner.branch(state, length, branches)
+    def tree(self, state, length, tokens, parents):
+        return self.runner.tree(state, length, tokens, parents)
 
 
 # -- decoding helpers ------------------------------------------------------------

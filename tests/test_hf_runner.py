@@ -84,17 +84,21 @@ def test_fork_evolves_independently(tiny_runner, full):
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_branches_over_one_prefix_match_full_forwards(tiny_model, full, dtype):
-    """Each branch sees the prefix and its own earlier tokens only, at the positions it would have alone."""
+def test_a_token_tree_over_one_prefix_matches_full_forwards(tiny_model, full, dtype):
+    """Each node sees the prefix and its ancestors only, at the position it has on its own path."""
     model = copy.deepcopy(tiny_model).to(dtype)
     runner = HFRunner(model)
-    prompt, branches = tokens(40, 9), [tokens(41, 3), tokens(42, 1), tokens(43, 5)]
+    prompt = tokens(40, 9)
+    #        0    1    2    3    4    5    6
+    nodes = [11, 12, 13, 14, 15, 16, 17]
+    parents = [-1, 0, 1, 0, -1, 4, 1]  # paths: 11 12 13, 11 14, 15 16, 11 12 17
     state = runner.new_state()
     runner.forward([(state, prompt)], logits=False)
-    rows = runner.branch(state, 7, branches)
-    for branch, row in zip(branches, rows):
-        assert row.shape == (len(branch), runner.vocab_size)
-        assert torch.allclose(row, full(prompt[:7] + branch, model)[7:], atol=1e-5)
+    rows = runner.tree(state, 7, nodes, parents)
+    assert rows.shape == (7, runner.vocab_size)
+    for path in ([0, 1, 2], [0, 3], [4, 5], [0, 1, 6]):
+        reference = full(prompt[:7] + [nodes[i] for i in path], model)[7:]
+        assert torch.allclose(rows[path], reference, atol=1e-5), path
     assert state.length == 9  # the stream's own cache is untouched
     (after,) = runner.forward([(state, [5])])
     assert torch.allclose(after, full(prompt + [5], model)[-1:], atol=1e-5)

@@ -24,6 +24,7 @@ likelihood, so a value's confidence still says how sure the model was.
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import Any, Callable, Protocol, Sequence
 
@@ -42,21 +43,22 @@ def continuation_logprobs(runner: ModelRunner, state: Any, history: Sequence[int
                           continuations: Sequence[Sequence[int]]) -> list[float]:
     """The ``ContinuationScorer`` of a stream whose cache ``state`` holds ``history``: one forward for all continuations.
 
-    Each continuation but its last token is a branch over the cache (the last
-    token's log-probability comes from the row before it); ``row`` scores every
-    first token. In float64, so that sums of many small terms rank alike on every path."""
-    first = torch.log_softmax(row.double(), -1)
-    longer = [c for c in continuations if len(c) > 1]
-    rows = runner.branch(state, len(history), [c[:-1] for c in longer]) if longer else []
-    following = iter(rows)
-    totals = []
+    The continuations but their last tokens grow one token tree over the cache
+    (``ModelRunner.tree``), so options that start alike (``25.75`` and
+    ``25.00``, a line and the run it starts) share those tokens' rows; ``row``
+    scores every first token. In float64, so that sums of many small terms rank
+    alike on every path."""
+    nodes: dict[tuple[int, ...], int] = {}  # a continuation's first tokens -> their node
+    tokens, parents = [], []
     for c in continuations:
-        total = float(first[c[0]])
-        if len(c) > 1:
-            steps = torch.log_softmax(next(following).double(), -1)
-            total += float(steps[torch.arange(len(c) - 1), torch.tensor(c[1:])].sum())
-        totals.append(total)
-    return totals
+        for j in range(1, len(c)):
+            if c[:j] not in nodes:
+                nodes[c[:j]] = len(tokens)
+                tokens.append(c[j - 1])
+                parents.append(nodes.get(c[: j - 1], -1))
+    rows = torch.log_softmax(runner.tree(state, len(history), tokens, parents).double(), -1) if tokens else None
+    first = torch.log_softmax(row.double(), -1)
+    return [float(first[c[0]]) + sum(float(rows[nodes[c[:j]], c[j]]) for j in range(1, len(c))) for c in map(tuple, continuations)]
 
 
 class LikelihoodChoice(LogitProcessor):
@@ -131,13 +133,13 @@ class LikelihoodChoice(LogitProcessor):
         self.due = j + 1
         self.searched = found + len(after)  # the next choice's text may be in this one's options: look from here
         written = text[self.searched :]  # what the last token wrote past the choice's text
-        candidates = [self.encode(o[len(written) :]) for o in options if o.startswith(written) and len(o) > len(written)]
-        candidates = [c for c in dict.fromkeys(map(tuple, candidates)) if self.inner.valid_prefix_len(c) == len(c)]
+        candidates = list(dict.fromkeys(tuple(self.encode(o[len(written) :])) for o in options if o.startswith(written) and len(o) > len(written)))
+        if len(candidates) > self.max_options:  # the first tokens' log-probabilities are free: try the likeliest first
+            first = torch.log_softmax(logits.double(), -1)
+            candidates.sort(key=lambda c: -float(first[c[0]]))
+        candidates = list(itertools.islice((c for c in candidates if self.inner.valid_prefix_len(c) == len(c)), self.max_options))
         if not candidates:
             return
-        if len(candidates) > self.max_options:  # the first tokens' log-probabilities are free: keep the likeliest
-            first = torch.log_softmax(logits.double(), -1)
-            candidates = sorted(candidates, key=lambda c: -float(first[c[0]]))[: self.max_options]
         scores = self.scorer(history, logits, candidates) if len(candidates) > 1 else [0.0]
         best = max(range(len(candidates)), key=lambda i: scores[i])
         top = max(scores)

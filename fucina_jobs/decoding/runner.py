@@ -34,7 +34,8 @@ class ModelRunner(Protocol):
     def fork(self, state: Any, length: int) -> Any:
         """A new state holding ``state``'s first ``length`` positions; later changes to either stay apart."""
 
-    def branch(self, state: Any, length: int, branches: Sequence[Sequence[int]]) -> list[torch.Tensor]:
-        """Each branch's logits, as if each alone continued ``state``'s first ``length`` positions; ``state`` is unchanged.
+    def tree(self, state: Any, length: int, tokens: Sequence[int], parents: Sequence[int]) -> torch.Tensor:
+        """The logits after each node of a token tree grown on ``state``'s first ``length`` positions; ``state`` is unchanged.
 
-        Scores several continuations of one prefix (``choice``) with one forward and no copy of the prefix per branch."""
+        Node ``i`` holds ``tokens[i]`` and continues node ``parents[i]`` (-1: the prefix). Scores several
+        continuations of one prefix (``choice``) in one forward, their shared first tokens once."""

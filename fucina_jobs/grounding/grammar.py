@@ -134,11 +134,18 @@ class _Builder:
             name = f"SOURCE{len(self.sources)}"
             self.rules.append(f"{name}: " + " | ".join(f"%regex {json.dumps({'substring_chunks': list(c)}, ensure_ascii=False)}" for c in chunkings))
             self.sources[key] = name
-        low, high = max(g.schema.get("minLength", 1), 1), g.schema.get("maxLength", "")
         name = f"SPAN{len(self.rules)}"
         trimmed = _TRIMMED if g.whitespace == "normalize" else f"{_TRIMMED} & {_NO_ESCAPED_BREAK_AT_AN_END}"
-        self.rules.append(f"{name}: {self.sources[key]} & {trimmed} & /.{{{low},{high}}}/")
+        self.rules.append(f"{name}: {self.sources[key]} & {trimmed}{self.length(g)}")
         return name
+
+    @staticmethod
+    def length(g: Grounded) -> str:
+        """The string's length bounds as a lexeme, for runs of words. Runs of lines leave them to the schema check
+        and to the likelihood choice, whose options fit them: counting characters across a long text's
+        lines made llguidance build more lexer states than it allows (``too many expressions constructed``)."""
+        low, high = max(g.schema.get("minLength", 1), 1), g.schema.get("maxLength", "")
+        return f" & /.{{{low},{high}}}/" if g.span == "words" else ""
 
     def rule(self, body: str) -> str:
         name = f"r{len(self.rules)}"

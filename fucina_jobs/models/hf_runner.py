@@ -443,27 +443,31 @@ class HFRunner:
         return list(logits.float().cpu().split([n for n, want in zip(counts, wanted) if want]))
 
     @torch.no_grad()
-    def branch(self, state: SlotState, length: int, branches: Sequence[Sequence[int]]) -> list[torch.Tensor]:
-        """Each branch's logits, ``[len(branch), vocab]``, as if each alone continued ``state``'s first ``length`` positions.
+    def tree(self, state: SlotState, length: int, tokens: Sequence[int], parents: Sequence[int]) -> torch.Tensor:
+        """The logits after each node of a token tree grown on ``state``'s first ``length`` positions, ``[nodes, vocab]``.
 
-        One forward over one copy of the prefix: the branches' keys go past
-        the prefix of a scratch fork, each attending to the prefix and to its
-        own earlier tokens (a tree mask), at the positions it would have
-        alone. ``state`` is left as it was."""
-        counts = [len(b) for b in branches]
-        total = sum(counts)
+        Node ``i`` holds ``tokens[i]`` and continues node ``parents[i]``
+        (``-1``: the prefix itself), and parents come before their children.
+        One forward over one copy of the prefix: the nodes' keys go past the
+        prefix of a scratch fork, each node attending to the prefix and to its
+        ancestors (a tree mask) at the position it would have on its own path,
+        so continuations that share their first tokens compute them once.
+        ``state`` is left as it was."""
+        n = len(tokens)
+        ancestry = torch.eye(n, dtype=torch.bool)
+        depth = [0] * n
+        for i, parent in enumerate(parents):
+            if parent >= 0:
+                ancestry[i] |= ancestry[parent]
+                depth[i] = depth[parent] + 1
         twin = self.fork(state, length)
-        self.store.reserve(length + total)
-        ids = torch.tensor([t for b in branches for t in b], dtype=torch.long)
-        positions = torch.tensor([length + i for n in counts for i in range(n)])
+        self.store.reserve(length + n)
         heads = torch.arange(self.store.keys.shape[2])[:, None]
-        rows = ((twin.slot * self.store.keys.shape[2] + heads) * self.store.capacity + torch.arange(length, length + total)).flatten()
-        owner = torch.tensor([k for k, n in enumerate(counts) for _ in range(n)])
-        own = (owner[:, None] == owner[None, :]) & (torch.arange(total)[None, :] <= torch.arange(total)[:, None])
-        mask = torch.cat([torch.ones(total, length, dtype=torch.bool), own], 1).to(self.device)
-        step = _Step(self.store, rows.to(self.device), [_Span(twin.slot, 0, total, length + total, mask, False)], None, None, self._fused)
-        logits = self._run(ids, positions, step, torch.arange(total))
-        return list(logits.float().cpu().split(counts))
+        rows = ((twin.slot * self.store.keys.shape[2] + heads) * self.store.capacity + torch.arange(length, length + n)).flatten()
+        mask = torch.cat([torch.ones(n, length, dtype=torch.bool), ancestry], 1).to(self.device)
+        step = _Step(self.store, rows.to(self.device), [_Span(twin.slot, 0, n, length + n, mask, False)], None, None, self._fused)
+        positions = torch.tensor(depth) + length
+        return self._run(torch.tensor(list(tokens), dtype=torch.long), positions, step, torch.arange(n)).float().cpu()
 
     def _run(self, ids: torch.Tensor, positions: torch.Tensor, step: _Step, keep: torch.Tensor) -> torch.Tensor:
         """The model over one packed row, through the slotted attention; the logits of the rows in ``keep``."""
