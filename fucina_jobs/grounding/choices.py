@@ -1,8 +1,8 @@
 """The grounded fields whose values are a short list: where a decoder may choose a whole value by its likelihood.
 
 A grounded number, date or enum member is one of the few the row's text
-writes (``grammar.candidates``, ``grammar.members``); a ``span: lines`` string
-is one of the runs of the text's whole lines. Each such field of the root
+writes (``grammar.candidates``, ``grammar.members``); a ``span: word`` string
+one of its words, a ``span: lines`` string one of the runs of its whole lines. Each such field of the root
 object gives one choice: the text the output writes just before the value
 (its key, ``"total":``) and the options, each a value as the grammar writes it
 followed by the fixed text that comes after it (the next key, or the closing
@@ -18,7 +18,7 @@ import json
 from typing import Any, Iterator
 
 from .declaration import Grounded, grounded_fields
-from .grammar import candidates, members
+from .grammar import candidates, members, words
 from .values import normalize_whitespace
 
 #: The most lines a ``span: lines`` option joins.
@@ -56,9 +56,9 @@ def _values(g: Grounded, text: str) -> Iterator[str]:
     if g.kind == "enum":
         yield from members(g, text)
     elif g.kind == "string":
-        if g.span == "lines":  # a run of words is one of too many to score: the decoder writes it token by token
+        if g.span != "words":  # a run of words is one of too many to score: the decoder writes it token by token
             yield from (json.dumps(v, ensure_ascii=False) for v in g.allow)
-            yield from _line_runs(g, text)
+            yield from _line_runs(g, text) if g.span == "lines" else (json.dumps(w, ensure_ascii=False) for w in words(g, text))
     else:
         yield from candidates(g, text)
 

@@ -17,7 +17,7 @@ from typing import Any, Iterator
 KEYWORD = "x-grounded"
 _WHITESPACE = ("normalize", "exact")
 _CASE = ("exact", "insensitive")
-_SPAN = ("words", "lines")
+_SPAN = ("words", "word", "lines")
 _OPTIONS = ("whitespace", "case", "span", "allow", "amount", "spellings")
 
 
@@ -37,7 +37,7 @@ class Grounded:
     schema: dict[str, Any] = field(compare=False)
     whitespace: str = "normalize"  # normalize: runs of whitespace, line breaks included, match one space
     case: str = "exact"  # insensitive: the value may be recased
-    span: str = "words"  # strings: a run of whole words of the text, or (lines) of whole lines
+    span: str = "words"  # strings: a run of whole words of the text; one word (word); a run of whole lines (lines)
     allow: tuple[Any, ...] = ()  # values accepted although the text does not write them, e.g. 0 for tax
     amount: bool = False  # numbers: only those written as money (currency sign or code, or two decimals; no percentages)
     spellings: dict[str, tuple[str, ...]] = field(default_factory=dict, compare=False)  # enum member -> how texts write it

@@ -2,7 +2,7 @@
 
 The object is written out in the schema's key order as compact JSON. Fields
 without grounding stay ``%json {subschema}``; a grounded string is a run of
-whole words (or, ``span: lines``, of whole lines) of the (JSON-escaped) source,
+whole words (``span: word``: one word; ``span: lines``: a run of whole lines) of the (JSON-escaped) source,
 ``%regex {"substring_chunks": ...}``, that neither starts nor ends with
 whitespace or a lone punctuation mark; a
 grounded number, date or enum member is one of those the source writes
@@ -37,7 +37,7 @@ _NO_ESCAPED_BREAK_AT_AN_END = r"~/\\[nrt].*|.*\\[nrt]/"
 #: What a field of each kind needed from the text, for ``NothingToGround``'s message.
 _NEEDS: dict[str, Callable[[Grounded], str]] = {
     "enum": lambda g: "none of " + ", ".join(s for m in g.members for s in g.evidence(m)) + " is written",
-    "string": lambda g: "the text holds only whitespace and punctuation",
+    "string": lambda g: "the text holds only whitespace and punctuation" if g.span != "word" else "no word fits its length bounds",
     "date": lambda g: "no date is written",
     "number": lambda g: f"no {'amount' if g.amount else 'number'} within the schema's bounds is written",
     "integer": lambda g: f"no whole {'amount' if g.amount else 'number'} within the schema's bounds is written",
@@ -113,6 +113,9 @@ class _Builder:
     def grounded(self, g: Grounded) -> str:
         if g.kind == "enum":
             choices = [_literal(m) for m in members(g, self.text)]
+        elif g.kind == "string" and g.span == "word":
+            choices = [_literal(json.dumps(w, ensure_ascii=False)) for w in words(g, self.text)]
+            choices += [_literal(json.dumps(v, ensure_ascii=False)) for v in g.allow]
         elif g.kind == "string":
             choices = [f'"\\"" {self.span(g)} "\\""'] if any(not c.isspace() and not unicodedata.category(c).startswith("P") for c in self.text) else []
             choices += [_literal(json.dumps(v, ensure_ascii=False)) for v in g.allow]
@@ -159,6 +162,24 @@ def candidates(g: Grounded, text: str) -> list[str]:
         return [json.dumps(d) for d in sorted(set(dates_in(text)) | set(g.allow))]
     values = numbers_in(text, g.amount) | {Decimal(str(v)) for v in g.allow}
     return sorted({json_number(v) for v in values if _admits(g, v)}, key=lambda s: (len(s), s))
+
+
+def words(g: Grounded, text: str) -> list[str]:
+    """The distinct words of ``text`` (``span: word``) that fit the string's length bounds, in order: each a
+    maximal run without whitespace, less the punctuation marks at its ends (``(HP-55021),`` is ``HP-55021``)."""
+    low, high = g.schema.get("minLength", 1), g.schema.get("maxLength", len(text))
+    found = (_strip_marks(w) for w in text.split())
+    recased = [w for word in found for w in ([word] if g.case == "exact" else [word, word.lower(), word.upper(), word.title()])]
+    return [w for w in dict.fromkeys(recased) if w and low <= len(w) <= high]
+
+
+def _strip_marks(word: str) -> str:
+    start, end = 0, len(word)
+    while start < end and unicodedata.category(word[start]).startswith("P"):
+        start += 1
+    while end > start and unicodedata.category(word[end - 1]).startswith("P"):
+        end -= 1
+    return word[start:end]
 
 
 def members(g: Grounded, text: str) -> list[str]:

@@ -40,3 +40,29 @@ def test_fields_after_a_nested_one_are_left_to_the_decoder_and_an_optional_next_
 def test_a_single_value_is_no_choice():
     schema = {"type": "object", "properties": {"total": {"type": "number", "x-grounded": True}}, "required": ["total"]}
     assert grounded_choices(schema, "TOTAL 9.00") == []
+
+
+def test_every_line_run_of_a_long_receipt_is_in_its_grammar_and_the_lexer_holds(tokenizer):
+    """Validating hundreds of options, then writing one, once exhausted llguidance's lexer ("too many expressions constructed")
+    when runs of lines also counted their characters."""
+    import json
+
+    from fucina_jobs.decoding.constraint import Constraint
+    from fucina_jobs.grounding.grammar import grounded_lark
+
+    from ..conftest import STOP
+
+    lines = ["TAN SDN BHD", "(123456-X)"] + [f"NO. {k}, JALAN MAWAR {k}/{k + 1}, TAMAN BUKIT {k}," for k in range(30)] + ["TOTAL RM 9.00", "THANK YOU !"]
+    text = "\n".join(lines)
+    schema = {"type": "object", "properties": {"address": {"type": "string", "maxLength": 240, "x-grounded": {"span": "lines"}}},
+              "required": ["address"]}
+    grammar = Constraint.lark(grounded_lark(schema, text), tokenizer, stop_token=STOP)
+    [(after, options)] = grounded_choices(schema, text)
+    encode = lambda s: tokenizer.encode(s, add_special_tokens=False)  # noqa: E731
+    for token in encode("{" + after):
+        grammar.commit(token)
+    valid = [o for o in options if grammar.valid_prefix_len(encode(o)) == len(encode(o))]
+    assert set(options) - set(valid) == {o for o in options if o.endswith(' !"}')}  # a run ending in a lone mark is no value
+    for token in encode(valid[-1]):
+        grammar.commit(token)
+    assert not grammar.is_error and grammar.is_complete

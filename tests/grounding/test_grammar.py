@@ -170,3 +170,14 @@ def test_amount_numbers_leave_out_rates_and_quantities(tokenizer):
     text = "12 units; VAT 20%: EUR 14.80"
     assert accepts(tokenizer, schema, text, {"tax": 14.8})
     assert not accepts(tokenizer, schema, text, {"tax": 20}) and not accepts(tokenizer, schema, text, {"tax": 12})
+
+
+def test_span_word_holds_a_string_to_one_word_less_its_marks(tokenizer):
+    schema = json.loads(json.dumps(PARTY))
+    schema["properties"]["name"] = {"type": "string", "maxLength": 12, "x-grounded": {"span": "word"}}
+    text = "Invoice No.: (HP-55021), ref 47/2025 for Marsh Lane Primary School"
+    for name, ok in [("HP-55021", True), ("47/2025", True), ("No", True), ("HP", False), ("(HP-55021)", False),
+                     ("Marsh Lane", False), ("Primary", True), ("School", True)]:
+        assert accepts(tokenizer, schema, text, rec(name)) is ok, name
+    schema["properties"]["name"]["maxLength"] = 6
+    assert not accepts(tokenizer, schema, text, rec("HP-55021")) and accepts(tokenizer, schema, text, rec("School"))
