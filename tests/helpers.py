@@ -57,6 +57,13 @@ class Recorder(LogitProcessor):
             self.rows.append(logits.clone())
         return self.inner.process(logits, history) if self.inner is not None else None
 
+    def named_probability(self):
+        return self.inner.named_probability() if self.inner is not None else 1.0
+
+    def bind(self, scorer):
+        if self.inner is not None:
+            self.inner.bind(scorer)
+
     def commit(self, token):
         self.commits.append(int(token))
         if self.inner is not None:
@@ -125,6 +132,9 @@ class RecordingRunner:
 
     def fork(self, state, length):
         return self.runner.fork(state, length)
+
+    def tree(self, state, length, tokens, parents):
+        return self.runner.tree(state, length, tokens, parents)
 
 
 # -- decoding ----------------------------------------------------------------------

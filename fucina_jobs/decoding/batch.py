@@ -20,6 +20,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator
 
+from .choice import continuation_logprobs
 from .constrained_source import ConstrainedSource
 from .drafting import FORCED, Cascade, CostGate, Draft, DraftSource, PromptLookup
 from .prefix_cache import PrefixCache, cacheable, shared_prefix
@@ -94,7 +95,7 @@ class Generation:
 class Stream:
     """One request in flight: history, cache, sampler and drafter."""
 
-    def __init__(self, request: Request, params: SamplingParams, spec: SpecConfig | None):
+    def __init__(self, request: Request, params: SamplingParams, spec: SpecConfig | None, runner: ModelRunner | None = None):
         self.request = request
         self.history = list(request.prompt)
         self.kv: Any = None  # taken when its prefill starts, from the prefix cache
@@ -102,6 +103,8 @@ class Stream:
         self.sampler = Sampler(params, request.processor, seed=request.seed)
         if request.processor is not None:
             request.processor.reset()
+            if runner is not None:  # a processor may score whole continuations over this stream's cache
+                request.processor.bind(lambda history, row, continuations: continuation_logprobs(runner, self.kv, history, row, continuations))
         self.drafter = _drafter(spec, request.processor) if spec else None
         self.gate = CostGate(spec.min_tokens_per_forward) if self.drafter else None
         self.max_draft = spec.max_draft if spec else 0
@@ -234,7 +237,7 @@ class BatchDecoder:
         newcomers = [self.waiting.popleft() for _ in range(min(len(self.waiting), self.streams - len(self.live)))]
         if newcomers:
             _check_unshared(self.live, newcomers)
-            self.live += [Stream(request, self.params, self.spec) for request in newcomers]
+            self.live += [Stream(request, self.params, self.spec, self.runner) for request in newcomers]
         self._step(self.live)
         done = [s for s in self.live if s.finish]
         self.live = [s for s in self.live if not s.finish]

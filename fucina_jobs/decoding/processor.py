@@ -14,9 +14,16 @@ let a drafting layer exploit a processor that knows the future
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from typing import Mapping, Protocol, Sequence
 
 import torch
+
+
+class ContinuationScorer(Protocol):
+    """What the decoder offers a processor (``bind``): it scores whole continuations of the stream's history."""
+
+    def __call__(self, history: Sequence[int], row: torch.Tensor, continuations: Sequence[Sequence[int]]) -> list[float]:
+        """Each continuation's total log-probability after ``history``, whose next-token logits are ``row``."""
 
 
 class LogitProcessor:
@@ -32,6 +39,15 @@ class LogitProcessor:
         it is: the same as a mask that keeps that token alone.
         """
         return None
+
+    def named_probability(self) -> float:
+        """The probability to record for the token ``process`` just named: 1 where a rule allows it alone;
+        a processor that chose it among alternatives it scored says how likely that choice was."""
+        return 1.0
+
+    def bind(self, scorer: ContinuationScorer) -> None:
+        """The decoder offers a scorer of whole continuations of this stream's history;
+        processors that choose by likelihood (``choice``) keep it."""
 
     def commit(self, token: int) -> None:
         """Observe the token the sampler selected; called once per selection."""

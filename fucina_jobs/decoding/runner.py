@@ -33,3 +33,9 @@ class ModelRunner(Protocol):
 
     def fork(self, state: Any, length: int) -> Any:
         """A new state holding ``state``'s first ``length`` positions; later changes to either stay apart."""
+
+    def tree(self, state: Any, length: int, tokens: Sequence[int], parents: Sequence[int]) -> torch.Tensor:
+        """The logits after each node of a token tree grown on ``state``'s first ``length`` positions; ``state`` is unchanged.
+
+        Node ``i`` holds ``tokens[i]`` and continues node ``parents[i]`` (-1: the prefix). Scores several
+        continuations of one prefix (``choice``) in one forward, their shared first tokens once."""

@@ -58,8 +58,9 @@ class Sampler:
 
         Also records the selected token's probability under the constrained
         distribution at temperature 1: the softmax of the row after the
-        processor's mask and before any sampling knob. Forced tokens get 1,
-        so a value's confidence reflects the choices the model really made,
+        processor's mask and before any sampling knob. Forced tokens get 1
+        (a token the processor chose by its own scoring, that choice's
+        probability), so a value's confidence reflects the choices the model really made,
         and it does not depend on the temperature or penalties a job samples with.
         """
         row = logits.detach().to(device="cpu", dtype=torch.float32)
@@ -70,7 +71,7 @@ class Sampler:
             self.process_seconds.append(time.perf_counter() - start)
         if forced is not None:
             token = self._take(row, forced)
-            self.token_probs.append(1.0)  # the softmax of a row masked to one token
+            self.token_probs.append(self.processor.named_probability())  # 1: the softmax of a row masked to one token
         else:
             log_probs = torch.log_softmax(row, 0)  # before _select, whose repeat penalty edits the row
             token = self._select(row, history)

@@ -25,6 +25,12 @@ class Prompt:
     constraint: Any = None  # from the engine's constraint(): fucina clones it per stream
     seed: int = 0
     max_tokens: int | None = None  # None: the engine's decoding.max_tokens
+    #: Worked examples as (user message, assistant answer) turns before ``text``: every row of a job
+    #: writes the same ones, so they sit in the prompt prefix that the prefix cache computes once.
+    examples: tuple[tuple[str, str], ...] = ()
+    #: Where to choose a whole value by its likelihood: (text written before it, option texts) pairs
+    #: (``grounding.choices``); the fucina engine layers ``LikelihoodChoice`` over the constraint.
+    choices: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
 
 @dataclass

@@ -8,11 +8,13 @@ the same way, so both engines see identical inputs.
 from __future__ import annotations
 
 import re
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from ..confidence import token_spans
 from ..decoding.batch import BatchDecoder, Request, SpecConfig, StreamStats
+from ..decoding.choice import LikelihoodChoice
 from ..decoding.constraint import Constraint
+from ..decoding.processor import LogitProcessor
 from ..decoding.sampler import SamplingParams
 from ..models.hf_runner import HFRunner
 from ..models.loading import LoadedModel, load_model
@@ -44,20 +46,22 @@ def speculation(s: SpeculativeConfig) -> SpecConfig | None:
 _SYSTEM, _USER = "\x00fucina-system\x00", "\x00fucina-user\x00"
 
 
-def encode_chat(tokenizer: Any, user: str, system: str | None = None) -> list[int]:
+def encode_chat(tokenizer: Any, user: str, system: str | None = None, examples: Sequence[tuple[str, str]] = ()) -> list[int]:
     """Chat-template the messages; message text is encoded with special tokens split.
 
     Only the template's own markers become control tokens, so a document that
-    contains ``<|im_end|>`` cannot end the turn.
+    contains ``<|im_end|>`` cannot end the turn. ``examples`` are (user,
+    assistant) turns between the system message and ``user``.
     """
-    contents = {_SYSTEM: system, _USER: user}
+    turns = [(role, f"\x00fucina-{i}-{role}\x00", content) for i, pair in enumerate(examples) for role, content in zip(("user", "assistant"), pair)]
+    contents = {_SYSTEM: system, _USER: user} | {marker: content for _, marker, content in turns}
     if tokenizer.chat_template:
-        messages = ([{"role": "system", "content": _SYSTEM}] if system else []) + [{"role": "user", "content": _USER}]
-        rendered = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        messages = ([{"role": "system", "content": _SYSTEM}] if system else []) + [{"role": role, "content": marker} for role, marker, _ in turns]
+        rendered = tokenizer.apply_chat_template(messages + [{"role": "user", "content": _USER}], add_generation_prompt=True, tokenize=False)
     else:
-        rendered = (f"{_SYSTEM}\n\n" if system else "") + f"{_USER}\n"
+        rendered = (f"{_SYSTEM}\n\n" if system else "") + "".join(f"{marker}\n" for _, marker, _ in turns) + f"{_USER}\n"
     ids: list[int] = []
-    for piece in re.split(f"({_SYSTEM}|{_USER})", rendered):
+    for piece in re.split("(" + "|".join(map(re.escape, contents)) + ")", rendered):
         if piece in contents:
             ids += tokenizer(contents[piece], add_special_tokens=False, split_special_tokens=True).input_ids
         elif piece:
@@ -142,6 +146,7 @@ class FucinaEngine:
         self.stops = stop_tokens(self.tokenizer)
         self.decoding, self.streams = decoding, runtime.streams
         self.params, self.spec = sampling_params(decoding), speculation(decoding.speculative)
+        self.choice_options = decoding.choice_options
         self.context = getattr(loaded.model.config, "max_position_embeddings", None)
 
     @classmethod
@@ -158,6 +163,17 @@ class FucinaEngine:
         """Compile one constraint for this model's vocab and stop token (compact JSON by default)."""
         return compile_constraint(self.tokenizer, vocab_size=self.runner.vocab_size, json_schema=json_schema, lark=lark, regex=regex,
                                   whitespace_flexible=whitespace_flexible)
+
+    def processor(self, p: Prompt) -> LogitProcessor | None:
+        """The prompt's own processor: a clone of its constraint, with its likelihood choices layered over it."""
+        if p.constraint is None:
+            return None
+        if not p.choices:
+            return p.constraint.clone()
+        tokenizer = self.tokenizer
+        encode = lambda text: tokenizer(text, add_special_tokens=False, split_special_tokens=True).input_ids  # noqa: E731
+        decode = lambda ids: tokenizer.decode(ids, skip_special_tokens=False)  # noqa: E731
+        return LikelihoodChoice(p.constraint.clone(), p.choices, encode, decode, self.choice_options)
 
     def session(self, on_step: Callable[[], Any] | None = None) -> "FucinaSession":
         return FucinaSession(self, BatchDecoder(self.runner, self.stops, self.params, self.spec, self.streams, on_step))
@@ -180,13 +196,13 @@ class FucinaSession:
         self.width: int | None = 0
 
     def add(self, p: Prompt) -> None:
-        ids = encode_chat(self.engine.tokenizer, p.text, p.system)
+        ids = encode_chat(self.engine.tokenizer, p.text, p.system, p.examples)
         max_tokens = self.engine.decoding.max_tokens if p.max_tokens is None else p.max_tokens
         problem = context_overflow(len(ids), max_tokens, self.engine.context)
         if problem:
             self.refused.append(Completion(p.id, "", [], "error", StreamStats(prompt_tokens=len(ids)), error=problem))
             return
-        self.decoder.add(Request(p.id, ids, p.constraint.clone() if p.constraint else None, p.seed, max_tokens=max_tokens))
+        self.decoder.add(Request(p.id, ids, self.engine.processor(p), p.seed, max_tokens=max_tokens))
 
     @property
     def busy(self) -> bool:

@@ -13,6 +13,7 @@ engine does, and its absence is an ``EngineUnavailable`` that says how to instal
 from __future__ import annotations
 
 import importlib.util
+import logging
 import math
 import os
 import sys
@@ -21,6 +22,8 @@ from typing import Any, Callable, Iterable, Iterator
 from ..pipeline.config import DecodingConfig, ModelConfig, RuntimeConfig, SpeculativeConfig, VLLMEngineConfig
 from . import (DEFAULT_MODEL, NGRAM, BatchSession, Completion, EngineUnavailable, Prompt, StreamStats, compile_constraint, completion_text,
                constraint_kind, context_overflow, encode_chat, load_tokenizer, read_schema, read_source, resolve_source, stop_tokens)
+
+log = logging.getLogger(__name__)
 
 INSTALL_HINT = (
     "engine=vllm needs vLLM, which is not installed for {python}.\n"
@@ -80,6 +83,8 @@ class VLLMEngine:
     @classmethod
     def from_job(cls, cfg: Any, model_path: str) -> "VLLMEngine":
         """The engine a job's config (a ``JobConfig``) asks for, over the model at ``model_path``."""
+        if cfg.decoding.choice == "likelihood":
+            log.info("decoding.choice=likelihood is the fucina engine's: vLLM writes grounded values token by token")
         return cls(model_path, cfg.model, cfg.decoding, cfg.runtime, cfg.engine, cfg.constraint.whitespace_flexible)
 
     def constraint(self, *, json_schema: Any = None, lark: Any = None, regex: Any = None, whitespace_flexible: bool | None = None) -> Any:
@@ -107,7 +112,7 @@ class VLLMEngine:
 
         fits = []
         for p in prompts:
-            ids = encode_chat(self.tokenizer, p.text, p.system)
+            ids = encode_chat(self.tokenizer, p.text, p.system, p.examples)
             problem = context_overflow(len(ids), self._max_tokens(p), self.context)
             if problem:  # vLLM would refuse the whole call, and with it every other row of the shard
                 yield Completion(p.id, "", [], "error", StreamStats(prompt_tokens=len(ids)), error=problem)

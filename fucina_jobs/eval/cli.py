@@ -45,7 +45,9 @@ def summary(scores: dict[str, Any], reports: bool = True) -> str:
     if "accuracy" in scores:
         a = scores["accuracy"]
         fields = ", ".join(f"{k} {pct(v['rate'])}" for k, v in a["fields"].items())
-        lines.append(f"accuracy: all fields correct {pct(a['all_fields_correct']['rate'])} of {a['rows_scored']}; {fields}")
+        mean = a.get("mean") or {}
+        lines.append(f"accuracy: all fields correct {pct(a['all_fields_correct']['rate'])} of {a['rows_scored']}; {fields}; "
+                     f"mean {pct(mean.get('rate'))} (spacing-insensitive {pct(mean.get('spacing_rate'))}, token F1 {num(mean.get('f1'))})")
     if "confidence" in scores:
         c = scores["confidence"]
         lines.append(f"confidence: AUROC {num(c['auroc'])} for field correctness over {c['fields_scored']} fields, "

@@ -116,7 +116,12 @@ def _accuracy(a: dict[str, Any]) -> Section:
         f"numbers match within {a['numeric_tolerance']}; rejects count as wrong on every field.",
         f"Gold rows not in the run: {a['gold_not_in_run']}; run rows without gold: {a['run_rows_without_gold']}.",
     ])
-    section.tables.append((["field", "correct", "total", "exact match"], [[k, v["correct"], v["total"], pct(v["rate"])] for k, v in fields.items()]))
+    mean = a.get("mean") or {}
+    section.notes.append(f"Mean over the fields: exact match {pct(mean.get('rate'))}, spacing-insensitive {pct(mean.get('spacing_rate'))}, "
+                         f"token F1 of the text fields {num(mean.get('f1'))}. Spacing-insensitive strings also match with a space "
+                         "more or less beside a punctuation mark (`NO.3,` and `NO. 3,`); token F1 counts words and punctuation marks.")
+    section.tables.append((["field", "correct", "total", "exact match", "spacing-insensitive", "token F1"],
+                           [[k, v["correct"], v["total"], pct(v["rate"]), pct(v.get("spacing_rate")), num(v.get("f1"))] for k, v in fields.items()]))
     if a["wrong_fields"]:
         section.tables.append((["row", "wrong fields"], [[k, ", ".join(v)] for k, v in sorted(a["wrong_fields"].items())]))
     section.plots.append(Plot("accuracy_per_field", "Exact match per field", list(fields), [v["rate"] or 0.0 for v in fields.values()],

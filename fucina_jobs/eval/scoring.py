@@ -29,6 +29,31 @@ def normalize_text(value: str) -> str:
     return " ".join(unicodedata.normalize("NFKC", value).casefold().split())
 
 
+def normalize_spacing(value: str) -> str:
+    """``normalize_text``, and no space beside a punctuation mark: ``NO.3,`` and ``NO. 3 ,`` read alike.
+
+    Labels of scanned documents carry their annotators' own spacing around
+    punctuation, which no extraction can know; letters and digits still have to match."""
+    return re.sub(r"\s*([^\w\s])\s*", r"\1", normalize_text(value))
+
+
+def text_tokens(value: str) -> list[str]:
+    """The words and punctuation marks of ``normalize_text(value)``: what token F1 counts."""
+    return re.findall(r"\w+|[^\w\s]", normalize_text(value))
+
+
+def token_f1(gold: str, pred: Any) -> float:
+    """Harmonic mean of token precision and recall (each token counted as often as it occurs); 0 for a missing value."""
+    if not isinstance(pred, str):
+        return 0.0
+    g, p = Counter(text_tokens(gold)), Counter(text_tokens(pred))
+    common = sum((g & p).values())
+    if not common:
+        return float(not g and not p)
+    precision, recall = common / sum(p.values()), common / sum(g.values())
+    return 2 * precision * recall / (precision + recall)
+
+
 def parse_date(value: Any) -> dt.date | None:
     """A date from ISO text (a datetime's date part too) or a few unambiguous common formats.
 
@@ -66,12 +91,13 @@ def parse_number(value: Any) -> float | None:
     return None
 
 
-def values_match(gold: Any, pred: Any, tolerance: float = 0.01) -> bool:
+def values_match(gold: Any, pred: Any, tolerance: float = 0.01, spacing: bool = False) -> bool:
     """Does ``pred`` match ``gold``? Dispatch on the gold value's type.
 
     Numbers match within an absolute ``tolerance``; strings that are dates on
-    both sides compare as dates, other strings after ``normalize_text``;
-    lists element by element; objects key by key (every gold key)."""
+    both sides compare as dates, other strings after ``normalize_text`` (with
+    ``spacing``: after ``normalize_spacing``); lists element by element;
+    objects key by key (every gold key)."""
     if gold is None:
         return pred is None
     if isinstance(gold, bool):
@@ -85,11 +111,12 @@ def values_match(gold: Any, pred: Any, tolerance: float = 0.01) -> bool:
         gold_date, pred_date = parse_date(gold), parse_date(pred)
         if gold_date is not None and pred_date is not None:
             return gold_date == pred_date
-        return normalize_text(gold) == normalize_text(str(pred))
+        normalize = normalize_spacing if spacing else normalize_text
+        return normalize(gold) == normalize(str(pred))
     if isinstance(gold, list):
-        return isinstance(pred, list) and len(pred) == len(gold) and all(values_match(g, p, tolerance) for g, p in zip(gold, pred))
+        return isinstance(pred, list) and len(pred) == len(gold) and all(values_match(g, p, tolerance, spacing) for g, p in zip(gold, pred))
     if isinstance(gold, dict):
-        return isinstance(pred, dict) and all(values_match(v, pred.get(k), tolerance) for k, v in gold.items())
+        return isinstance(pred, dict) and all(values_match(v, pred.get(k), tolerance, spacing) for k, v in gold.items())
     return gold == pred
 
 
@@ -102,7 +129,10 @@ def accuracy(gold: Mapping[str, Mapping[str, Any]], predictions: Mapping[str, Ma
 
     ``predictions`` maps every row id of the run to its parsed record, or None
     for a reject: a reject gets every field wrong. Gold rows the run does not
-    hold (a ``dataset.limit``) and run rows without gold are counted, not scored."""
+    hold (a ``dataset.limit``) and run rows without gold are counted, not scored.
+    Beside the exact match, each field has ``spacing_rate`` (strings compared by
+    ``normalize_spacing``) and, where gold holds strings that are not dates, ``f1``:
+    their mean token F1 (``token_f1``). ``mean`` averages each over the fields."""
     scored = sorted(set(gold) & set(predictions))
     fields: dict[str, dict[str, Any]] = {}
     all_correct = 0
@@ -111,25 +141,39 @@ def accuracy(gold: Mapping[str, Mapping[str, Any]], predictions: Mapping[str, Ma
         label, pred = gold[row_id], predictions[row_id]
         row_ok = True
         for name, value in label.items():
-            ok = pred is not None and values_match(value, pred.get(name), tolerance)
-            entry = fields.setdefault(name, {"correct": 0, "total": 0})
+            got = pred.get(name) if pred is not None else None
+            ok = pred is not None and values_match(value, got, tolerance)
+            entry = fields.setdefault(name, {"correct": 0, "total": 0, "spacing_correct": 0, "f1_sum": 0.0, "texts": 0})
             entry["correct"] += ok
+            entry["spacing_correct"] += pred is not None and values_match(value, got, tolerance, spacing=True)
             entry["total"] += 1
+            if isinstance(value, str) and parse_date(value) is None:
+                entry["texts"] += 1
+                entry["f1_sum"] += token_f1(value, got) if pred is not None else 0.0
             if not ok:
                 row_ok = False
                 wrong.setdefault(row_id, []).append(name)
         all_correct += row_ok
     for entry in fields.values():
+        f1_sum, texts = entry.pop("f1_sum"), entry.pop("texts")
         entry["rate"] = _rate(entry["correct"], entry["total"])
+        entry["spacing_rate"] = _rate(entry["spacing_correct"], entry["total"])
+        entry["f1"] = f1_sum / texts if texts else None
+    means = {key: _mean([e[key] for e in fields.values() if e[key] is not None]) for key in ("rate", "spacing_rate", "f1")}
     return {
         "rows_scored": len(scored),
         "gold_not_in_run": len(set(gold) - set(predictions)),
         "run_rows_without_gold": len(set(predictions) - set(gold)),
         "numeric_tolerance": tolerance,
         "fields": dict(sorted(fields.items())),
+        "mean": means,
         "all_fields_correct": {"correct": all_correct, "total": len(scored), "rate": _rate(all_correct, len(scored))},
         "wrong_fields": wrong,
     }
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return sum(values) / len(values) if values else None
 
 
 # -- conformance ----------------------------------------------------------------

@@ -7,7 +7,7 @@ records; these shares catch it without gold labels:
 - ``ungrounded_values``: grounded values not found in their source, over all grounded values
   (rows rejected as ``ungrounded`` included);
 - ``duplicate_records``: records identical to another record of the run;
-- ``prompt_copies``: record values written in the system prompt or template but not in the
+- ``prompt_copies``: record values written in the system prompt, template or worked examples but not in the
   row's own source (values the schema itself lists, enums, consts and allowances, are exempt).
 """
 
@@ -183,6 +183,7 @@ def _schema_values(schema: Any) -> list[Any]:
     return found
 
 
-def prompt_text(system: str, template: str) -> str:
-    """What the prompt itself writes: the system message and the template without its ``{field}`` slots."""
-    return system + "\n" + re.sub(r"\{[^{}]*\}", " ", template)
+def prompt_text(system: str, template: str, examples: Sequence[str] = ()) -> str:
+    """What the prompt itself writes: the system message, the template without its ``{field}`` slots,
+    and the worked examples' documents and answers."""
+    return "\n".join([system, re.sub(r"\{[^{}]*\}", " ", template), *examples])

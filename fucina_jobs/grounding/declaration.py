@@ -17,6 +17,8 @@ from typing import Any, Iterator
 KEYWORD = "x-grounded"
 _WHITESPACE = ("normalize", "exact")
 _CASE = ("exact", "insensitive")
+_SPAN = ("words", "word", "lines")
+_OPTIONS = ("whitespace", "case", "span", "allow", "amount", "spellings")
 
 
 class GroundingError(ValueError):
@@ -35,6 +37,7 @@ class Grounded:
     schema: dict[str, Any] = field(compare=False)
     whitespace: str = "normalize"  # normalize: runs of whitespace, line breaks included, match one space
     case: str = "exact"  # insensitive: the value may be recased
+    span: str = "words"  # strings: a run of whole words of the text; one word (word); a run of whole lines (lines)
     allow: tuple[Any, ...] = ()  # values accepted although the text does not write them, e.g. 0 for tax
     amount: bool = False  # numbers: only those written as money (currency sign or code, or two decimals; no percentages)
     spellings: dict[str, tuple[str, ...]] = field(default_factory=dict, compare=False)  # enum member -> how texts write it
@@ -46,7 +49,12 @@ class Grounded:
     @property
     def nullable(self) -> bool:
         kind = self.schema.get("type")
-        return isinstance(kind, list) and "null" in kind
+        return (isinstance(kind, list) and "null" in kind) or kind == "null" or None in self.schema.get("enum", ())
+
+    @property
+    def members(self) -> list[str]:
+        """An enum's members but null."""
+        return [m for m in self.schema.get("enum", ()) if m is not None]
 
     @property
     def name(self) -> str:
@@ -94,9 +102,9 @@ def _declared(node: dict[str, Any], path: tuple[str, ...]) -> Grounded:
         options = {}
     if not isinstance(options, dict):
         raise GroundingError(f"{where}: {KEYWORD} must be true or an object of options, not {options!r}")
-    unknown = set(options) - {"whitespace", "case", "allow", "amount", "spellings"}
+    unknown = set(options) - set(_OPTIONS)
     if unknown:
-        raise GroundingError(f"{where}: {KEYWORD} has unknown option(s) {sorted(unknown)}; known: whitespace, case, allow, amount, spellings")
+        raise GroundingError(f"{where}: {KEYWORD} has unknown option(s) {sorted(unknown)}; known: {', '.join(_OPTIONS)}")
     kind = _kind(node, where)
     amount = options.get("amount", False)
     if not isinstance(amount, bool) or (amount and kind not in ("number", "integer")):
@@ -107,6 +115,9 @@ def _declared(node: dict[str, Any], path: tuple[str, ...]) -> Grounded:
         raise GroundingError(f"{where}: {KEYWORD}.whitespace={whitespace!r}; use one of {', '.join(_WHITESPACE)}")
     if case not in _CASE:
         raise GroundingError(f"{where}: {KEYWORD}.case={case!r}; use one of {', '.join(_CASE)}")
+    span = options.get("span", "words")
+    if span not in _SPAN or (span != "words" and kind != "string"):
+        raise GroundingError(f"{where}: {KEYWORD}.span={span!r}; use one of {', '.join(_SPAN)}, on string properties only")
     allow = options.get("allow", [])
     if not isinstance(allow, list) or not all(_fits(v, kind) for v in allow):
         raise GroundingError(f"{where}: {KEYWORD}.allow must be a list of {kind} values, not {allow!r}")
@@ -117,15 +128,15 @@ def _declared(node: dict[str, Any], path: tuple[str, ...]) -> Grounded:
     if spellings and (kind != "enum" or not isinstance(spellings, dict) or not set(spellings) <= set(members)
                       or not all(isinstance(v, list) and all(isinstance(w, str) and w for w in v) for v in spellings.values())):
         raise GroundingError(f"{where}: {KEYWORD}.spellings must map enum members to lists of non-empty strings")
-    return Grounded(path, kind, node, whitespace, case, tuple(allow), amount, {k: tuple(v) for k, v in spellings.items()})
+    return Grounded(path, kind, node, whitespace, case, span, tuple(allow), amount, {k: tuple(v) for k, v in spellings.items()})
 
 
 def _kind(node: dict[str, Any], where: str) -> str:
     if "const" in node:
         raise GroundingError(f"{where}: {KEYWORD} on a const says nothing more; remove it")
     if "enum" in node:
-        if not all(isinstance(v, str) for v in node["enum"]):
-            raise GroundingError(f"{where}: {KEYWORD} on an enum needs string members")
+        if not all(isinstance(v, str) or v is None for v in node["enum"]):
+            raise GroundingError(f"{where}: {KEYWORD} on an enum needs string members (and null, if it may be empty)")
         return "enum"
     kinds = node.get("type")
     kinds = [k for k in kinds if k != "null"] if isinstance(kinds, list) else [kinds]

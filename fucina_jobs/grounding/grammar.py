@@ -2,29 +2,61 @@
 
 The object is written out in the schema's key order as compact JSON. Fields
 without grounding stay ``%json {subschema}``; a grounded string is a run of
-whole words of the (JSON-escaped) source, ``%regex {"substring_chunks": ...}``;
-a grounded number, date or enum member is one of those the source writes (``values``).
-Objects and arrays are written out only where a grounded field sits below
-them. The builder is pure: it knows nothing of models, jobs or speculation.
+whole words (``span: word``: one word; ``span: lines``: a run of whole lines) of the (JSON-escaped) source,
+``%regex {"substring_chunks": ...}``, that neither starts nor ends with
+whitespace or a lone punctuation mark; a
+grounded number, date or enum member is one of those the source writes
+(``values``). A grounded field the source gives nothing to hold is ``null``
+where its schema allows null; otherwise ``grounded_lark`` raises
+``NothingToGround``, and the row is rejected before it is decoded. Objects and
+arrays are written out only where a grounded field sits below them. The
+builder is pure: it knows nothing of models, jobs or speculation.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import unicodedata
 from decimal import Decimal
-from typing import Any
+from typing import Any, Callable
 
 from .declaration import Grounded, grounded_fields
 from .values import dates_in, json_number, normalize_whitespace, numbers_in, written
 
 #: Escapes stay whole, so a span never ends inside ``\\"`` and breaks the JSON string.
 _CHUNK = re.compile(r"\\u[0-9a-fA-F]{4}|\\.|\w+|\s|.", re.DOTALL)
+#: A grounded string neither starts nor ends with whitespace or a lone punctuation mark (``- ACME``,
+#: ``LOT 6,``+space), and so holds something else; the text's own line breaks, JSON-escaped, count
+#: as whitespace too where whitespace is exact. (Written positively: the negation of a regex over a
+#: 50 KB document's substrings is too large for llguidance to build.)
+_TRIMMED = r"/([^\s\p{P}]|\p{P}+[^\s\p{P}]).*/ & /.*([^\s\p{P}]|[^\s\p{P}]\p{P}+)/"
+_NO_ESCAPED_BREAK_AT_AN_END = r"~/\\[nrt].*|.*\\[nrt]/"
+
+
+#: What a field of each kind needed from the text, for ``NothingToGround``'s message.
+_NEEDS: dict[str, Callable[[Grounded], str]] = {
+    "enum": lambda g: "none of " + ", ".join(s for m in g.members for s in g.evidence(m)) + " is written",
+    "string": lambda g: "the text holds only whitespace and punctuation" if g.span != "word" else "no word fits its length bounds",
+    "date": lambda g: "no date is written",
+    "number": lambda g: f"no {'amount' if g.amount else 'number'} within the schema's bounds is written",
+    "integer": lambda g: f"no whole {'amount' if g.amount else 'number'} within the schema's bounds is written",
+}
+
+
+class NothingToGround(ValueError):
+    """The text writes nothing that a grounded field could hold, and the field may not be null."""
 
 
 def grounded_lark(schema: dict[str, Any], text: str) -> str:
-    """The Lark grammar for one row: ``schema``'s JSON with its grounded fields held to ``text``."""
-    return _Builder(schema, text).grammar()
+    """The Lark grammar for one row: ``schema``'s JSON with its grounded fields held to ``text``.
+
+    Raises ``NothingToGround`` naming the fields the text leaves nothing for."""
+    builder = _Builder(schema, text)
+    grammar = builder.grammar()
+    if builder.unwritten:
+        raise NothingToGround("the text writes no value for " + "; ".join(builder.unwritten))
+    return grammar
 
 
 class _Builder:
@@ -32,7 +64,8 @@ class _Builder:
         self.root, self.text = schema, text
         self.fields = {g.path: g for g in grounded_fields(schema)}
         self.rules: list[str] = []
-        self.sources: dict[tuple[str, str], str] = {}  # (whitespace, case) -> the terminal of the text's spans
+        self.sources: dict[tuple[str, str, str], str] = {}  # (whitespace, case, span) -> the terminal of the text's spans
+        self.unwritten: list[str] = []  # "field (what it needed)" for each field the text gives nothing to hold
 
     def grammar(self) -> str:
         start = self.value(self.root, ())
@@ -79,38 +112,43 @@ class _Builder:
 
     def grounded(self, g: Grounded) -> str:
         if g.kind == "enum":
-            choices = [_literal(json.dumps(m, ensure_ascii=False)) for m in g.schema["enum"] if m in g.allow or written(self.text, g.evidence(m), g.case)]
+            choices = [_literal(m) for m in members(g, self.text)]
+        elif g.kind == "string" and g.span == "word":
+            choices = [_literal(json.dumps(w, ensure_ascii=False)) for w in words(g, self.text)]
+            choices += [_literal(json.dumps(v, ensure_ascii=False)) for v in g.allow]
         elif g.kind == "string":
-            choices = [f'"\\"" {self.span(g)} "\\""'] if self.text.strip() else []
+            choices = [f'"\\"" {self.span(g)} "\\""'] if any(not c.isspace() and not unicodedata.category(c).startswith("P") for c in self.text) else []
             choices += [_literal(json.dumps(v, ensure_ascii=False)) for v in g.allow]
         else:
-            choices = [_literal(v) for v in self.candidates(g)]
-        if not choices:  # the text writes nothing this field could hold: the post-check rejects the row
-            return self.json(g.schema)
+            choices = [_literal(v) for v in candidates(g, self.text)]
         if g.nullable:
             choices.append('"null"')
+        elif not choices:
+            self.unwritten.append(f"{g.name} ({_NEEDS[g.kind](g)})")
+            return '"null"'  # never decoded: grounded_lark raises
         return self.rule(" | ".join(choices))
 
     def span(self, g: Grounded) -> str:
         """A terminal for the spans of the text this string may be, within its length bounds."""
-        key = (g.whitespace, g.case)
+        key = (g.whitespace, g.case, g.span)
         if key not in self.sources:
-            text = normalize_whitespace(self.text) if g.whitespace == "normalize" else self.text
-            variants = [text] if g.case == "exact" else list(dict.fromkeys([text, text.lower(), text.upper(), text.title()]))
+            recase = [str] if g.case == "exact" else [str, str.lower, str.upper, str.title]
+            chunkings = list(dict.fromkeys(tuple(_chunks(self.text, g, f)) for f in recase))
             name = f"SOURCE{len(self.sources)}"
-            self.rules.append(f"{name}: " + " | ".join(f"%regex {json.dumps({'substring_chunks': _chunks(v)}, ensure_ascii=False)}" for v in variants))
+            self.rules.append(f"{name}: " + " | ".join(f"%regex {json.dumps({'substring_chunks': list(c)}, ensure_ascii=False)}" for c in chunkings))
             self.sources[key] = name
-        low, high = max(g.schema.get("minLength", 1), 1), g.schema.get("maxLength", "")
         name = f"SPAN{len(self.rules)}"
-        self.rules.append(f"{name}: {self.sources[key]} & /.{{{low},{high}}}/")
+        trimmed = _TRIMMED if g.whitespace == "normalize" else f"{_TRIMMED} & {_NO_ESCAPED_BREAK_AT_AN_END}"
+        self.rules.append(f"{name}: {self.sources[key]} & {trimmed}{self.length(g)}")
         return name
 
-    def candidates(self, g: Grounded) -> list[str]:
-        """The JSON spellings of the numbers or dates the text writes that the field's schema admits."""
-        if g.kind == "date":
-            return [json.dumps(d) for d in sorted(set(dates_in(self.text)) | set(g.allow))]
-        values = numbers_in(self.text, g.amount) | {Decimal(str(v)) for v in g.allow}
-        return sorted({json_number(v) for v in values if _admits(g, v)}, key=lambda s: (len(s), s))
+    @staticmethod
+    def length(g: Grounded) -> str:
+        """The string's length bounds as a lexeme, for runs of words. Runs of lines leave them to the schema check
+        and to the likelihood choice, whose options fit them: counting characters across a long text's
+        lines made llguidance build more lexer states than it allows (``too many expressions constructed``)."""
+        low, high = max(g.schema.get("minLength", 1), 1), g.schema.get("maxLength", "")
+        return f" & /.{{{low},{high}}}/" if g.span == "words" else ""
 
     def rule(self, body: str) -> str:
         name = f"r{len(self.rules)}"
@@ -118,8 +156,52 @@ class _Builder:
         return name
 
 
-def _chunks(text: str) -> list[str]:
-    return _CHUNK.findall(json.dumps(text, ensure_ascii=False)[1:-1])
+def candidates(g: Grounded, text: str) -> list[str]:
+    """The JSON spellings of the numbers or dates ``text`` writes that the field's schema admits."""
+    if g.kind == "date":
+        return [json.dumps(d) for d in sorted(set(dates_in(text)) | set(g.allow))]
+    values = numbers_in(text, g.amount) | {Decimal(str(v)) for v in g.allow}
+    return sorted({json_number(v) for v in values if _admits(g, v)}, key=lambda s: (len(s), s))
+
+
+def words(g: Grounded, text: str) -> list[str]:
+    """The distinct words of ``text`` (``span: word``) that fit the string's length bounds, in order: each a
+    maximal run without whitespace, less the punctuation marks at its ends (``(HP-55021),`` is ``HP-55021``)."""
+    low, high = g.schema.get("minLength", 1), g.schema.get("maxLength", len(text))
+    found = (_strip_marks(w) for w in text.split())
+    recased = [w for word in found for w in ([word] if g.case == "exact" else [word, word.lower(), word.upper(), word.title()])]
+    return [w for w in dict.fromkeys(recased) if w and low <= len(w) <= high]
+
+
+def _strip_marks(word: str) -> str:
+    start, end = 0, len(word)
+    while start < end and unicodedata.category(word[start]).startswith("P"):
+        start += 1
+    while end > start and unicodedata.category(word[end - 1]).startswith("P"):
+        end -= 1
+    return word[start:end]
+
+
+def members(g: Grounded, text: str) -> list[str]:
+    """The JSON spellings of the enum members ``text`` writes (or the field allows)."""
+    return [json.dumps(m, ensure_ascii=False) for m in g.members if m in g.allow or written(text, g.evidence(m), g.case)]
+
+
+def _chunks(text: str, g: Grounded, recase: Callable[[str], str]) -> list[str]:
+    """The JSON-escaped text cut into the pieces whose runs a span may be: words, spaces and single
+    marks; or (``span: lines``) whole lines, each one piece, between the separators that join them
+    (one space where whitespace is normalised, as the text is read then; else the line break)."""
+    if g.span == "words":
+        text = normalize_whitespace(text) if g.whitespace == "normalize" else text
+        return _CHUNK.findall(_escaped(recase(text)))
+    lines = [normalize_whitespace(line) if g.whitespace == "normalize" else line for line in text.splitlines()]
+    separator = _escaped(" " if g.whitespace == "normalize" else "\n")
+    pieces = [_escaped(recase(line)) for line in lines if line.strip()]
+    return [p for piece in pieces for p in (piece, separator)][:-1]
+
+
+def _escaped(text: str) -> str:
+    return json.dumps(text, ensure_ascii=False)[1:-1]
 
 
 def _literal(text: str) -> str:

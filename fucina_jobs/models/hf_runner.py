@@ -441,6 +441,42 @@ class HFRunner:
         ids = torch.tensor([t for _, tokens in batch for t in tokens], dtype=torch.long)
         positions = torch.cat([torch.arange(state.length, state.length + n) for (state, _), n in zip(batch, counts)])
         step = self._plan(batch, counts, positions)
+        logits = self._run(ids, positions, step, _rows_to_keep(counts, wanted))
+        for (state, _), n in zip(batch, counts):
+            state.length += n
+        if not any(wanted):
+            return []
+        return list(logits.float().cpu().split([n for n, want in zip(counts, wanted) if want]))
+
+    @torch.no_grad()
+    def tree(self, state: SlotState, length: int, tokens: Sequence[int], parents: Sequence[int]) -> torch.Tensor:
+        """The logits after each node of a token tree grown on ``state``'s first ``length`` positions, ``[nodes, vocab]``.
+
+        Node ``i`` holds ``tokens[i]`` and continues node ``parents[i]``
+        (``-1``: the prefix itself), and parents come before their children.
+        One forward over one copy of the prefix: the nodes' keys go past the
+        prefix of a scratch fork, each node attending to the prefix and to its
+        ancestors (a tree mask) at the position it would have on its own path,
+        so continuations that share their first tokens compute them once.
+        ``state`` is left as it was."""
+        n = len(tokens)
+        ancestry = torch.eye(n, dtype=torch.bool)
+        depth = [0] * n
+        for i, parent in enumerate(parents):
+            if parent >= 0:
+                ancestry[i] |= ancestry[parent]
+                depth[i] = depth[parent] + 1
+        twin = self.fork(state, length)
+        self.store.reserve(length + n)
+        heads = torch.arange(self.store.keys.shape[2])[:, None]
+        rows = ((twin.slot * self.store.keys.shape[2] + heads) * self.store.capacity + torch.arange(length, length + n)).flatten()
+        mask = torch.cat([torch.ones(n, length, dtype=torch.bool), ancestry], 1).to(self.device)
+        step = _Step(self.store, rows.to(self.device), [_Span(twin.slot, 0, n, length + n, mask, False)], None, None, self._fused)
+        positions = torch.tensor(depth) + length
+        return self._run(torch.tensor(list(tokens), dtype=torch.long), positions, step, torch.arange(n)).float().cpu()
+
+    def _run(self, ids: torch.Tensor, positions: torch.Tensor, step: _Step, keep: torch.Tensor) -> torch.Tensor:
+        """The model over one packed row, through the slotted attention; the logits of the rows in ``keep``."""
         # The slotted attention is on for this forward only: the model keeps its
         # own everywhere else, so it still works when called directly.
         config = self.model.config
@@ -451,16 +487,12 @@ class HFRunner:
                 input_ids=ids[None].to(self.device),
                 position_ids=positions[None].to(self.device),
                 use_cache=False,
-                logits_to_keep=_rows_to_keep(counts, wanted).to(self.device),
+                logits_to_keep=keep.to(self.device),
                 slot_step=step,
             )
         finally:
             config._attn_implementation = own
-        for (state, _), n in zip(batch, counts):
-            state.length += n
-        if not any(wanted):
-            return []
-        return list(out.logits[0].float().cpu().split([n for n, want in zip(counts, wanted) if want]))
+        return out.logits[0]
 
     def _plan(self, batch: Sequence[tuple[SlotState, Sequence[int]]], counts: list[int], positions: torch.Tensor) -> _Step:
         """Where the new keys go, and what each sequence's queries see.

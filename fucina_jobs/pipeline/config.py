@@ -110,6 +110,8 @@ class DatasetConfig(_Section):
 class PromptConfig(_Section):
     system: str = Field("", description="system message, or @path to a file holding it")
     template: str = Field("{text}", description="user message; {field} takes the row's field; @path reads a file")
+    examples: str | None = Field(None, description="JSONL of worked examples, {'text': ..., 'label': ...} a line: chat turns before each row's")
+    examples_k: int | None = Field(None, ge=1, description="use the first k worked examples; null: all of them")
 
 
 class SpeculativeConfig(_Section):
@@ -136,6 +138,10 @@ class DecodingConfig(_Section):
     min_p: float = Field(0.0, ge=0.0, lt=1.0, description="0 keeps every token")
     repeat_penalty: float = Field(1.0, gt=0.0, description="1 is none; llama.cpp's rule over the recent tokens")
     seed: int = Field(0, description="with the row's id, each record's seed: outputs do not depend on replicas, streams or speculation")
+    choice: Literal["greedy", "likelihood"] = Field("likelihood", description="grounded numbers, dates, enum members and "
+                                                    "span: word and span: lines strings: likelihood scores each value the row allows "
+                                                    "as a whole and writes the likeliest (fucina engine); greedy writes them token by token")
+    choice_options: int = Field(16, ge=2, le=256, description="most values scored at one choice; the likeliest first tokens are kept")
     speculative: SpeculativeConfig = SpeculativeConfig()
 
 

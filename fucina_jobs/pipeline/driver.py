@@ -33,6 +33,7 @@ from ..grounding import alarm
 from ..run_info import file_hash, fingerprint, package_versions, text_hash, utc_now
 from .config import ConfigError, JobConfig, read_text_option
 from .dataset import Slice, check_output_outside, failed_rows, scan
+from .examples import load_examples
 from .progress import Progress
 from .job_constraint import resolve
 from .rundir import Committed, RunDir, shard_key
@@ -74,6 +75,7 @@ class Job:
         self.run_id = secrets.token_hex(8)  # replicas commit only while the manifest names this run
         self._check_template()
         self.constraint = resolve(cfg.constraint, base)  # read once; replicas get its text, never the path
+        self.examples = load_examples(cfg, base, self._prompt_option("template"), self.constraint.schema if self.constraint else None)
         self.fingerprint = fingerprint(cfg, self._contents())
         self.dir = RunDir.for_config(cfg.output.dir, base, self.fingerprint)  # a version per config
         self.writer = ShardWriter(cfg, self.constraint, base, self.dir, self.run_id)
@@ -88,10 +90,11 @@ class Job:
             raise ConfigError(f"prompt.{key}: {err}") from None
 
     def _contents(self) -> dict[str, str]:
-        """Digests of what the config names by path: the constraint and the prompt files."""
+        """Digests of what the config names by path: the constraint, the prompt files and the worked examples."""
         p = self.cfg.prompt
         prompts = {key: text_hash(read_text_option(getattr(p, key), self.base)) for key in ("system", "template")}
-        return prompts | ({"constraint": self.constraint.digest} if self.constraint else {})
+        examples = {"examples": text_hash(json.dumps([e.turn for e in self.examples]))} if self.examples else {}
+        return prompts | examples | ({"constraint": self.constraint.digest} if self.constraint else {})
 
     def _check_template(self) -> None:
         """Fill the template from the first usable row, so a field the dataset lacks stops the run here."""

@@ -22,7 +22,8 @@ from ..confidence import Leaf, confidence, output_values
 from .. import engines
 from ..engines import DRAFT_SOURCES, Completion, GrammarError, Prompt, prompt_overflow
 from ..grounding.declaration import GroundingError, grounded_fields
-from ..grounding.grammar import grounded_lark
+from ..grounding.choices import grounded_choices
+from ..grounding.grammar import NothingToGround, grounded_lark
 from .config import JobConfig, read_text_option
 from .dataset import Row, Slice, read_slice
 from .decode_loop import DecodeLoop
@@ -53,6 +54,7 @@ class ShardWorker:
         self.grounded = bool(grounded_fields(self.schema))  # read once: rows without a schema of their own share it
         self.system = read_text_option(self.cfg.prompt.system, self.base) or None
         self.template = read_text_option(self.cfg.prompt.template, self.base)
+        self.examples = tuple(e.turn for e in self.writer.examples)
         self._row_constraints: dict[str, tuple[Any, list[str]]] = {}
         self.loop = DecodeLoop(self.engine, self.cfg.runtime.streams)
         log.info("replica %d ready: %s with the %s engine", replica, model_path, self.cfg.engine.name)
@@ -69,7 +71,8 @@ class ShardWorker:
             prompt, problem, relaxed[row.id], seconds = self._prompt(row)
             grammar_s += seconds
             if problem:
-                refused.append({"row_id": row.id, "text": "", "finish_reason": "error", "error": problem})
+                reason, message = problem
+                refused.append({"row_id": row.id, "text": "", "finish_reason": "error", "error": message, "reason": reason})
             else:
                 prompts.append(prompt)
         completions, occupancy = self.loop.decode(prompts)
@@ -85,39 +88,52 @@ class ShardWorker:
         log.info("replica %d committed shard %d: %d rows in %.1fs", self.replica, shard, len(rows), time.perf_counter() - start)
         return summary
 
-    def _prompt(self, row: Row) -> tuple[Prompt | None, str | None, list[str], float]:
-        """The row's prompt, or the problem that keeps it from being decoded; its schema's relaxations; grammar seconds."""
+    def _prompt(self, row: Row) -> tuple[Prompt | None, tuple[str, str] | None, list[str], float]:
+        """The row's prompt, or the (reject reason, message) that keeps it from being decoded; its schema's relaxations; grammar seconds."""
         try:
             text = self.template.format_map(row.fields)
         except KeyError as err:
-            return None, f"row {row.id!r}: prompt.template uses field {err} that the row does not have", [], 0.0
+            return None, ("error", f"row {row.id!r}: prompt.template uses field {err} that the row does not have"), [], 0.0
         d = self.cfg.decoding
-        overflow = prompt_overflow(self.engine, Prompt(row.id, text, self.system, max_tokens=d.max_tokens))
+        overflow = prompt_overflow(self.engine, Prompt(row.id, text, self.system, max_tokens=d.max_tokens, examples=self.examples))
         if overflow:  # from the token count alone: a long document's grounded grammar takes minutes to build
-            return None, overflow, [], 0.0
+            return None, ("error", overflow), [], 0.0
         start = time.perf_counter()
         try:
             constraint, relaxations, grounded = self._constraint(row)
+            choices = self._choices(row) if grounded and d.choice == "likelihood" else ()
+        except NothingToGround as err:  # no grammar could hold a true value: decided before decoding
+            return None, ("ungrounded", f"{err}; decided before decoding"), [], 0.0
         except RowSchemaError as err:
-            return None, f"row {row.id!r}: its schema ({self.cfg.dataset.schema_field}) {err}", [], 0.0
+            return None, ("error", f"row {row.id!r}: its schema ({self.cfg.dataset.schema_field}) {err}"), [], 0.0
         except (GrammarError, GroundingError) as err:
-            return None, f"row {row.id!r}: its schema does not compile: {err}", [], 0.0
+            return None, ("error", f"row {row.id!r}: its schema does not compile: {err}"), [], 0.0
         except Exception as err:  # an untrusted row schema no check foresaw: that row is a reject, its shard goes on
             if not self.cfg.dataset.schema_field:
                 raise
             why = meta_schema_problem(parse_row_schema(row.fields.get(self.cfg.dataset.schema_field)))
-            return None, f"row {row.id!r}: its schema cannot be used: {why or f'{type(err).__name__}: {str(err)[:200]}'}", [], 0.0
+            return None, ("error", f"row {row.id!r}: its schema cannot be used: {why or f'{type(err).__name__}: {str(err)[:200]}'}"), [], 0.0
         seconds = time.perf_counter() - start if grounded else 0.0
-        return Prompt(row.id, text, self.system, constraint, record_seed(d.seed, row.id), d.max_tokens), None, relaxations, seconds
+        prompt = Prompt(row.id, text, self.system, constraint, record_seed(d.seed, row.id), d.max_tokens, self.examples, choices)
+        return prompt, None, relaxations, seconds
 
     def _constraint(self, row: Row) -> tuple[Any, list[str], bool]:
         """The row's own grounded grammar where its schema grounds fields, else the shared constraint; its relaxations; grounded or not."""
         field_name = self.cfg.dataset.schema_field
-        schema = parse_row_schema(row.fields.get(field_name)) if field_name else self.schema
+        schema = self._schema(row)
         if (grounded_fields(schema) if field_name else self.grounded):
             source = str(row.fields.get(self.cfg.dataset.text_field, ""))
             return self.engine.constraint(lark=grounded_lark(schema, source)), [], True
         return *(self._row_constraint(schema) if field_name else (self.constraint, self.relaxations)), False
+
+    def _choices(self, row: Row) -> tuple[tuple[str, tuple[str, ...]], ...]:
+        """The grounded fields of the row whose value is one of a short list: choose them by their likelihood."""
+        return tuple(grounded_choices(self._schema(row), str(row.fields.get(self.cfg.dataset.text_field, ""))))
+
+    def _schema(self, row: Row) -> Any:
+        """The row's own schema (``dataset.schema_field``), else the job's."""
+        field_name = self.cfg.dataset.schema_field
+        return parse_row_schema(row.fields.get(field_name)) if field_name else self.schema
 
     def _row_constraint(self, schema: dict[str, Any]) -> tuple[Any, list[str]]:
         # Compile each distinct schema once; every stream still gets its own clone.

@@ -32,6 +32,7 @@ from ..grounding.check import ungrounded_values
 from ..grounding.declaration import GroundingError, grounded_fields
 from .config import ConfigError, JobConfig, read_text_option
 from .dataset import Row
+from .examples import load_examples
 from .flags import record_flags
 from .job_constraint import JobConstraint, parse_row_schema
 from .rundir import RunDir
@@ -70,7 +71,9 @@ class ShardWriter:
         self.run_id = run_id
         self.schema_source = constraint.schema if constraint and constraint.kind == "json_schema" else None
         self.grounded = self._grounded_fields()
-        self.prompt = alarm.prompt_text(read_text_option(cfg.prompt.system, base), read_text_option(cfg.prompt.template, base))
+        template = read_text_option(cfg.prompt.template, base)
+        self.examples = load_examples(cfg, base, template, self.schema_source)  # checked here, before any model loads
+        self.prompt = alarm.prompt_text(read_text_option(cfg.prompt.system, base), template, [t for e in self.examples for t in (e.document, e.answer)])
         self.validator = self._validator()
         self.record_schema = self._record_schema()
 
@@ -132,7 +135,10 @@ class ShardWriter:
                 outcomes.append(Outcome(row.id, "", "error", reason="error", error=why))
                 continue
             row_schema = self._row_schema(row) if c["finish_reason"] == "stop" else None  # a refused row's schema may be what is wrong
-            record, reason, message = self.validator(c["text"], c["finish_reason"], c.get("error"), row_schema)
+            if c.get("reason"):  # refused before decoding, for this reason
+                record, reason, message = None, c["reason"], c["error"]
+            else:
+                record, reason, message = self.validator(c["text"], c["finish_reason"], c.get("error"), row_schema)
             if record is not None:
                 record, reason, message = self._grounded(row, record, row_schema)
             flags = record_flags(record, self._source(row)) if record is not None else []

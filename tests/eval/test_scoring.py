@@ -76,11 +76,26 @@ def test_accuracy_per_field_and_all_fields_correct():
     }
     acc = s.accuracy(gold, predictions, 0.01)
     assert acc["rows_scored"] == 3 and acc["gold_not_in_run"] == 1 and acc["run_rows_without_gold"] == 1
-    assert acc["fields"]["total"] == {"correct": 1, "total": 3, "rate": pytest.approx(1 / 3)}
+    assert acc["fields"]["total"] == {"correct": 1, "total": 3, "rate": pytest.approx(1 / 3), "spacing_correct": 1,
+                                      "spacing_rate": pytest.approx(1 / 3), "f1": None}
+    assert acc["fields"]["vendor"]["f1"] == pytest.approx(2 / 3) and acc["fields"]["date"]["f1"] is None  # dates are not text
     assert acc["fields"]["vendor"]["correct"] == 2 and acc["fields"]["date"]["correct"] == 2
     assert acc["all_fields_correct"] == {"correct": 1, "total": 3, "rate": pytest.approx(1 / 3)}
     assert acc["wrong_fields"] == {"b": ["total"], "c": ["total", "vendor", "date"]}
     assert list(acc["fields"]) == ["date", "total", "vendor"]
+
+
+def test_spacing_insensitive_match_and_token_f1():
+    gold = {"a": {"address": "NO.3, JALAN 5, 81100 JOHOR.", "company": "ACME SDN BHD"}, "b": {"address": "LOT 6, JALAN BATAI", "company": "BOLT"}}
+    predictions = {"a": {"address": "NO. 3 , JALAN 5,81100 JOHOR .", "company": "ACME SDN"}, "b": {"address": "LOT 6, JALAN BATU", "company": "bolt"}}
+    acc = s.accuracy(gold, predictions)
+    address, company = acc["fields"]["address"], acc["fields"]["company"]
+    assert address["correct"] == 0 and address["spacing_correct"] == 1  # only the spacing differs in a; a letter in b
+    assert company["correct"] == company["spacing_correct"] == 1  # "ACME SDN" is short of "BHD" either way
+    assert company["f1"] == pytest.approx((0.8 + 1.0) / 2)  # precision 1, recall 2/3
+    assert address["f1"] == pytest.approx((1.0 + 0.8) / 2)  # b: 4 of 5 tokens each way
+    assert acc["mean"] == {"rate": pytest.approx(0.25), "spacing_rate": pytest.approx(0.5), "f1": pytest.approx(0.9)}
+    assert s.token_f1("NO.3, JALAN", None) == 0.0 and s.normalize_spacing("NO. 3 , X") == "no.3,x"
 
 
 def test_accuracy_without_overlap_has_no_rates():

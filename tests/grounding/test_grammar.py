@@ -6,7 +6,7 @@ import random
 import pytest
 
 from fucina_jobs.decoding.constraint import Constraint
-from fucina_jobs.grounding.grammar import grounded_lark
+from fucina_jobs.grounding.grammar import NothingToGround, grounded_lark
 
 from tests.helpers import STOP, instance_accepted
 
@@ -94,11 +94,56 @@ def test_nested_optional_and_array_fields(tokenizer):
         assert not accepts(tokenizer, schema, text, record), record
 
 
-def test_a_field_the_document_cannot_fill_falls_back_to_its_schema(tokenizer):
-    # No number in the text and no allowance: the grammar lets the model write one, and the post-check rejects the row.
+def test_a_field_the_document_cannot_fill_is_refused_before_decoding_or_null(tokenizer):
+    # No number in the text and no allowance: no grammar could hold a true value, so none is built.
     schema = json.loads(json.dumps(PARTY))
     schema["properties"]["amount"]["x-grounded"] = True
-    assert accepts(tokenizer, schema, "no figures here", rec("figures", 7))
+    with pytest.raises(NothingToGround, match=r"amount \(no number within the schema's bounds is written\)"):
+        grounded_lark(schema, "no figures here")
+    # Where the schema allows null, null is the one value left.
+    schema["properties"]["amount"]["type"] = ["number", "null"]
+    assert accepts(tokenizer, schema, "no figures here", rec("figures", None))
+    assert not accepts(tokenizer, schema, "no figures here", rec("figures", 7))
+
+
+def test_an_enum_the_text_never_writes_is_not_forced_onto_a_member(tokenizer):
+    """An INR invoice against a USD/EUR list: refused before decoding, or null where the schema allows it."""
+    currency = {"enum": ["USD", "EUR"], "x-grounded": {"spellings": {"USD": ["$"], "EUR": ["€"]}}}
+    schema = {"type": "object", "properties": {"currency": currency}, "required": ["currency"]}
+    with pytest.raises(NothingToGround, match=r"currency \(none of USD, \$, EUR, € is written\)"):
+        grounded_lark(schema, "Total INR 4,500.00")
+    nullable = {**schema, "properties": {"currency": {**currency, "enum": ["USD", "EUR", None], "type": ["string", "null"]}}}
+    assert accepts(tokenizer, nullable, "Total INR 4,500.00", {"currency": None})
+    assert not accepts(tokenizer, nullable, "Total INR 4,500.00", {"currency": "USD"})
+    assert accepts(tokenizer, nullable, "Total $4,500.00", {"currency": "USD"})
+
+
+@pytest.mark.parametrize("name, ok", [
+    ("LOT 6, JALAN BATAI,", True),  # a comma glued to its word stays
+    ("LOT 6, JALAN BATAI, ", False),  # a trailing space
+    (" LOT 6", False),  # a leading space
+    ("JOHOR -", False),  # a lone mark at the end
+    ("- BAHRU", False),  # ... or at the start
+    ("JOHOR - BAHRU", True),  # inside, it is part of the value
+    (",", False),  # a value needs a letter or a digit
+    ("(M) SDN BHD", True),
+])
+def test_a_grounded_string_has_no_loose_ends(tokenizer, name, ok):
+    assert accepts(tokenizer, PARTY, "LOT 6, JALAN BATAI, 81100 JOHOR - BAHRU (M) SDN BHD", rec(name)) is ok
+
+
+def test_span_lines_holds_a_string_to_runs_of_whole_lines(tokenizer):
+    schema = json.loads(json.dumps(PARTY))
+    schema["properties"]["name"] = {"type": "string", "maxLength": 80, "x-grounded": {"span": "lines"}}
+    text = "TAN SDN BHD\n(123456-X)\nNO. 3, JALAN  MAWAR,\n81100 JOHOR BAHRU.\nTOTAL 9.00"
+    assert accepts(tokenizer, schema, text, rec("TAN SDN BHD"))
+    assert accepts(tokenizer, schema, text, rec("NO. 3, JALAN MAWAR, 81100 JOHOR BAHRU."))  # two lines, joined by a space
+    assert not accepts(tokenizer, schema, text, rec("NO. 3, JALAN MAWAR,"[:-1]))  # a cut line
+    assert not accepts(tokenizer, schema, text, rec("TAN SDN"))
+    assert not accepts(tokenizer, schema, text, rec("JALAN MAWAR, 81100 JOHOR BAHRU."))  # starts inside a line
+    exact = json.loads(json.dumps(schema))
+    exact["properties"]["name"]["x-grounded"]["whitespace"] = "exact"
+    assert accepts(tokenizer, exact, text, rec("NO. 3, JALAN  MAWAR,\n81100 JOHOR BAHRU."))
 
 
 def test_a_50_kb_document(tokenizer):
@@ -125,3 +170,14 @@ def test_amount_numbers_leave_out_rates_and_quantities(tokenizer):
     text = "12 units; VAT 20%: EUR 14.80"
     assert accepts(tokenizer, schema, text, {"tax": 14.8})
     assert not accepts(tokenizer, schema, text, {"tax": 20}) and not accepts(tokenizer, schema, text, {"tax": 12})
+
+
+def test_span_word_holds_a_string_to_one_word_less_its_marks(tokenizer):
+    schema = json.loads(json.dumps(PARTY))
+    schema["properties"]["name"] = {"type": "string", "maxLength": 12, "x-grounded": {"span": "word"}}
+    text = "Invoice No.: (HP-55021), ref 47/2025 for Marsh Lane Primary School"
+    for name, ok in [("HP-55021", True), ("47/2025", True), ("No", True), ("HP", False), ("(HP-55021)", False),
+                     ("Marsh Lane", False), ("Primary", True), ("School", True)]:
+        assert accepts(tokenizer, schema, text, rec(name)) is ok, name
+    schema["properties"]["name"]["maxLength"] = 6
+    assert not accepts(tokenizer, schema, text, rec("HP-55021")) and accepts(tokenizer, schema, text, rec("School"))

@@ -38,11 +38,12 @@ def test_a_value_the_document_does_not_write_is_rejected_as_ungrounded(tmp_path,
     records, rejects = read_dir(tmp_path / "out", "records"), read_dir(tmp_path / "out", "rejects")
     assert [r["row_id"] for r in records] == ["written"]
     assert json.loads(records[0]["text"])["total"] == 572.34  # the only number written: the grammar forces it
-    # No number to take: the grammar falls back to the schema, the model writes one, the post-check rejects it.
+    # No number to take: no grammar could hold a true total, so the row is rejected before it is decoded.
     assert [(r["row_id"], r["reason"]) for r in rejects] == [("unwritten", "ungrounded")]
-    assert rejects[0]["error"].startswith("not found in text: total=")
+    assert rejects[0]["error"] == "the text writes no value for total (no number within the schema's bounds is written); decided before decoding"
+    assert rejects[0]["text"] == ""
     assert summary.reasons == {"ungrounded": 1}
-    assert summary.alarm["counts"]["ungrounded_values"] == [1, 4]
+    assert summary.alarm["counts"]["ungrounded_values"] == [0, 2]  # nothing was made up: the one record's two values are grounded
 
 
 def test_the_alarm_fires_on_a_run_that_copies_its_example(tmp_path):

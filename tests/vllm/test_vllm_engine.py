@@ -106,3 +106,21 @@ def test_relaxed_schemas_decode_through_vllm(engine):
                Prompt("not", "Say y.", None, engine.constraint(json_schema=negated.schema), max_tokens=8)]
     texts = {c.id: c.text for c in engine.generate(prompts) if c.finish_reason == "stop"}
     assert isinstance(json.loads(texts["oneOf"])["n"], int) and texts["not"] == '"y"'
+
+
+def test_worked_examples_are_the_same_chat_turns_on_vllm_and_grounding_keeps_their_values_out(engine):
+    """inv-002 and its gold answer as a worked example for inv-001: the prompt holds the turns, the record holds none of its values."""
+    from fucina_jobs.engine import encode_chat
+    from fucina_jobs.pipeline.examples import compact_json
+
+    gold = {g["id"]: g["label"] for g in map(json.loads, (SHIPPED / "jobs/invoices/gold.jsonl").read_text().splitlines())}
+    second = json.loads((SHIPPED / "jobs/invoices/inputs.jsonl").read_text().splitlines()[1])
+    template = (SHIPPED / "jobs/invoices/template.txt").read_text()
+    examples = ((template.format_map(second), compact_json(gold["inv-002"], INVOICE)),)
+    prompt = replace(invoice_prompts(engine, 1)[0], examples=examples)
+    [completion] = engine.generate([prompt])
+    assert completion.stats.prompt_tokens == len(encode_chat(engine.tokenizer, prompt.text, prompt.system, examples))
+    record = json.loads(completion.text)
+    jsonschema.validate(record, INVOICE)
+    copied = {k for k, v in record.items() if v == gold["inv-002"][k] and v != gold["inv-001"][k]}
+    assert not copied & {"invoice_number", "vendor", "customer", "invoice_date", "total"}

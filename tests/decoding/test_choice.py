@@ -1,0 +1,99 @@
+"""Likelihood choice on the tiny float64 model: the whole value's likelihood decides, and every path decides alike."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import pytest
+import torch
+
+from tests.helpers import GREEDY, SPEC, STOP, Recorder, decode
+from fucina_jobs.decoding.batch import Request
+from fucina_jobs.decoding.choice import LikelihoodChoice
+from fucina_jobs.decoding.constraint import Constraint
+
+OPTIONS = ("12.50}", "125}", "1.25}", "7.00}", "70}", "3.14}")
+LARK = 'start: "{\\"total\\":" ("12.50" | "125" | "1.25" | "7.00" | "70" | "3.14") "}"'
+AFTER = '{"total":'
+
+
+@pytest.fixture(scope="module")
+def grammar(tokenizer):
+    return Constraint.lark(LARK, tokenizer, stop_token=STOP)
+
+
+def encoder(tokenizer):
+    return lambda text: tokenizer(text, add_special_tokens=False, split_special_tokens=True).input_ids
+
+
+def chooser(tokenizer, inner, options=OPTIONS):
+    return LikelihoodChoice(inner, [(AFTER, options)], encoder(tokenizer), lambda ids: tokenizer.decode(ids))
+
+
+def prompts(tokenizer):
+    return [encoder(tokenizer)(f"receipt {k}: total 12.50 cash 70 change 3.14 JSON:") for k in range(4)]
+
+
+def total_logprob(model, prefix: list[int], continuation: list[int]) -> float:
+    """A cache-free forward over the whole sequence: the reference the decoder's batched scoring must agree with."""
+    with torch.no_grad():
+        rows = torch.log_softmax(model(torch.tensor([prefix + continuation])).logits[0].double(), -1)
+    return sum(float(rows[len(prefix) - 1 + i, t]) for i, t in enumerate(continuation))
+
+
+def test_the_option_of_highest_total_log_probability_wins_where_greedy_picks_another(tokenizer, tiny_runner, tiny_model, grammar):
+    encode = encoder(tokenizer)
+    greedy_differs = 0
+    for k, prompt in enumerate(prompts(tokenizer)):
+        greedy = decode(tiny_runner, [Request("g", prompt, grammar.clone(), max_tokens=16)])["g"]
+        chosen = decode(tiny_runner, [Request("c", prompt, chooser(tokenizer, grammar.clone()), max_tokens=16)])["c"]
+        scores = {o: total_logprob(tiny_model, prompt + encode(AFTER), encode(o)) for o in OPTIONS}
+        best = max(scores, key=scores.get)
+        assert tokenizer.decode(chosen.tokens) == AFTER + best, k
+        greedy_differs += tokenizer.decode(greedy.tokens) != AFTER + best
+        # The value's tokens record the chosen option's share of the options' likelihood.
+        share = 1 / sum(math.exp(s - scores[best]) for s in scores.values())
+        assert chosen.token_probs[-1] == pytest.approx(share, rel=1e-6)
+    assert greedy_differs == 4, "greedy's first token picks another option on these prompts"
+
+
+@pytest.mark.parametrize("params", [GREEDY, replace(GREEDY, temperature=0.8)], ids=["greedy", "sampled"])
+def test_plain_speculative_and_batched_choose_alike(tokenizer, tiny_runner, grammar, params):
+    def requests():
+        return [Request(f"r{k}", p, Recorder(chooser(tokenizer, grammar.clone())), seed=k, max_tokens=16) for k, p in enumerate(prompts(tokenizer))]
+
+    plain_requests, spec_requests = requests(), requests()
+    plain = decode(tiny_runner, plain_requests, params=params)
+    spec = decode(tiny_runner, spec_requests, params=params, spec=SPEC, streams=3)
+    for p, s in zip(plain_requests, spec_requests):
+        assert plain[p.id].tokens == spec[s.id].tokens and p.processor.commits == s.processor.commits, p.id
+        assert plain[p.id].token_probs == pytest.approx(spec[s.id].token_probs, rel=1e-6, abs=1e-9), p.id
+    assert sum(g.stats.accepted.get("forced", 0) for g in spec.values()) > 0, "the chosen tokens are certain drafts"
+
+
+def test_an_option_the_inner_grammar_refuses_is_never_chosen(tokenizer, tiny_runner, grammar, tiny_model):
+    encode = encoder(tokenizer)
+    prompt = prompts(tokenizer)[0]
+    options = ("999.99}", "70}", "3.14}")  # the grammar has no 999.99
+    chosen = decode(tiny_runner, [Request("c", prompt, chooser(tokenizer, grammar.clone(), options), max_tokens=16)])["c"]
+    scores = {o: total_logprob(tiny_model, prompt + encode(AFTER), encode(o)) for o in options[1:]}
+    assert tokenizer.decode(chosen.tokens) == AFTER + max(scores, key=scores.get)
+
+
+def test_a_choice_past_a_token_that_overshoots_its_text(tokenizer, tiny_runner, tiny_model):
+    """``":"`` is one token: the output may have written the value's opening quote with the key's colon."""
+    lark = 'start: "{\\"kind\\":" ("\\"alpha beta\\"" | "\\"gamma\\"" | "\\"delta epsilon\\"") "}"'
+    inner = Constraint.lark(lark, tokenizer, stop_token=STOP)
+    options = ('"alpha beta"}', '"gamma"}', '"delta epsilon"}')
+    encode = encoder(tokenizer)
+    for prompt in prompts(tokenizer):
+        processor = LikelihoodChoice(inner.clone(), [('"kind":', options)], encode, lambda ids: tokenizer.decode(ids))
+        tokens = decode(tiny_runner, [Request("c", prompt, processor, max_tokens=16)])["c"].tokens
+        # The choice was due after the first tokens whose text holds the key; what they wrote past it, options must start with.
+        due = next(i for i in range(1, len(tokens) + 1) if '"kind":' in tokenizer.decode(tokens[:i]))
+        written = tokenizer.decode(tokens[:due])
+        past = written[written.index('"kind":') + len('"kind":') :]
+        rests = [o[len(past) :] for o in options if o.startswith(past)]
+        scores = {r: total_logprob(tiny_model, prompt + tokens[:due], encode(r)) for r in rests}
+        assert tokenizer.decode(tokens) == written + max(scores, key=scores.get)

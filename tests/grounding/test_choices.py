@@ -1,0 +1,67 @@
+"""Which grounded fields a decoder may choose by likelihood, and the options it weighs."""
+
+from fucina_jobs.grounding.choices import grounded_choices
+
+RECEIPT = {
+    "type": "object",
+    "properties": {
+        "company": {"type": "string", "maxLength": 40, "x-grounded": {"span": "lines"}},
+        "note": {"type": "string", "x-grounded": True},
+        "date": {"type": "string", "format": "date", "x-grounded": True},
+        "currency": {"enum": ["MYR", "USD", None], "x-grounded": {"spellings": {"MYR": ["RM"]}}},
+        "total": {"type": "number", "x-grounded": {"amount": True}},
+    },
+    "required": ["company", "note", "date", "currency", "total"],
+}
+TEXT = "KEDAI MURNI\nSDN BHD\nDATE: 03/02/2018\nTOTAL RM 25.75\nCASH 30.00"
+
+
+def test_numbers_dates_members_and_line_runs_are_choices_with_the_text_that_follows_them():
+    choices = dict(grounded_choices(RECEIPT, TEXT))
+    assert list(choices) == ['"company":', '"date":', '"currency":', '"total":']  # a run of words is not a short list
+    assert choices['"company":'][:4] == ('"KEDAI MURNI","note', '"KEDAI MURNI SDN BHD","note', '"KEDAI MURNI SDN BHD DATE: 03/02/2018","note',
+                                         '"SDN BHD","note')  # runs of whole lines up to maxLength
+    assert all(len(o) <= 40 + len('"",note') for o in choices['"company":'])
+    assert choices['"date":'] == ('"2018-02-03","currency', '"2018-03-02","currency')  # both readings of 03/02/2018
+    assert choices['"currency":'] == ('"MYR","total', 'null,"total')  # the written member, and null
+    assert choices['"total":'] == ("30}", "25.75}")
+
+
+def test_fields_after_a_nested_one_are_left_to_the_decoder_and_an_optional_next_key_leaves_numbers_out():
+    schema = {"type": "object", "properties": {
+        "date": {"type": "string", "format": "date", "x-grounded": True},
+        "lines": {"type": "array", "items": {"type": "object", "properties": {"total": {"type": "number", "x-grounded": True}}}},
+        "total": {"type": "number", "x-grounded": True}}, "required": ["date", "lines", "total"]}
+    assert [a for a, _ in grounded_choices(schema, TEXT)] == ['"date":']
+    optional = {"type": "object", "properties": {"total": {"type": "number", "x-grounded": True}, "tax": {"type": "number"}}}
+    assert grounded_choices(optional, TEXT) == []  # where 30 ends would go unscored
+
+
+def test_a_single_value_is_no_choice():
+    schema = {"type": "object", "properties": {"total": {"type": "number", "x-grounded": True}}, "required": ["total"]}
+    assert grounded_choices(schema, "TOTAL 9.00") == []
+
+
+def test_every_line_run_of_a_long_receipt_is_in_its_grammar_and_the_lexer_holds(tokenizer):
+    """Validating hundreds of options, then writing one, once exhausted llguidance's lexer ("too many expressions constructed")
+    when runs of lines also counted their characters."""
+
+    from fucina_jobs.decoding.constraint import Constraint
+    from fucina_jobs.grounding.grammar import grounded_lark
+
+    from tests.helpers import STOP
+
+    lines = ["TAN SDN BHD", "(123456-X)"] + [f"NO. {k}, JALAN MAWAR {k}/{k + 1}, TAMAN BUKIT {k}," for k in range(30)] + ["TOTAL RM 9.00", "THANK YOU !"]
+    text = "\n".join(lines)
+    schema = {"type": "object", "properties": {"address": {"type": "string", "maxLength": 240, "x-grounded": {"span": "lines"}}},
+              "required": ["address"]}
+    grammar = Constraint.lark(grounded_lark(schema, text), tokenizer, stop_token=STOP)
+    [(after, options)] = grounded_choices(schema, text)
+    encode = lambda s: tokenizer.encode(s, add_special_tokens=False)  # noqa: E731
+    for token in encode("{" + after):
+        grammar.commit(token)
+    valid = [o for o in options if grammar.valid_prefix_len(encode(o)) == len(encode(o))]
+    assert set(options) - set(valid) == {o for o in options if o.endswith(' !"}')}  # a run ending in a lone mark is no value
+    for token in encode(valid[-1]):
+        grammar.commit(token)
+    assert not grammar.is_error and grammar.is_complete
