@@ -36,6 +36,7 @@ class Prompt:
     constraint: Any = None  # from the engine's constraint(): fucina clones it per stream
     seed: int = 0
     max_tokens: int = 256
+    params: SamplingParams | None = None  # this prompt's sampling settings; None: the engine's
 
 
 @dataclass
@@ -239,7 +240,7 @@ class FucinaSession:
         if problem:
             self.refused.append(Completion(p.id, "", [], "error", StreamStats(prompt_tokens=len(ids)), error=problem))
             return
-        self.decoder.add(Request(p.id, ids, p.constraint.clone() if p.constraint else None, p.seed, p.max_tokens))
+        self.decoder.add(Request(p.id, ids, p.constraint.clone() if p.constraint else None, p.seed, p.max_tokens, p.params))
 
     @property
     def busy(self) -> bool:

@@ -134,7 +134,7 @@ class VLLMEngine:
     def _sampling(self, prompt: Prompt) -> Any:
         from vllm import SamplingParams as VLLMSampling
 
-        p = self.params
+        p = prompt.params or self.params
         return VLLMSampling(
             temperature=p.temperature,
             top_k=p.top_k,

@@ -52,6 +52,7 @@ class Request:
     processor: LogitProcessor | None = None  # owned by this request's stream
     seed: int = 0
     max_tokens: int = 256
+    params: SamplingParams | None = None  # this request's sampling settings; None: the decoder's
 
 
 @dataclass
@@ -97,7 +98,7 @@ class Stream:
         self.history = list(request.prompt)
         self.kv: Any = None  # taken when its prefill starts, from the prefix cache
         self.prefill: list[int] = []  # prompt tokens still to be cached
-        self.sampler = Sampler(params, request.processor, seed=request.seed)
+        self.sampler = Sampler(request.params or params, request.processor, seed=request.seed)
         if request.processor is not None:
             request.processor.reset()
         self.drafter = _drafter(spec, request.processor) if spec and spec.enabled else None

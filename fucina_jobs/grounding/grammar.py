@@ -5,7 +5,8 @@ without grounding stay ``%json {subschema}``; a grounded string is a run of
 whole words of the (JSON-escaped) source, ``%regex {"substring_chunks": ...}``;
 a grounded number, date or enum member is one of those the source writes (``values``).
 Objects and arrays are written out only where a grounded field sits below
-them. The builder is pure: it knows nothing of models, jobs or speculation.
+them. ``exclude`` takes values away from a field's candidates (a repair's:
+docs/RULES.md). The builder is pure: it knows nothing of models, jobs or speculation.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import json
 import re
 from decimal import Decimal
-from typing import Any
+from typing import Any, Collection, Mapping
 
 from .declaration import Grounded, grounded_fields
 from .values import dates_in, json_number, normalize_whitespace, numbers_in, written
@@ -22,14 +23,35 @@ from .values import dates_in, json_number, normalize_whitespace, numbers_in, wri
 _CHUNK = re.compile(r"\\u[0-9a-fA-F]{4}|\\.|\w+|\s|.", re.DOTALL)
 
 
-def grounded_lark(schema: dict[str, Any], text: str) -> str:
-    """The Lark grammar for one row: ``schema``'s JSON with its grounded fields held to ``text``."""
-    return _Builder(schema, text).grammar()
+def grounded_lark(schema: dict[str, Any], text: str, exclude: Mapping[tuple[str, ...], Collection[Any]] | None = None) -> str:
+    """The Lark grammar for one row: ``schema``'s JSON with its grounded fields held to ``text``.
+
+    ``exclude`` maps a grounded field's path to values it may not take. An
+    excluded string also takes away every span that contains it and every run
+    of its words, which name the same thing (``Halden Robotics LLC 44 Mill
+    Street``, ``Halden Robotics``). A field whose every candidate is excluded
+    falls back to its schema."""
+    return _Builder(schema, text, exclude or {}).grammar()
+
+
+def candidates(g: Grounded, text: str) -> list[Any] | None:
+    """The values a grounded number, integer, date or enum field can take in ``text``; None for a string (any span)."""
+    return None if g.kind == "string" else [json.loads(v) for v in _choices(g, text)]
+
+
+def _choices(g: Grounded, text: str) -> list[str]:
+    """The JSON spellings of the enum members, numbers or dates the text writes that the field's schema admits."""
+    if g.kind == "enum":
+        return [json.dumps(m, ensure_ascii=False) for m in g.schema["enum"] if m in g.allow or written(text, g.evidence(m), g.case)]
+    if g.kind == "date":
+        return [json.dumps(d) for d in sorted(set(dates_in(text)) | set(g.allow))]
+    values = numbers_in(text, g.amount) | {Decimal(str(v)) for v in g.allow}
+    return sorted({json_number(v) for v in values if _admits(g, v)}, key=lambda s: (len(s), s))
 
 
 class _Builder:
-    def __init__(self, schema: dict[str, Any], text: str):
-        self.root, self.text = schema, text
+    def __init__(self, schema: dict[str, Any], text: str, exclude: Mapping[tuple[str, ...], Collection[Any]]):
+        self.root, self.text, self.exclude = schema, text, exclude
         self.fields = {g.path: g for g in grounded_fields(schema)}
         self.rules: list[str] = []
         self.sources: dict[tuple[str, str], str] = {}  # (whitespace, case) -> the terminal of the text's spans
@@ -78,21 +100,20 @@ class _Builder:
         return self.rule(f'"[" {body} "]"' if low > 0 or not body else f'"[" ({body})? "]"')
 
     def grounded(self, g: Grounded) -> str:
-        if g.kind == "enum":
-            choices = [_literal(json.dumps(m, ensure_ascii=False)) for m in g.schema["enum"] if m in g.allow or written(self.text, g.evidence(m), g.case)]
-        elif g.kind == "string":
-            choices = [f'"\\"" {self.span(g)} "\\""'] if self.text.strip() else []
-            choices += [_literal(json.dumps(v, ensure_ascii=False)) for v in g.allow]
+        excluded = self.exclude.get(g.path, ())
+        if g.kind == "string":
+            choices = [f'"\\"" {self.span(g, excluded)} "\\""'] if self.text.strip() else []
+            choices += [_literal(json.dumps(v, ensure_ascii=False)) for v in g.allow if v not in excluded]
         else:
-            choices = [_literal(v) for v in self.candidates(g)]
+            choices = [_literal(v) for v in _choices(g, self.text) if json.loads(v) not in excluded]
         if not choices:  # the text writes nothing this field could hold: the post-check rejects the row
             return self.json(g.schema)
         if g.nullable:
             choices.append('"null"')
         return self.rule(" | ".join(choices))
 
-    def span(self, g: Grounded) -> str:
-        """A terminal for the spans of the text this string may be, within its length bounds."""
+    def span(self, g: Grounded, excluded: Collection[Any] = ()) -> str:
+        """A terminal for the spans of the text this string may be, within its length bounds, but not ``excluded``."""
         key = (g.whitespace, g.case)
         if key not in self.sources:
             text = normalize_whitespace(self.text) if g.whitespace == "normalize" else self.text
@@ -102,15 +123,9 @@ class _Builder:
             self.sources[key] = name
         low, high = max(g.schema.get("minLength", 1), 1), g.schema.get("maxLength", "")
         name = f"SPAN{len(self.rules)}"
-        self.rules.append(f"{name}: {self.sources[key]} & /.{{{low},{high}}}/")
+        banned = [term for v in excluded if isinstance(v, str) for term in _same_thing(v)]
+        self.rules.append(f"{name}: {self.sources[key]} & /.{{{low},{high}}}/" + (f" & ~({' | '.join(dict.fromkeys(banned))})" if banned else ""))
         return name
-
-    def candidates(self, g: Grounded) -> list[str]:
-        """The JSON spellings of the numbers or dates the text writes that the field's schema admits."""
-        if g.kind == "date":
-            return [json.dumps(d) for d in sorted(set(dates_in(self.text)) | set(g.allow))]
-        values = numbers_in(self.text, g.amount) | {Decimal(str(v)) for v in g.allow}
-        return sorted({json_number(v) for v in values if _admits(g, v)}, key=lambda s: (len(s), s))
 
     def rule(self, body: str) -> str:
         name = f"r{len(self.rules)}"
@@ -120,6 +135,14 @@ class _Builder:
 
 def _chunks(text: str) -> list[str]:
     return _CHUNK.findall(json.dumps(text, ensure_ascii=False)[1:-1])
+
+
+def _same_thing(value: str) -> list[str]:
+    """Lark terms for the spans an excluded string takes away: any span that contains it, and each run of its words."""
+    chunks = _chunks(value)
+    ends = [i for i, c in enumerate(chunks) if not c.isspace()]
+    runs = ["".join(chunks[i : j + 1]) for i in ends for j in ends if j >= i]
+    return [f"/[\\s\\S]*/ {_literal(''.join(chunks))} /[\\s\\S]*/", *(_literal(run) for run in runs)]
 
 
 def _literal(text: str) -> str:

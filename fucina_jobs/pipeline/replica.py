@@ -9,6 +9,7 @@ its own, all feeding one ``DecodeLoop``. The driver sends a shard as a
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -21,13 +22,16 @@ import numpy as np
 from ..confidence import Leaf, confidence, output_values
 from ..engine import DRAFT_SOURCES, Completion, Engine, FucinaEngine, GrammarError, Prompt, SamplingParams, SpecConfig, load_model
 from ..grounding.declaration import GroundingError, grounded_fields
-from ..grounding.grammar import grounded_lark
-from .config import JobConfig, NullEngineConfig, VLLMEngineConfig, read_text_option
+from ..grounding.grammar import candidates, grounded_lark
+from ..rules.expression import RuleError
+from ..rules.repair import Field, Repair
+from .config import DecodingConfig, JobConfig, NullEngineConfig, VLLMEngineConfig, read_text_option
 from .dataset import Row, Slice, read_slice
 from .decode_loop import DecodeLoop
 from .job_constraint import JobConstraint, compile_schema
 from .rundir import RunDir
 from .shard_writer import ShardSummary, ShardWriter
+from .voting import sample_prompts, vote
 
 log = logging.getLogger(__name__)
 
@@ -38,9 +42,13 @@ def record_seed(seed: int, row_id: str) -> int:
     return int.from_bytes(digest[:8], "little") & 0x7FFF_FFFF_FFFF_FFFF
 
 
+def sampling_params(d: DecodingConfig) -> SamplingParams:
+    return SamplingParams(d.temperature, d.top_k, d.top_p, d.min_p, d.repeat_penalty)
+
+
 def build_engine(cfg: JobConfig, model_path: str) -> Engine:
     d = cfg.decoding
-    params = SamplingParams(d.temperature, d.top_k, d.top_p, d.min_p, d.repeat_penalty)
+    params = sampling_params(d)
     s = d.speculative
     spec = SpecConfig(max_draft=s.max_draft, grammar_drafting=s.grammar_drafting, max_ngram=s.max_ngram, min_ngram=s.min_ngram) if s.enabled else None
     if isinstance(cfg.engine, NullEngineConfig):
@@ -72,6 +80,7 @@ class ShardWorker:
         self.system = read_text_option(self.cfg.prompt.system, self.base) or None
         self.template = read_text_option(self.cfg.prompt.template, self.base)
         self._row_constraints: dict[str, tuple[Any, list[str]]] = {}
+        self.vote_params = dataclasses.replace(sampling_params(self.cfg.decoding), temperature=self.cfg.decoding.vote_temperature)
         self.loop = DecodeLoop(self.engine, self.cfg.runtime.streams)
         log.info("replica %d ready: %s with the %s engine", replica, model_path, self.cfg.engine.name)
 
@@ -82,28 +91,98 @@ class ShardWorker:
         """Read, decode, validate, write and commit one shard."""
         start = time.perf_counter()
         rows = read_slice(self.cfg.dataset, piece)
-        refused, prompts, relaxed, grammar_s = [], [], {}, 0.0
+        refused, pending, relaxed, grammar_s = [], [], {}, 0.0
         for row in (r for r in rows if r.problem is None):  # the writer rejects the others with their problem
             prompt, problem, relaxed[row.id], seconds = self._prompt(row)
             grammar_s += seconds
             if problem:
                 refused.append({"row_id": row.id, "text": "", "finish_reason": "error", "error": problem})
             else:
-                prompts.append(prompt)
-        completions, occupancy = self.loop.decode(prompts)
-        kind = self.cfg.constraint.kind
-        pattern = self.job_constraint.pattern if self.job_constraint else None  # a regex's named groups carry confidence
-        decoded = [_as_dict(c, output_values(c.text, kind, pattern) if c.token_probs else None) | {"relaxations": relaxed[c.id]}
-                   for c in completions]
-        stats = shard_stats(completions, time.perf_counter() - start)
-        stats["relaxed_rows"] = sum(bool(relaxed[c.id]) for c in completions)
+                pending.append((row, prompt))
+        outputs, completions, occupancy = self._decode(pending, relaxed)
+        repair_start = time.perf_counter()
+        repaired, repair_completions, grammar_s = self._repair(pending, outputs, relaxed, grammar_s)
+        stats = shard_stats(completions + repair_completions, time.perf_counter() - start)
+        stats["relaxed_rows"] = sum(bool(relaxed[row.id]) for row, _ in pending)
         stats["grounded_grammar_s"] = grammar_s  # building and compiling per-row grounded grammars
-        stats["occupancy"] = occupancy  # mean live streams per step over runtime.streams, while the shard was held
-        summary = self.writer.write(key, shard, self.replica, rows, refused + decoded, stats)
+        stats["occupancy"] = occupancy  # mean live streams per step over runtime.streams, while the shard's first decode was held
+        stats["repair_s"] = time.perf_counter() - repair_start if repaired else 0.0  # re-decoding rows that broke a rule
+        summary = self.writer.write(key, shard, self.replica, rows, refused + list(outputs.values()), stats)
         log.info("replica %d committed shard %d: %d rows in %.1fs", self.replica, shard, len(rows), time.perf_counter() - start)
         return summary
 
-    def _prompt(self, row: Row) -> tuple[Prompt | None, str | None, list[str], float]:
+    def _decode(self, pending: list[tuple[Row, Prompt]], relaxed: dict[str, list[str]]) -> tuple[dict[str, dict], list[Completion], float | None]:
+        """Each row's output, its ``decoding.samples`` samples voted (``voting.py``); every completion; the occupancy."""
+        samples = {row.id: sample_prompts(prompt, self.cfg.decoding.samples, self.vote_params) for row, prompt in pending}
+        completions, occupancy = self.loop.decode([s for prompts in samples.values() for s in prompts])
+        by_id = {c.id: c for c in completions}
+        kind = self.cfg.constraint.kind
+        pattern = self.job_constraint.pattern if self.job_constraint else None  # a regex's named groups carry confidence
+        outputs = {}
+        for row, _ in pending:
+            decoded = [by_id[s.id] for s in samples[row.id]]
+            found = [_as_dict(c, output_values(c.text, kind, pattern) if c.token_probs else None) | {"row_id": row.id, "relaxations": relaxed[row.id]}
+                     for c in decoded]
+            if len(found) == 1:
+                outputs[row.id] = found[0]
+            else:
+                valid = lambda text: self.writer.judge(row, {"text": text, "finish_reason": "stop"})[0] is not None  # noqa: E731
+                outputs[row.id] = vote(found, [self.writer.judge(row, o)[0] for o in found], valid)
+        return outputs, completions, occupancy
+
+    def _repair(self, pending: list[tuple[Row, Prompt]], outputs: dict[str, dict], relaxed: dict[str, list[str]],
+                grammar_s: float) -> tuple[int, list[Completion], float]:
+        """Decode the rows whose output breaks a rule again, up to ``decoding.repairs`` times, with the values
+        ``rules.repair`` excludes (docs/RULES.md); each output gets its ``rule_failures`` and ``repair_attempts``.
+
+        Every attempt is part of the shard's unit of work: it is committed, or retried, with the shard.
+        Return how many re-decodes there were, their completions and the grammar seconds so far."""
+        repairs = {row.id: Repair() for row, _ in pending}
+        failures: dict[str, list[str]] = {row.id: [] for row, _ in pending}
+        attempts = dict.fromkeys(failures, 0)
+        todo, completions = pending, []
+        for attempt in range(self.cfg.decoding.repairs + 1):
+            again = []
+            for row, _ in todo:
+                plan = self._plan(row, outputs[row.id], repairs[row.id], failures[row.id])
+                if plan is not None and attempt < self.cfg.decoding.repairs:
+                    prompt, problem, _, seconds = self._prompt(row, plan)
+                    grammar_s += seconds
+                    if prompt is not None:
+                        again.append((row, prompt))
+            if not again:
+                break
+            redone, more, _ = self._decode(again, relaxed)
+            completions += more
+            for row, _ in again:
+                before = outputs[row.id]
+                outputs[row.id] = redone[row.id] | {key: before[key] + redone[row.id][key] for key in ("prompt_tokens", "generated_tokens")}
+                attempts[row.id] += 1
+            todo = again
+        for row, _ in pending:
+            outputs[row.id] |= {"rule_failures": failures[row.id], "repair_attempts": attempts[row.id]}
+        return sum(attempts.values()), completions, grammar_s
+
+    def _plan(self, row: Row, output: dict, repair: Repair, failures: list[str]) -> dict | None:
+        """What to exclude at the row's next decode when its output breaks a rule (noting the rules it broke); else None."""
+        record = self.writer.judge(row, output)[0]
+        try:
+            rules = self.writer.rules_for(row)
+        except RuleError:
+            return None  # the writer rejects the row for its schema
+        broken = [r.name for r in rules if record is not None and not r.holds(record)]
+        failures += [name for name in broken if name not in failures]
+        if not broken:
+            return None
+        confidence = output["confidence"].field_mean if output.get("confidence") else {}
+        return repair.plan(record, rules, self._rule_fields(row), confidence)
+
+    def _rule_fields(self, row: Row) -> dict[str, Field]:
+        """The row's grounded fields a rule can read (not inside arrays), with their candidates in its text."""
+        source = str(row.fields.get(self.cfg.dataset.text_field, ""))
+        return {g.name: Field(g.path, candidates(g, source)) for g in grounded_fields(self._schema(row)) if "[]" not in g.path}
+
+    def _prompt(self, row: Row, exclude: dict | None = None) -> tuple[Prompt | None, str | None, list[str], float]:
         """The row's prompt, or the problem that keeps it from being decoded; its schema's relaxations; grammar seconds."""
         try:
             text = self.template.format_map(row.fields)
@@ -111,22 +190,27 @@ class ShardWorker:
             return None, f"row {row.id!r}: prompt.template uses field {err} that the row does not have", [], 0.0
         start = time.perf_counter()
         try:
-            constraint, relaxations, grounded = self._constraint(row)
+            constraint, relaxations, grounded = self._constraint(row, exclude)
         except (GrammarError, GroundingError, json.JSONDecodeError) as err:
             return None, f"row {row.id!r}: its schema does not compile: {err}", [], 0.0
         d = self.cfg.decoding
         seconds = time.perf_counter() - start if grounded else 0.0
         return Prompt(row.id, text, self.system, constraint, record_seed(d.seed, row.id), d.max_tokens), None, relaxations, seconds
 
-    def _constraint(self, row: Row) -> tuple[Any, list[str], bool]:
-        """The row's own grounded grammar where its schema grounds fields, else the shared constraint; its relaxations; grounded or not."""
+    def _constraint(self, row: Row, exclude: dict | None = None) -> tuple[Any, list[str], bool]:
+        """The row's own grounded grammar where its schema grounds fields (less the values ``exclude`` takes away),
+        else the shared constraint; its relaxations; grounded or not."""
         field_name = self.cfg.dataset.schema_field
-        schema = row.fields[field_name] if field_name else self.schema
-        schema = json.loads(schema) if isinstance(schema, str) else schema
+        schema = self._schema(row)
         if (grounded_fields(schema) if field_name else self.grounded):
             source = str(row.fields.get(self.cfg.dataset.text_field, ""))
-            return self.engine.constraint(lark=grounded_lark(schema, source)), [], True
+            return self.engine.constraint(lark=grounded_lark(schema, source, exclude)), [], True
         return *(self._row_constraint(schema) if field_name else (self.constraint, self.relaxations)), False
+
+    def _schema(self, row: Row) -> Any:
+        field_name = self.cfg.dataset.schema_field
+        schema = row.fields[field_name] if field_name else self.schema
+        return json.loads(schema) if isinstance(schema, str) else schema
 
     def _row_constraint(self, schema: dict[str, Any]) -> tuple[Any, list[str]]:
         # Compile each distinct schema once; every stream still gets its own clone.
