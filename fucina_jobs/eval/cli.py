@@ -49,7 +49,8 @@ def summary(scores: dict[str, Any]) -> str:
         lines.append(f"accuracy: all fields correct {pct(a['all_fields_correct']['rate'])} of {a['rows_scored']}; {fields}")
     if "confidence" in scores:
         c = scores["confidence"]
-        lines.append(f"confidence: AUROC {num(c['auroc'])} for field correctness over {c['fields_scored']} fields, "
+        agreement = f" (samples' agreement: {num(c['auroc_of_agreement'])})" if c.get("auroc_of_agreement") is not None else ""
+        lines.append(f"confidence: AUROC {num(c['auroc'])}{agreement} for field correctness over {c['fields_scored']} fields, "
                      f"calibration error {num(c['expected_calibration_error'])}")
     if "efficiency" in scores and scores["efficiency"]["shards"]:
         e = scores["efficiency"]

@@ -19,6 +19,8 @@ from typing import Any, Collection, Mapping
 from .declaration import Grounded, grounded_fields
 from .values import dates_in, json_number, normalize_whitespace, numbers_in, written
 
+#: What may sit around an excluded run of words and leave it the same value (``Halden Robotics,``).
+_AROUND = r"/[\s,.;:!?-]*/"
 #: Escapes stay whole, so a span never ends inside ``\\"`` and breaks the JSON string.
 _CHUNK = re.compile(r"\\u[0-9a-fA-F]{4}|\\.|\w+|\s|.", re.DOTALL)
 
@@ -28,8 +30,8 @@ def grounded_lark(schema: dict[str, Any], text: str, exclude: Mapping[tuple[str,
 
     ``exclude`` maps a grounded field's path to values it may not take. An
     excluded string also takes away every span that contains it and every run
-    of its words, which name the same thing (``Halden Robotics LLC 44 Mill
-    Street``, ``Halden Robotics``). A field whose every candidate is excluded
+    of its words, with or without spaces and punctuation around it, which name
+    the same thing (``Halden Robotics LLC 44 Mill Street``, ``Halden Robotics ``). A field whose every candidate is excluded
     falls back to its schema."""
     return _Builder(schema, text, exclude or {}).grammar()
 
@@ -142,7 +144,7 @@ def _same_thing(value: str) -> list[str]:
     chunks = _chunks(value)
     ends = [i for i, c in enumerate(chunks) if not c.isspace()]
     runs = ["".join(chunks[i : j + 1]) for i in ends for j in ends if j >= i]
-    return [f"/[\\s\\S]*/ {_literal(''.join(chunks))} /[\\s\\S]*/", *(_literal(run) for run in runs)]
+    return [f"/[\\s\\S]*/ {_literal(''.join(chunks))} /[\\s\\S]*/", *(f"{_AROUND} {_literal(run)} {_AROUND}" for run in runs)]
 
 
 def _literal(text: str) -> str:

@@ -112,22 +112,22 @@ class ShardWorker:
         return summary
 
     def _decode(self, pending: list[tuple[Row, Prompt]], relaxed: dict[str, list[str]]) -> tuple[dict[str, dict], list[Completion], float | None]:
-        """Each row's output, its ``decoding.samples`` samples voted (``voting.py``); every completion; the occupancy."""
-        samples = {row.id: sample_prompts(prompt, self.cfg.decoding.samples, self.vote_params) for row, prompt in pending}
+        """Each prompt's output, by prompt id, its ``decoding.samples`` samples voted (``voting.py``); every completion; the occupancy."""
+        samples = {prompt.id: sample_prompts(prompt, self.cfg.decoding.samples, self.vote_params) for _, prompt in pending}
         completions, occupancy = self.loop.decode([s for prompts in samples.values() for s in prompts])
         by_id = {c.id: c for c in completions}
         kind = self.cfg.constraint.kind
         pattern = self.job_constraint.pattern if self.job_constraint else None  # a regex's named groups carry confidence
         outputs = {}
-        for row, _ in pending:
-            decoded = [by_id[s.id] for s in samples[row.id]]
+        for row, prompt in pending:
+            decoded = [by_id[s.id] for s in samples[prompt.id]]
             found = [_as_dict(c, output_values(c.text, kind, pattern) if c.token_probs else None) | {"row_id": row.id, "relaxations": relaxed[row.id]}
                      for c in decoded]
             if len(found) == 1:
-                outputs[row.id] = found[0]
+                outputs[prompt.id] = found[0]
             else:
                 valid = lambda text: self.writer.judge(row, {"text": text, "finish_reason": "stop"})[0] is not None  # noqa: E731
-                outputs[row.id] = vote(found, [self.writer.judge(row, o)[0] for o in found], valid)
+                outputs[prompt.id] = vote(found, [self.writer.judge(row, o)[0] for o in found], valid)
         return outputs, completions, occupancy
 
     def _repair(self, pending: list[tuple[Row, Prompt]], outputs: dict[str, dict], relaxed: dict[str, list[str]],
@@ -135,52 +135,69 @@ class ShardWorker:
         """Decode the rows whose output breaks a rule again, up to ``decoding.repairs`` times, with the values
         ``rules.repair`` excludes (docs/RULES.md); each output gets its ``rule_failures`` and ``repair_attempts``.
 
-        Every attempt is part of the shard's unit of work: it is committed, or retried, with the shard.
-        Return how many re-decodes there were, their completions and the grammar seconds so far."""
-        repairs = {row.id: Repair() for row, _ in pending}
+        A plan's alternatives decode side by side, and the row keeps the one that keeps its rules, the one
+        whose changed string the model is surest of first. Every attempt is part of the shard's unit of work:
+        it is committed, or retried, with the shard. Return the re-decodes, their completions and the grammar seconds."""
+        rows_by_id = {row.id: row for row, _ in pending}
+        repairs = {row.id: Repair() for row in rows_by_id.values()}
         failures: dict[str, list[str]] = {row.id: [] for row, _ in pending}
         attempts = dict.fromkeys(failures, 0)
-        todo, completions = pending, []
+        todo, completions = [row for row, _ in pending], []
         for attempt in range(self.cfg.decoding.repairs + 1):
-            again = []
-            for row, _ in todo:
-                plan = self._plan(row, outputs[row.id], repairs[row.id], failures[row.id])
-                if plan is not None and attempt < self.cfg.decoding.repairs:
-                    prompt, problem, _, seconds = self._prompt(row, plan)
+            again: list[tuple[Row, Prompt]] = []
+            plans: dict[str, list[tuple[str, Any]]] = {}  # row id -> (prompt id, plan) per alternative
+            for row in todo:
+                alternatives = self._plans(row, outputs[row.id], repairs[row.id], failures[row.id])  # the last one only notes failures
+                for i, plan in enumerate(alternatives if attempt < self.cfg.decoding.repairs else []):
+                    prompt, _, _, seconds = self._prompt(row, plan.exclude)
                     grammar_s += seconds
                     if prompt is not None:
-                        again.append((row, prompt))
+                        again.append((row, dataclasses.replace(prompt, id=f"{row.id}\0repair{i}")))
+                        plans.setdefault(row.id, []).append((again[-1][1].id, plan))
             if not again:
                 break
             redone, more, _ = self._decode(again, relaxed)
             completions += more
-            for row, _ in again:
-                before = outputs[row.id]
-                outputs[row.id] = redone[row.id] | {key: before[key] + redone[row.id][key] for key in ("prompt_tokens", "generated_tokens")}
-                attempts[row.id] += 1
-            todo = again
+            for row_id, alternatives in plans.items():
+                chosen, plan = max(alternatives, key=lambda a: self._standing(rows_by_id[row_id], redone[a[0]], a[1]))
+                repairs[row_id].take(plan)
+                spent = {key: outputs[row_id][key] + sum(redone[p][key] for p, _ in alternatives) for key in ("prompt_tokens", "generated_tokens")}
+                outputs[row_id] = redone[chosen] | spent
+                attempts[row_id] += 1
+            todo = [rows_by_id[row_id] for row_id in plans]
         for row, _ in pending:
             outputs[row.id] |= {"rule_failures": failures[row.id], "repair_attempts": attempts[row.id]}
         return sum(attempts.values()), completions, grammar_s
 
-    def _plan(self, row: Row, output: dict, repair: Repair, failures: list[str]) -> dict | None:
-        """What to exclude at the row's next decode when its output breaks a rule (noting the rules it broke); else None."""
+    def _plans(self, row: Row, output: dict, repair: Repair, failures: list[str]) -> list:
+        """The alternatives to decode next when the row's output breaks a rule (noting the rules it broke); else none."""
         record = self.writer.judge(row, output)[0]
         try:
             rules = self.writer.rules_for(row)
         except RuleError:
-            return None  # the writer rejects the row for its schema
+            return []  # the writer rejects the row for its schema
         broken = [r.name for r in rules if record is not None and not r.holds(record)]
         failures += [name for name in broken if name not in failures]
         if not broken:
-            return None
-        confidence = output["confidence"].field_mean if output.get("confidence") else {}
-        return repair.plan(record, rules, self._rule_fields(row), confidence)
+            return []
+        return repair.plans(record, rules, self._rule_fields(row), _field_confidence(output))
+
+    def _standing(self, row: Row, output: dict, plan: Any) -> tuple[bool, float]:
+        """How an alternative ranks: it keeps every rule, then how sure the model is of the string it changed."""
+        record = self.writer.judge(row, output)[0]
+        keeps = record is not None and all(r.holds(record) for r in self.writer.rules_for(row))
+        return keeps, _field_confidence(output).get(plan.doubt, 0.0) if plan.doubt else 0.0
 
     def _rule_fields(self, row: Row) -> dict[str, Field]:
         """The row's grounded fields a rule can read (not inside arrays), with their candidates in its text."""
         source = str(row.fields.get(self.cfg.dataset.text_field, ""))
-        return {g.name: Field(g.path, candidates(g, source)) for g in grounded_fields(self._schema(row)) if "[]" not in g.path}
+        fields = {}
+        for g in grounded_fields(self._schema(row)):
+            if "[]" not in g.path:
+                found = candidates(g, source)
+                written = candidates(dataclasses.replace(g, allow=()), source) if found is not None else None
+                fields[g.name] = Field(g.path, found, frozenset(found or ()) - frozenset(written or ()))
+        return fields
 
     def _prompt(self, row: Row, exclude: dict | None = None) -> tuple[Prompt | None, str | None, list[str], float]:
         """The row's prompt, or the problem that keeps it from being decoded; its schema's relaxations; grammar seconds."""
@@ -218,6 +235,10 @@ class ShardWorker:
         if key not in self._row_constraints:
             self._row_constraints[key] = compile_schema(self.engine, self.cfg.constraint, schema)
         return self._row_constraints[key]
+
+
+def _field_confidence(output: dict) -> dict[str, float]:
+    return output["confidence"].field_mean if output.get("confidence") else {}
 
 
 def _as_dict(c: Completion, values: list[Leaf] | None) -> dict[str, Any]:

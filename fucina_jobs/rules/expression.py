@@ -15,7 +15,9 @@ Each field has a type read from the schema (number, string, date, bool), and
 the tree is type-checked when the job starts, so a typo or a comparison of a
 date with a number is a one-line error before any model loads. ``evaluate``
 walks the checked tree: numbers are Decimals (``0.1 + 0.2 == 0.3`` holds),
-dates are dates, and a field that is missing or null makes the rule not apply.
+dates are dates, strings compare as the text they name (case, runs of
+whitespace and punctuation at either end aside: ``"Velo Kessler "`` equals
+``"velo kessler"``), and a field that is missing or null makes the rule not apply.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from __future__ import annotations
 import ast
 import datetime as dt
 import operator
+import string
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any, Mapping
@@ -247,6 +250,8 @@ class _Evaluator:
         return _ARITHMETIC[type(op)](a, b)
 
     def compare(self, op: ast.cmpop, a: Any, b: Any) -> bool:
+        if isinstance(a, str) and isinstance(b, str):
+            a, b = _text(a), _text(b)
         if isinstance(a, Decimal) and isinstance(b, Decimal) and isinstance(op, (ast.Eq, ast.NotEq)):
             try:
                 equal = abs(a - b) <= self.tolerance
@@ -254,6 +259,11 @@ class _Evaluator:
                 equal = False
             return equal if isinstance(op, ast.Eq) else not equal
         return _COMPARISONS[type(op)](a, b)
+
+
+def _text(value: str) -> str:
+    """What a string names, for comparing: case, whitespace runs and punctuation at the ends do not count."""
+    return " ".join(value.split()).strip(string.punctuation + " ").casefold()
 
 
 def _show(node: ast.expr) -> str:

@@ -83,6 +83,13 @@ def test_numbers_are_decimals_and_the_tolerance_widens_equality():
     assert evaluate(parse("subtotal + tax != total", TYPES), off_by_a_cent, Decimal("0.01")) is False
 
 
+def test_strings_compare_as_the_text_they_name():
+    rule = parse("vendor != customer", TYPES)
+    for same in ("Velo Kessler GmbH ", "velo  kessler\nGMBH", "Velo Kessler GmbH,"):
+        assert evaluate(rule, {"vendor": "Velo Kessler GmbH", "customer": same}) is False, same
+    assert evaluate(rule, {"vendor": "Velo Kessler GmbH", "customer": "Velo Kessler"}) is True
+
+
 def test_a_rule_whose_field_is_missing_or_null_does_not_apply():
     rule = parse("subtotal + tax == total", TYPES)
     assert evaluate(rule, {"subtotal": 1, "total": 3}) is None
