@@ -22,7 +22,7 @@ import json
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import pyarrow as pa
 
@@ -71,30 +71,21 @@ class ShardWriter:
         self.dir = out
         self.run_id = run_id
         self.schema_source = constraint.schema if constraint and constraint.kind == "json_schema" else None
-        self.grounded = self._grounded_fields()
-        self.rules = self._rules()
+        self.grounded = self._declared(grounded_fields)
+        self.rules = self._declared(rules_of)
         self.prompt = alarm.prompt_text(read_text_option(cfg.prompt.system, base), read_text_option(cfg.prompt.template, base))
         self.validator = self._validator()
         self.record_schema = self._record_schema()
 
     # -- built once, checked before any model loads ----------------------------
 
-    def _grounded_fields(self) -> list:
-        """The job schema's grounded fields; a malformed ``x-grounded`` declaration is a config error before any model loads."""
+    def _declared(self, read: Callable[[Any], list]) -> list:
+        """What the job schema declares (``x-grounded`` fields, ``x-rules``); a malformed declaration is a config error before any model loads."""
         if self.cfg.constraint.kind != "json_schema":
             return []
         try:
-            return grounded_fields(self.schema_source)
-        except GroundingError as err:
-            raise ConfigError(f"constraint.json_schema: {self.cfg.constraint.json_schema}: {err}") from None
-
-    def _rules(self) -> list[Rule]:
-        """The job schema's ``x-rules``; a rule that does not parse or type-check is a config error before any model loads."""
-        if self.cfg.constraint.kind != "json_schema":
-            return []
-        try:
-            return rules_of(self.schema_source)
-        except RuleError as err:
+            return read(self.schema_source)
+        except (GroundingError, RuleError) as err:
             raise ConfigError(f"constraint.json_schema: {self.cfg.constraint.json_schema}: {err}") from None
 
     def _validator(self) -> Validator:
