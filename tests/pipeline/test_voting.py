@@ -68,3 +68,19 @@ def test_sample_prompts_keep_the_rows_own_first_and_derive_the_others_seeds_from
     assert len({s.id for s in samples}) == len({s.seed for s in samples}) == 3
     assert [s.seed for s in sample_prompts(Prompt("inv-001", "text", seed=1234), 3, HOT)] == [s.seed for s in samples]
     assert sample_prompts(prompt, 1, HOT) == [prompt]
+
+
+def test_a_rows_samples_decode_side_by_side_and_their_prompt_is_computed_once(tiny_model, tokenizer):
+    from fucina_jobs.engine import FucinaEngine, encode_chat
+    from fucina_jobs.models.loading import LoadedModel
+
+    from ..conftest import RecordingRunner
+
+    engine = FucinaEngine(LoadedModel(tiny_model, tokenizer, "tiny", tiny_model.device), streams=3)
+    engine.runner = RecordingRunner(engine.runner)
+    prompt = Prompt("row", "Invoice 42 from Alder Mills, total 360.", "Extract the invoice.", seed=5, max_tokens=12)
+    completions = list(engine.generate(sample_prompts(prompt, 3, SamplingParams(temperature=1.5))))  # hot enough for the tiny model
+    assert len(completions) == 3 and len({tuple(c.tokens) for c in completions}) > 1  # the hot samples differ
+    prompt_tokens = len(encode_chat(tokenizer, prompt.text, prompt.system))
+    assert sum(len(chunk) for forward in engine.runner.prefills for chunk in forward) == prompt_tokens - 1  # once, not three times
+    assert max(len(rows) for rows in engine.runner.feeds) == 3  # the three streams decode in one forward
