@@ -50,6 +50,13 @@ def tiny_dir(tmp_path_factory, tokenizer):
     return path
 
 
+@pytest.fixture(scope="module")
+def unruled(tmp_path_factory, tiny_dir):
+    """The rows without rules, decoded once per number of samples: what the rules of the other runs forbid."""
+    rows = [{"id": i, "text": t, "schema": SCHEMA} for i, t in DOCS.items()]
+    return {samples: run(tmp_path_factory.mktemp(f"unruled{samples}"), tiny_dir, "first", rows, samples=samples) for samples in (1, 3)}
+
+
 def run(tmp_path, tiny_dir, name, rows, *, samples=1, speculative=True, streams=3):
     inputs = tmp_path / f"{name}.jsonl"
     inputs.write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -81,8 +88,8 @@ def outcome(records, rejects):
 
 
 @pytest.mark.parametrize("samples", [1, 3])
-def test_repair_keeps_the_rule_or_gives_up_and_plain_equals_speculative(tmp_path, tiny_dir, samples):
-    _, first, first_rejects = run(tmp_path, tiny_dir, "first", [{"id": i, "text": t, "schema": SCHEMA} for i, t in DOCS.items()], samples=samples)
+def test_repair_keeps_the_rule_or_gives_up_and_plain_equals_speculative(tmp_path, tiny_dir, unruled, samples):
+    _, first, first_rejects = unruled[samples]
     assert set(first) == set(DOCS), first_rejects
     rows = ruled_rows(first)
     summary, records, rejects = run(tmp_path, tiny_dir, "speculative", rows, samples=samples)
@@ -102,9 +109,9 @@ def test_repair_keeps_the_rule_or_gives_up_and_plain_equals_speculative(tmp_path
     assert outcome(plain_records, plain_rejects) == outcome(records, rejects)
 
 
-def test_votes_are_each_fields_majority_over_samples_decoded_with_their_own_seeds(tmp_path, tiny_dir):
+def test_votes_are_each_fields_majority_over_samples_decoded_with_their_own_seeds(tiny_dir, unruled):
     """The job's record against the three samples decoded here by hand, from the seeds ``voting`` documents."""
-    _, records, rejects = run(tmp_path, tiny_dir, "voted", [{"id": i, "text": t, "schema": SCHEMA} for i, t in DOCS.items()], samples=3)
+    _, records, rejects = unruled[3]
     assert not rejects
     engine = FucinaEngine(load_model(str(tiny_dir), "cpu", "float64"), streams=1)
     hot = dataclasses.replace(SamplingParams(), temperature=VOTE_TEMPERATURE)
