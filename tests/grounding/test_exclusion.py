@@ -1,5 +1,7 @@
 """``grounded_lark(exclude=)``: a repair takes values away from a grounded field's candidates, and nothing else changes."""
 
+import random
+
 import pytest
 
 from fucina_jobs.decoding.constraint import Constraint
@@ -60,3 +62,13 @@ def test_candidates_are_the_values_the_grammar_offers():
     assert candidates(fields["amount"], HARD) == [0, 1234.5]
     assert candidates(fields["date"], HARD) == ["2025-03-04", "2025-04-03"]
     assert candidates({g.name: g for g in grounded_fields(CURRENCY)}["currency"], "Total € 12,00 (USD 13.10)") == ["USD", "EUR"]
+
+
+def test_an_exclusion_in_a_50_kb_document(tokenizer):
+    random.seed(0)
+    words = ["invoice", "Ltd", "Müller", 'say "hi"', "back\\slash", "line\nbreak", "€", "12.50", "Corp."]
+    text = " ".join(random.choice(words) for _ in range(8000))[:50_000] + " Final Vendor Name"
+    exclude = {("name",): ["Final Vendor Name", 'Müller say "hi"']}
+    assert accepts(tokenizer, PARTY, text, rec("Final Vendor", 12.5), {})
+    assert not accepts(tokenizer, PARTY, text, rec("Final Vendor", 12.5), exclude)
+    assert accepts(tokenizer, PARTY, text, rec("Ltd Müller", 12.5), exclude)
