@@ -5,8 +5,9 @@ without grounding stay ``%json {subschema}``; a grounded string is a run of
 whole words of the (JSON-escaped) source, ``%regex {"substring_chunks": ...}``;
 a grounded number, date or enum member is one of those the source writes (``values``).
 Objects and arrays are written out only where a grounded field sits below
-them. ``exclude`` takes values away from a field's candidates (a repair's:
-docs/RULES.md). The builder is pure: it knows nothing of models, jobs or speculation.
+them. ``exclude`` takes values away from a field's candidates and ``pinned``
+holds fields to one value (a repair's: docs/RULES.md). The builder is pure: it
+knows nothing of models, jobs or speculation.
 """
 
 from __future__ import annotations
@@ -25,15 +26,17 @@ _AROUND = r"/[\s,.;:!?-]*/"
 _CHUNK = re.compile(r"\\u[0-9a-fA-F]{4}|\\.|\w+|\s|.", re.DOTALL)
 
 
-def grounded_lark(schema: dict[str, Any], text: str, exclude: Mapping[tuple[str, ...], Collection[Any]] | None = None) -> str:
+def grounded_lark(schema: dict[str, Any], text: str, exclude: Mapping[tuple[str, ...], Collection[Any]] | None = None,
+                  pinned: Mapping[tuple[str, ...], Any] | None = None) -> str:
     """The Lark grammar for one row: ``schema``'s JSON with its grounded fields held to ``text``.
 
     ``exclude`` maps a grounded field's path to values it may not take. An
     excluded string also takes away every span that contains it and every run
     of its words, with or without spaces and punctuation around it, which name
     the same thing (``Halden Robotics LLC 44 Mill Street``, ``Halden Robotics ``). A field whose every candidate is excluded
-    falls back to its schema."""
-    return _Builder(schema, text, exclude or {}).grammar()
+    falls back to its schema. ``pinned`` maps a property's path to the one JSON value it is written with,
+    grounded or not: its tokens are forced, so speculation drafts them."""
+    return _Builder(schema, text, exclude or {}, pinned or {}).grammar()
 
 
 def candidates(g: Grounded, text: str) -> list[Any] | None:
@@ -52,8 +55,8 @@ def _choices(g: Grounded, text: str) -> list[str]:
 
 
 class _Builder:
-    def __init__(self, schema: dict[str, Any], text: str, exclude: Mapping[tuple[str, ...], Collection[Any]]):
-        self.root, self.text, self.exclude = schema, text, exclude
+    def __init__(self, schema: dict[str, Any], text: str, exclude: Mapping[tuple[str, ...], Collection[Any]], pinned: Mapping[tuple[str, ...], Any]):
+        self.root, self.text, self.exclude, self.pinned = schema, text, exclude, pinned
         self.fields = {g.path: g for g in grounded_fields(schema)}
         self.rules: list[str] = []
         self.sources: dict[tuple[str, str], str] = {}  # (whitespace, case) -> the terminal of the text's spans
@@ -63,6 +66,8 @@ class _Builder:
         return "\n".join([f"start: {start}", *self.rules]) + "\n"
 
     def value(self, schema: dict[str, Any], path: tuple[str, ...]) -> str:
+        if path in self.pinned:
+            return self.rule(_literal(json.dumps(self.pinned[path], ensure_ascii=False, separators=(",", ":"))))
         if path in self.fields:
             return self.grounded(self.fields[path])
         if not any(p[: len(path)] == path for p in self.fields):

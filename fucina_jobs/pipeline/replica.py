@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from ..confidence import Leaf, confidence, output_values
+from ..confidence import Confidence, Leaf, confidence, output_values
 from ..engine import DRAFT_SOURCES, Completion, Engine, FucinaEngine, GrammarError, Prompt, SamplingParams, SpecConfig, load_model
 from ..grounding.declaration import GroundingError, grounded_fields
 from ..grounding.grammar import candidates, grounded_lark
@@ -136,7 +136,8 @@ class ShardWorker:
         ``rules.repair`` excludes (docs/RULES.md); each output gets its ``rule_failures`` and ``repair_attempts``.
 
         A plan's alternatives decode side by side, and the row keeps the one that keeps its rules, the one
-        whose changed string the model is surest of first. Every attempt is part of the shard's unit of work:
+        whose changed string the model is surest of first. The fields before the first one a plan touches are
+        pinned to their values, so their tokens are forced and drafted; they keep their confidence. Every attempt is part of the shard's unit of work:
         it is committed, or retried, with the shard. Return the re-decodes, their completions and the grammar seconds."""
         rows_by_id = {row.id: row for row, _ in pending}
         repairs = {row.id: Repair() for row in rows_by_id.values()}
@@ -147,9 +148,9 @@ class ShardWorker:
             again: list[tuple[Row, Prompt]] = []
             plans: dict[str, list[tuple[str, Any]]] = {}  # row id -> (prompt id, plan) per alternative
             for row in todo:
-                alternatives = self._plans(row, outputs[row.id], repairs[row.id], failures[row.id])  # the last one only notes failures
+                record, alternatives = self._plans(row, outputs[row.id], repairs[row.id], failures[row.id])  # the last one only notes failures
                 for i, plan in enumerate(alternatives if attempt < self.cfg.decoding.repairs else []):
-                    prompt, _, _, seconds = self._prompt(row, plan.exclude)
+                    prompt, _, _, seconds = self._prompt(row, plan.exclude, self._prefix(row, record, plan))
                     grammar_s += seconds
                     if prompt is not None:
                         again.append((row, dataclasses.replace(prompt, id=f"{row.id}\0repair{i}")))
@@ -161,26 +162,38 @@ class ShardWorker:
             for row_id, alternatives in plans.items():
                 chosen, plan = max(alternatives, key=lambda a: self._standing(rows_by_id[row_id], redone[a[0]], a[1]))
                 repairs[row_id].take(plan)
-                spent = {key: outputs[row_id][key] + sum(redone[p][key] for p, _ in alternatives) for key in ("prompt_tokens", "generated_tokens")}
-                outputs[row_id] = redone[chosen] | spent
+                before = outputs[row_id]
+                spent = {key: before[key] + sum(redone[p][key] for p, _ in alternatives) for key in ("prompt_tokens", "generated_tokens")}
+                outputs[row_id] = redone[chosen] | spent | {"confidence": _kept_confidence(before, redone[chosen])}
                 attempts[row_id] += 1
             todo = [rows_by_id[row_id] for row_id in plans]
         for row, _ in pending:
             outputs[row.id] |= {"rule_failures": failures[row.id], "repair_attempts": attempts[row.id]}
         return sum(attempts.values()), completions, grammar_s
 
-    def _plans(self, row: Row, output: dict, repair: Repair, failures: list[str]) -> list:
-        """The alternatives to decode next when the row's output breaks a rule (noting the rules it broke); else none."""
+    def _plans(self, row: Row, output: dict, repair: Repair, failures: list[str]) -> tuple[dict | None, list]:
+        """The output's record, and the alternatives to decode next when it breaks a rule (noting the rules it broke)."""
         record = self.writer.judge(row, output)[0]
         try:
             rules = self.writer.rules_for(row)
         except RuleError:
-            return []  # the writer rejects the row for its schema
+            return record, []  # the writer rejects the row for its schema
         broken = [r.name for r in rules if record is not None and not r.holds(record)]
         failures += [name for name in broken if name not in failures]
         if not broken:
-            return []
-        return repair.plans(record, rules, self._rule_fields(row), _field_confidence(output))
+            return record, []
+        return record, repair.plans(record, rules, self._rule_fields(row), _field_confidence(output))
+
+    def _prefix(self, row: Row, record: dict, plan: Any) -> dict[tuple[str, ...], Any]:
+        """The record's top-level values before the first field ``plan`` touches, in the schema's key order."""
+        touched = {path[0] for path in plan.exclude}
+        pinned = {}
+        for key in (self._schema(row) or {}).get("properties", {}):
+            if key in touched:
+                break
+            if key in record:
+                pinned[(key,)] = record[key]
+        return pinned
 
     def _standing(self, row: Row, output: dict, plan: Any) -> tuple[bool, float]:
         """How an alternative ranks: it keeps every rule, then how sure the model is of the string it changed."""
@@ -199,7 +212,7 @@ class ShardWorker:
                 fields[g.name] = Field(g.path, found, frozenset(found or ()) - frozenset(written or ()))
         return fields
 
-    def _prompt(self, row: Row, exclude: dict | None = None) -> tuple[Prompt | None, str | None, list[str], float]:
+    def _prompt(self, row: Row, exclude: dict | None = None, pinned: dict | None = None) -> tuple[Prompt | None, str | None, list[str], float]:
         """The row's prompt, or the problem that keeps it from being decoded; its schema's relaxations; grammar seconds."""
         try:
             text = self.template.format_map(row.fields)
@@ -207,21 +220,21 @@ class ShardWorker:
             return None, f"row {row.id!r}: prompt.template uses field {err} that the row does not have", [], 0.0
         start = time.perf_counter()
         try:
-            constraint, relaxations, grounded = self._constraint(row, exclude)
+            constraint, relaxations, grounded = self._constraint(row, exclude, pinned)
         except (GrammarError, GroundingError, json.JSONDecodeError) as err:
             return None, f"row {row.id!r}: its schema does not compile: {err}", [], 0.0
         d = self.cfg.decoding
         seconds = time.perf_counter() - start if grounded else 0.0
         return Prompt(row.id, text, self.system, constraint, record_seed(d.seed, row.id), d.max_tokens), None, relaxations, seconds
 
-    def _constraint(self, row: Row, exclude: dict | None = None) -> tuple[Any, list[str], bool]:
-        """The row's own grounded grammar where its schema grounds fields (less the values ``exclude`` takes away),
-        else the shared constraint; its relaxations; grounded or not."""
+    def _constraint(self, row: Row, exclude: dict | None = None, pinned: dict | None = None) -> tuple[Any, list[str], bool]:
+        """The row's own grounded grammar where its schema grounds fields (a repair's: less the values ``exclude``
+        takes away, with the ``pinned`` ones held), else the shared constraint; its relaxations; grounded or not."""
         field_name = self.cfg.dataset.schema_field
         schema = self._schema(row)
         if (grounded_fields(schema) if field_name else self.grounded):
             source = str(row.fields.get(self.cfg.dataset.text_field, ""))
-            return self.engine.constraint(lark=grounded_lark(schema, source, exclude)), [], True
+            return self.engine.constraint(lark=grounded_lark(schema, source, exclude, pinned)), [], True
         return *(self._row_constraint(schema) if field_name else (self.constraint, self.relaxations)), False
 
     def _schema(self, row: Row) -> Any:
@@ -239,6 +252,29 @@ class ShardWorker:
 
 def _field_confidence(output: dict) -> dict[str, float]:
     return output["confidence"].field_mean if output.get("confidence") else {}
+
+
+def _kept_confidence(before: dict, after: dict) -> Confidence | None:
+    """A repaired output's confidence: its own, except for the values it kept, whose tokens a pin forced (they score 1),
+    which keep the confidence the model had when it chose them."""
+    old, new = before.get("confidence"), after.get("confidence")
+    if old is None or new is None:
+        return new
+    record, previous = _parsed(after["text"]), _parsed(before["text"])
+    kept = {name for name in record if name in previous and record[name] == previous[name]}
+    same = lambda path: path.split(".")[0].split("[")[0] in kept  # noqa: E731
+    result = Confidence(None, {p: (old.field_min if same(p) and p in old.field_min else new.field_min)[p] for p in new.field_min},
+                        {p: (old.field_mean if same(p) and p in old.field_mean else new.field_mean)[p] for p in new.field_mean})
+    result.record = min(result.field_mean.values(), default=None)
+    return result
+
+
+def _parsed(text: str) -> dict:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 def _as_dict(c: Completion, values: list[Leaf] | None) -> dict[str, Any]:

@@ -72,3 +72,15 @@ def test_an_exclusion_in_a_50_kb_document(tokenizer):
     assert accepts(tokenizer, PARTY, text, rec("Final Vendor", 12.5), {})
     assert not accepts(tokenizer, PARTY, text, rec("Final Vendor", 12.5), exclude)
     assert accepts(tokenizer, PARTY, text, rec("Ltd Müller", 12.5), exclude)
+
+
+def test_pinned_fields_take_their_one_value_grounded_or_not(tokenizer):
+    pinned = {("name",): 'ACME "Tools" GmbH', ("kind",): "b"}
+    constraint = lambda: Constraint.lark(grounded_lark(PARTY, HARD, {("amount",): [0]}, pinned), tokenizer, stop_token=STOP)  # noqa: E731
+    assert instance_accepted(constraint(), tokenizer, rec('ACME "Tools" GmbH', 1234.5, kind="b"), separators=(",", ":"))
+    assert not instance_accepted(constraint(), tokenizer, rec("Nordlicht", 1234.5, kind="b"), separators=(",", ":"))
+    assert not instance_accepted(constraint(), tokenizer, rec('ACME "Tools" GmbH', 1234.5, kind="a"), separators=(",", ":"))
+    assert not instance_accepted(constraint(), tokenizer, rec('ACME "Tools" GmbH', 0, kind="b"), separators=(",", ":"))
+    forced = constraint()
+    forced.reset()
+    assert forced.forced_tokens(), "a pinned first field is forced from the first token: drafts cost no model choice"
