@@ -22,6 +22,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "fucina_jobs.confidence": set(),
     "fucina_jobs.run_info": set(),
     "fucina_jobs.grounding": {"fucina_jobs.grounding"},
+    "fucina_jobs.rules": {"fucina_jobs.rules"},
     "fucina_jobs.native": {"fucina_jobs.cache"},
     "fucina_jobs.decoding": {"fucina_jobs.decoding", "fucina_jobs.native"},
     # The design record's layering inside the decoder:
@@ -36,7 +37,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "fucina_jobs.engines": {"fucina_jobs.engines", "fucina_jobs.decoding", "fucina_jobs.models", "fucina_jobs.confidence", "fucina_jobs.pipeline.config"},
     "fucina_jobs.engines.vllm": {FACADE, "fucina_jobs.engines.base", "fucina_jobs.pipeline.config"},
     "fucina_jobs.engines.canned": {FACADE, "fucina_jobs.engines.base", "fucina_jobs.pipeline.config"},
-    "fucina_jobs.pipeline": {"fucina_jobs.pipeline", FACADE, "fucina_jobs.grounding", "fucina_jobs.confidence", "fucina_jobs.run_info"},
+    "fucina_jobs.pipeline": {"fucina_jobs.pipeline", FACADE, "fucina_jobs.grounding", "fucina_jobs.rules", "fucina_jobs.confidence", "fucina_jobs.run_info"},
     "fucina_jobs.eval": {"fucina_jobs.eval", "fucina_jobs.pipeline", FACADE, "fucina_jobs.grounding", "fucina_jobs.confidence", "fucina_jobs.run_info"},
 }
 #: Libraries a layer must not import: the decoder is a library the pipeline uses, not the other way round.
@@ -45,6 +46,7 @@ MAY_NOT_IMPORT: dict[str, set[str]] = {
     "fucina_jobs.models": {"ray", "hydra", "omegaconf", "pyarrow", "pydantic", "vllm"},
     "fucina_jobs.engines": {"ray", "hydra", "omegaconf", "pyarrow"},
     "fucina_jobs.grounding": {"ray", "hydra", "omegaconf", "torch", "vllm"},
+    "fucina_jobs.rules": {"ray", "hydra", "omegaconf", "torch", "vllm"},
 }
 
 

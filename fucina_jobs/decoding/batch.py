@@ -55,6 +55,7 @@ class Request:
     processor: LogitProcessor | None = None  # owned by this request's stream
     seed: int = 0
     max_tokens: int = field(kw_only=True)
+    params: SamplingParams | None = field(default=None, kw_only=True)  # this request's sampling settings; None: the decoder's
 
 
 @dataclass
@@ -100,7 +101,7 @@ class Stream:
         self.history = list(request.prompt)
         self.kv: Any = None  # taken when its prefill starts, from the prefix cache
         self.prefill: list[int] = []  # prompt tokens still to be cached
-        self.sampler = Sampler(params, request.processor, seed=request.seed)
+        self.sampler = Sampler(request.params or params, request.processor, seed=request.seed)
         if request.processor is not None:
             request.processor.reset()
             if runner is not None:  # a processor may score whole continuations over this stream's cache

@@ -19,13 +19,14 @@ from ..decoding.drafting import DRAFT_SOURCES, NGRAM
 from ..decoding.relaxation import cause as compile_error_cause
 from ..decoding.relaxation import compile_json_schema
 from ..models.loading import DEFAULT_MODEL, ModelNotFound, load_model, load_tokenizer, resolve_device, resolve_source
+from ..decoding.sampler import SamplingParams
 from .base import BatchSession, Completion, Engine, EngineUnavailable, Prompt, Session, drain
 from .fucina import (FucinaEngine, GrammarCheck, compile_constraint, completion_text, constraint_kind, context_overflow, encode_chat, prompt_overflow, sampling_params,
                      speculation, stop_tokens)
 
 __all__ = [
     "DEFAULT_MODEL", "DRAFT_SOURCES", "ENGINES", "NGRAM", "BatchSession", "Completion", "Constraint", "Engine", "EngineUnavailable", "FucinaEngine", "GrammarCheck",
-    "GrammarError", "ModelNotFound", "Prompt", "Session", "StreamStats", "build", "compile_constraint",
+    "GrammarError", "ModelNotFound", "Prompt", "SamplingParams", "Session", "StreamStats", "build", "compile_constraint",
     "compile_error_cause", "compile_json_schema", "completion_text", "constraint_kind", "context_overflow", "drain", "encode_chat", "prompt_overflow",
     "load_model", "load_tokenizer", "read_schema", "read_source", "require", "resolve_device", "resolve_source", "sampling_params", "speculation", "stop_tokens", "tokenizer_bridge",
 ]

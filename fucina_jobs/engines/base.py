@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Protocol
 
 from ..decoding.batch import StreamStats
+from ..decoding.sampler import SamplingParams
 
 
 class EngineUnavailable(RuntimeError):
@@ -31,6 +32,7 @@ class Prompt:
     #: Where to choose a whole value by its likelihood: (text written before it, option texts) pairs
     #: (``grounding.choices``); the fucina engine layers ``LikelihoodChoice`` over the constraint.
     choices: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    params: SamplingParams | None = None  # this prompt's sampling settings (voting's samples); None: the engine's
 
 
 @dataclass

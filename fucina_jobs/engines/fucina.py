@@ -202,7 +202,7 @@ class FucinaSession:
         if problem:
             self.refused.append(Completion(p.id, "", [], "error", StreamStats(prompt_tokens=len(ids)), error=problem))
             return
-        self.decoder.add(Request(p.id, ids, self.engine.processor(p), p.seed, max_tokens=max_tokens))
+        self.decoder.add(Request(p.id, ids, self.engine.processor(p), p.seed, max_tokens=max_tokens, params=p.params))
 
     @property
     def busy(self) -> bool:

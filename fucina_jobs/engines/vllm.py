@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 from ..pipeline.config import DecodingConfig, ModelConfig, RuntimeConfig, SpeculativeConfig, VLLMEngineConfig
 from . import (DEFAULT_MODEL, NGRAM, BatchSession, Completion, EngineUnavailable, Prompt, StreamStats, compile_constraint, completion_text,
-               constraint_kind, context_overflow, encode_chat, load_tokenizer, read_schema, read_source, resolve_source, stop_tokens)
+               constraint_kind, context_overflow, encode_chat, load_tokenizer, read_schema, read_source, resolve_source, sampling_params, stop_tokens)
 
 log = logging.getLogger(__name__)
 
@@ -127,13 +127,13 @@ class VLLMEngine:
     def _sampling(self, prompt: Prompt) -> Any:
         from vllm import SamplingParams as VLLMSampling
 
-        d = self.decoding
+        p = prompt.params or sampling_params(self.decoding)
         return VLLMSampling(
-            temperature=d.temperature,
-            top_k=d.top_k,
-            top_p=d.top_p,
-            min_p=d.min_p,
-            repetition_penalty=d.repeat_penalty,
+            temperature=p.temperature,
+            top_k=p.top_k,
+            top_p=p.top_p,
+            min_p=p.min_p,
+            repetition_penalty=p.repeat_penalty,
             seed=prompt.seed,
             max_tokens=self._max_tokens(prompt),
             stop_token_ids=sorted(self.stops),

@@ -68,14 +68,18 @@ def confidence_scores(
 
     Every gold field of a record with a confidence is one item; rejects have
     no confidence and are left out (``accuracy`` already counts them wrong).
-    ``auroc_of_min`` ranks by the minimum token probability instead of the mean."""
+    ``auroc_of_min`` ranks by the minimum token probability instead of the mean;
+    ``auroc_of_agreement``, where records were voted (``decoding.samples``), by
+    the share of samples that agreed, over the same fields."""
     scores: list[float] = []
     correct: list[bool] = []
     lows: list[float] = []
+    agreements: list[float | None] = []
     per_field: dict[str, dict[str, Any]] = {}
     for record in records:
         row_id, label = record["row_id"], gold.get(record["row_id"])
         conf_mean, conf_min = dict(record.get("field_confidence_mean") or []), dict(record.get("field_confidence_min") or [])
+        agreement = dict(record.get("field_agreement") or [])
         if label is None or not conf_mean:
             continue
         for name, value in label.items():
@@ -85,6 +89,7 @@ def confidence_scores(
             ok = values_match(value, (predictions.get(row_id) or {}).get(name), tolerance)
             scores.append(mean)
             lows.append(low)
+            agreements.append(agreement.get(name))
             correct.append(ok)
             entry = per_field.setdefault(name, {"fields": 0, "confidence": 0.0, "correct": 0})
             entry["fields"] += 1
@@ -98,6 +103,7 @@ def confidence_scores(
         "fields_scored": len(scores),
         "auroc": auroc(scores, correct),
         "auroc_of_min": auroc(lows, correct),
+        "auroc_of_agreement": auroc(agreements, correct) if None not in agreements else None,
         "expected_calibration_error": expected_calibration_error(table),
         "bins": table,
         "per_field": dict(sorted(per_field.items())),

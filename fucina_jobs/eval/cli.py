@@ -50,7 +50,8 @@ def summary(scores: dict[str, Any], reports: bool = True) -> str:
                      f"mean {pct(mean.get('rate'))} (spacing-insensitive {pct(mean.get('spacing_rate'))}, token F1 {num(mean.get('f1'))})")
     if "confidence" in scores:
         c = scores["confidence"]
-        lines.append(f"confidence: AUROC {num(c['auroc'])} for field correctness over {c['fields_scored']} fields, "
+        agreement = f" (samples' agreement: {num(c['auroc_of_agreement'])})" if c.get("auroc_of_agreement") is not None else ""
+        lines.append(f"confidence: AUROC {num(c['auroc'])}{agreement} for field correctness over {c['fields_scored']} fields, "
                      f"calibration error {num(c['expected_calibration_error'])}")
     if "efficiency" in scores and scores["efficiency"]["shards"]:
         e = scores["efficiency"]

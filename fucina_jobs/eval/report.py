@@ -133,7 +133,9 @@ def _confidence(c: dict[str, Any]) -> Section:
     section = Section("Confidence calibration", notes=[
         f"A field's confidence is the mean probability of its value's tokens. Over {c['fields_scored']} gold fields of records: "
         f"AUROC for field correctness {num(c['auroc'])} (0.5 is chance; the lowest token probability gives {num(c['auroc_of_min'])}), "
-        f"expected calibration error {num(c['expected_calibration_error'])}. Rejects have no confidence and are left out.",
+        f"expected calibration error {num(c['expected_calibration_error'])}. Rejects have no confidence and are left out."
+        + (f" The share of samples that agreed on the value (decoding.samples) gives AUROC {num(c['auroc_of_agreement'])}."
+           if c.get("auroc_of_agreement") is not None else ""),
     ])
     bins = [b for b in c["bins"] if b["fields"]]
     labels = [f"{b['low']:.1f}-{b['high']:.1f}" for b in bins]

@@ -9,8 +9,10 @@ grounded number, date or enum member is one of those the source writes
 (``values``). A grounded field the source gives nothing to hold is ``null``
 where its schema allows null; otherwise ``grounded_lark`` raises
 ``NothingToGround``, and the row is rejected before it is decoded. Objects and
-arrays are written out only where a grounded field sits below them. The
-builder is pure: it knows nothing of models, jobs or speculation.
+arrays are written out only where a grounded field sits below them.
+``exclude`` takes values away from a field's candidates and ``pinned`` holds
+fields to one value (a repair's: docs/RULES.md). The builder is pure: it knows
+nothing of models, jobs or speculation.
 """
 
 from __future__ import annotations
@@ -19,11 +21,13 @@ import json
 import re
 import unicodedata
 from decimal import Decimal
-from typing import Any, Callable
+from typing import Any, Callable, Collection, Mapping
 
 from .declaration import Grounded, grounded_fields
 from .values import dates_in, json_number, normalize_whitespace, numbers_in, written
 
+#: What may sit around an excluded run of words and leave it the same value (``Halden Robotics,``).
+_AROUND = r"/[\s,.;:!?-]*/"
 #: Escapes stay whole, so a span never ends inside ``\\"`` and breaks the JSON string.
 _CHUNK = re.compile(r"\\u[0-9a-fA-F]{4}|\\.|\w+|\s|.", re.DOTALL)
 #: A grounded string neither starts nor ends with whitespace or a lone punctuation mark (``- ACME``,
@@ -48,20 +52,34 @@ class NothingToGround(ValueError):
     """The text writes nothing that a grounded field could hold, and the field may not be null."""
 
 
-def grounded_lark(schema: dict[str, Any], text: str) -> str:
+def grounded_lark(schema: dict[str, Any], text: str, exclude: Mapping[tuple[str, ...], Collection[Any]] | None = None,
+                  pinned: Mapping[tuple[str, ...], Any] | None = None) -> str:
     """The Lark grammar for one row: ``schema``'s JSON with its grounded fields held to ``text``.
 
+    ``exclude`` maps a grounded field's path to values it may not take. An
+    excluded string also takes away every span that contains it and every run
+    of its words, with or without spaces and punctuation around it, which name
+    the same thing (``Halden Robotics LLC 44 Mill Street``, ``Halden Robotics ``). A field whose every
+    candidate is excluded falls back to its schema. ``pinned`` maps a property's path to the one JSON value
+    it is written with, grounded or not: its tokens are forced, so speculation drafts them.
     Raises ``NothingToGround`` naming the fields the text leaves nothing for."""
-    builder = _Builder(schema, text)
+    builder = _Builder(schema, text, exclude or {}, pinned or {})
     grammar = builder.grammar()
     if builder.unwritten:
         raise NothingToGround("the text writes no value for " + "; ".join(builder.unwritten))
     return grammar
 
 
+def field_values(g: Grounded, text: str) -> list[Any] | None:
+    """The values a grounded number, integer, date or enum field can take in ``text``; None for a string (any span)."""
+    if g.kind == "string":
+        return None
+    return [json.loads(v) for v in (members(g, text) if g.kind == "enum" else candidates(g, text))]
+
+
 class _Builder:
-    def __init__(self, schema: dict[str, Any], text: str):
-        self.root, self.text = schema, text
+    def __init__(self, schema: dict[str, Any], text: str, exclude: Mapping[tuple[str, ...], Collection[Any]], pinned: Mapping[tuple[str, ...], Any]):
+        self.root, self.text, self.exclude, self.pinned = schema, text, exclude, pinned
         self.fields = {g.path: g for g in grounded_fields(schema)}
         self.rules: list[str] = []
         self.sources: dict[tuple[str, str, str], str] = {}  # (whitespace, case, span) -> the terminal of the text's spans
@@ -72,6 +90,8 @@ class _Builder:
         return "\n".join([f"start: {start}", *self.rules]) + "\n"
 
     def value(self, schema: dict[str, Any], path: tuple[str, ...]) -> str:
+        if path in self.pinned:
+            return self.rule(_literal(json.dumps(self.pinned[path], ensure_ascii=False, separators=(",", ":"))))
         if path in self.fields:
             return self.grounded(self.fields[path])
         if not any(p[: len(path)] == path for p in self.fields):
@@ -111,16 +131,20 @@ class _Builder:
         return self.rule(f'"[" {body} "]"' if low > 0 or not body else f'"[" ({body})? "]"')
 
     def grounded(self, g: Grounded) -> str:
+        excluded = self.exclude.get(g.path, ())
         if g.kind == "enum":
-            choices = [_literal(m) for m in members(g, self.text)]
+            choices = [_literal(m) for m in members(g, self.text) if json.loads(m) not in excluded]
         elif g.kind == "string" and g.span == "word":
-            choices = [_literal(json.dumps(w, ensure_ascii=False)) for w in words(g, self.text)]
-            choices += [_literal(json.dumps(v, ensure_ascii=False)) for v in g.allow]
+            choices = [_literal(json.dumps(w, ensure_ascii=False)) for w in words(g, self.text) if w not in excluded]
+            choices += [_literal(json.dumps(v, ensure_ascii=False)) for v in g.allow if v not in excluded]
         elif g.kind == "string":
-            choices = [f'"\\"" {self.span(g)} "\\""'] if any(not c.isspace() and not unicodedata.category(c).startswith("P") for c in self.text) else []
-            choices += [_literal(json.dumps(v, ensure_ascii=False)) for v in g.allow]
+            writes = any(not c.isspace() and not unicodedata.category(c).startswith("P") for c in self.text)
+            choices = [f'"\\"" {self.span(g, excluded)} "\\""'] if writes else []
+            choices += [_literal(json.dumps(v, ensure_ascii=False)) for v in g.allow if v not in excluded]
         else:
-            choices = [_literal(v) for v in candidates(g, self.text)]
+            choices = [_literal(v) for v in candidates(g, self.text) if json.loads(v) not in excluded]
+        if not choices and excluded:  # a repair excluded every candidate: the schema's, and the post-check decides
+            return self.json(g.schema)
         if g.nullable:
             choices.append('"null"')
         elif not choices:
@@ -128,8 +152,8 @@ class _Builder:
             return '"null"'  # never decoded: grounded_lark raises
         return self.rule(" | ".join(choices))
 
-    def span(self, g: Grounded) -> str:
-        """A terminal for the spans of the text this string may be, within its length bounds."""
+    def span(self, g: Grounded, excluded: Collection[Any] = ()) -> str:
+        """A terminal for the spans of the text this string may be, within its length bounds, but not ``excluded``."""
         key = (g.whitespace, g.case, g.span)
         if key not in self.sources:
             recase = [str] if g.case == "exact" else [str, str.lower, str.upper, str.title]
@@ -139,7 +163,8 @@ class _Builder:
             self.sources[key] = name
         name = f"SPAN{len(self.rules)}"
         trimmed = _TRIMMED if g.whitespace == "normalize" else f"{_TRIMMED} & {_NO_ESCAPED_BREAK_AT_AN_END}"
-        self.rules.append(f"{name}: {self.sources[key]} & {trimmed}{self.length(g)}")
+        banned = [term for v in excluded if isinstance(v, str) for term in _same_thing(v)]
+        self.rules.append(f"{name}: {self.sources[key]} & {trimmed}{self.length(g)}" + (f" & ~({' | '.join(dict.fromkeys(banned))})" if banned else ""))
         return name
 
     @staticmethod
@@ -202,6 +227,14 @@ def _chunks(text: str, g: Grounded, recase: Callable[[str], str]) -> list[str]:
 
 def _escaped(text: str) -> str:
     return json.dumps(text, ensure_ascii=False)[1:-1]
+
+
+def _same_thing(value: str) -> list[str]:
+    """Lark terms for the spans an excluded string takes away: any span that contains it, and each run of its words."""
+    chunks = _CHUNK.findall(_escaped(value))
+    ends = [i for i, c in enumerate(chunks) if not c.isspace()]
+    runs = ["".join(chunks[i : j + 1]) for i in ends for j in ends if j >= i]
+    return [f"/[\\s\\S]*/ {_literal(''.join(chunks))} /[\\s\\S]*/", *(f"{_AROUND} {_literal(run)} {_AROUND}" for run in runs)]
 
 
 def _literal(text: str) -> str:

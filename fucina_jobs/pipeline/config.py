@@ -142,6 +142,10 @@ class DecodingConfig(_Section):
                                                     "span: word and span: lines strings: likelihood scores each value the row allows "
                                                     "as a whole and writes the likeliest (fucina engine); greedy writes them token by token")
     choice_options: int = Field(16, ge=2, le=256, description="most values scored at one choice; the likeliest first tokens are kept")
+    samples: int = Field(1, ge=1, le=16, description="samples per row: more than 1 keeps each field's majority value (docs/VOTING.md)")
+    vote_temperature: float = Field(0.7, gt=0.0, description="temperature of samples 2..k; sample 1 decodes with the settings above")
+    repairs: int = Field(2, ge=0, le=8, description="re-decodes of a record that breaks one of its schema's x-rules, "
+                                                   "each with the doubtful values excluded, before it is rejected rule_violation (docs/RULES.md)")
     speculative: SpeculativeConfig = SpeculativeConfig()
 
 
@@ -197,6 +201,9 @@ class JobConfig(_Section):
     def _constraint_given(self) -> "JobConfig":
         if self.constraint.kind is None and self.dataset.schema_field is None:
             raise ValueError("set one of constraint.json_schema, constraint.lark, constraint.regex or dataset.schema_field")
+        if self.decoding.samples > 1 and self.constraint.kind in ("lark", "regex"):
+            raise ValueError(f"decoding.samples={self.decoding.samples} votes per JSON field; a constraint.{self.constraint.kind} job's "
+                             "output has none: use a JSON schema, or decoding.samples=1")
         return self
 
 

@@ -9,6 +9,7 @@ its own, all feeding one ``DecodeLoop``. The driver sends a shard as a
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -18,18 +19,21 @@ from typing import Any
 
 import numpy as np
 
-from ..confidence import Leaf, confidence, output_values
+from ..confidence import Confidence, Leaf, confidence, output_values
 from .. import engines
-from ..engines import DRAFT_SOURCES, Completion, GrammarError, Prompt, prompt_overflow
+from ..engines import DRAFT_SOURCES, Completion, GrammarError, Prompt, prompt_overflow, sampling_params
 from ..grounding.declaration import GroundingError, grounded_fields
 from ..grounding.choices import grounded_choices
-from ..grounding.grammar import NothingToGround, grounded_lark
+from ..grounding.grammar import NothingToGround, field_values, grounded_lark
+from ..rules.expression import RuleError
+from ..rules.repair import Field, Repair
 from .config import JobConfig, read_text_option
 from .dataset import Row, Slice, read_slice
 from .decode_loop import DecodeLoop
 from .job_constraint import JobConstraint, RowSchemaError, compile_schema, meta_schema_problem, parse_row_schema
 from .rundir import RunDir
 from .shard_writer import ShardSummary, ShardWriter
+from .voting import sample_prompts, vote
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +60,7 @@ class ShardWorker:
         self.template = read_text_option(self.cfg.prompt.template, self.base)
         self.examples = tuple(e.turn for e in self.writer.examples)
         self._row_constraints: dict[str, tuple[Any, list[str]]] = {}
+        self.vote_params = dataclasses.replace(sampling_params(self.cfg.decoding), temperature=self.cfg.decoding.vote_temperature)
         self.loop = DecodeLoop(self.engine, self.cfg.runtime.streams)
         log.info("replica %d ready: %s with the %s engine", replica, model_path, self.cfg.engine.name)
 
@@ -66,7 +71,7 @@ class ShardWorker:
         """Read, decode, validate, write and commit one shard."""
         start = time.perf_counter()
         rows = read_slice(self.cfg.dataset, piece)
-        refused, prompts, relaxed, grammar_s = [], [], {}, 0.0
+        refused, pending, relaxed, grammar_s = [], [], {}, 0.0
         for row in (r for r in rows if r.problem is None):  # the writer rejects the others with their problem
             prompt, problem, relaxed[row.id], seconds = self._prompt(row)
             grammar_s += seconds
@@ -74,22 +79,123 @@ class ShardWorker:
                 reason, message = problem
                 refused.append({"row_id": row.id, "text": "", "finish_reason": "error", "error": message, "reason": reason})
             else:
-                prompts.append(prompt)
-        completions, occupancy = self.loop.decode(prompts)
-        kind = self.cfg.constraint.kind
-        pattern = self.job_constraint.pattern if self.job_constraint else None  # a regex's named groups carry confidence
-        decoded = [_as_dict(c, output_values(c.text, kind, pattern) if c.token_probs else None) | {"relaxations": relaxed[c.id]}
-                   for c in completions]
-        stats = shard_stats(completions, time.perf_counter() - start)
-        stats["relaxed_rows"] = sum(bool(relaxed[c.id]) for c in completions)
+                pending.append((row, prompt))
+        outputs, completions, occupancy = self._decode(pending, relaxed)
+        repair_start = time.perf_counter()
+        repaired, repair_completions, grammar_s = self._repair(pending, outputs, relaxed, grammar_s)
+        stats = shard_stats(completions + repair_completions, time.perf_counter() - start)
+        stats["relaxed_rows"] = sum(bool(relaxed[row.id]) for row, _ in pending)
         stats["grounded_grammar_s"] = grammar_s  # building and compiling per-row grounded grammars
-        stats["occupancy"] = occupancy  # mean live streams per step over runtime.streams, while the shard was held
-        summary = self.writer.write(key, shard, self.replica, rows, refused + decoded, stats)
+        stats["occupancy"] = occupancy  # mean live streams per step over runtime.streams, while the shard's first decode was held
+        stats["repair_s"] = time.perf_counter() - repair_start if repaired else 0.0  # re-decoding rows that broke a rule
+        summary = self.writer.write(key, shard, self.replica, rows, refused + list(outputs.values()), stats)
         log.info("replica %d committed shard %d: %d rows in %.1fs", self.replica, shard, len(rows), time.perf_counter() - start)
         return summary
 
-    def _prompt(self, row: Row) -> tuple[Prompt | None, tuple[str, str] | None, list[str], float]:
-        """The row's prompt, or the (reject reason, message) that keeps it from being decoded; its schema's relaxations; grammar seconds."""
+    def _decode(self, pending: list[tuple[Row, Prompt]], relaxed: dict[str, list[str]]) -> tuple[dict[str, dict], list[Completion], float | None]:
+        """Each prompt's output, by prompt id, its ``decoding.samples`` samples voted (``voting.py``); every completion; the occupancy."""
+        samples = {prompt.id: sample_prompts(prompt, self.cfg.decoding.samples, self.vote_params) for _, prompt in pending}
+        completions, occupancy = self.loop.decode([s for prompts in samples.values() for s in prompts])
+        by_id = {c.id: c for c in completions}
+        kind = self.cfg.constraint.kind
+        pattern = self.job_constraint.pattern if self.job_constraint else None  # a regex's named groups carry confidence
+        outputs = {}
+        for row, prompt in pending:
+            decoded = [by_id[s.id] for s in samples[prompt.id]]
+            found = [_as_dict(c, output_values(c.text, kind, pattern) if c.token_probs else None) | {"row_id": row.id, "relaxations": relaxed[row.id]}
+                     for c in decoded]
+            if len(found) == 1:
+                outputs[prompt.id] = found[0]
+            else:
+                valid = lambda text: self.writer.judge(row, {"text": text, "finish_reason": "stop"})[0] is not None  # noqa: E731
+                outputs[prompt.id] = vote(found, [self.writer.judge(row, o)[0] for o in found], valid)
+        return outputs, completions, occupancy
+
+    def _repair(self, pending: list[tuple[Row, Prompt]], outputs: dict[str, dict], relaxed: dict[str, list[str]],
+                grammar_s: float) -> tuple[int, list[Completion], float]:
+        """Decode the rows whose output breaks a rule again, up to ``decoding.repairs`` times, with the values
+        ``rules.repair`` excludes (docs/RULES.md); each output gets its ``rule_failures`` and ``repair_attempts``.
+
+        A plan's alternatives decode side by side, and the row keeps the one that keeps its rules, the one
+        whose changed string the model is surest of first. The fields before the first one a plan touches are
+        pinned to their values, so their tokens are forced and drafted; they keep their confidence. Every attempt is part of the shard's unit of work:
+        it is committed, or retried, with the shard. Return the re-decodes, their completions and the grammar seconds."""
+        rows_by_id = {row.id: row for row, _ in pending}
+        repairs = {row.id: Repair() for row in rows_by_id.values()}
+        failures: dict[str, list[str]] = {row.id: [] for row, _ in pending}
+        attempts = dict.fromkeys(failures, 0)
+        todo, completions = [row for row, _ in pending], []
+        for attempt in range(self.cfg.decoding.repairs + 1):
+            again: list[tuple[Row, Prompt]] = []
+            plans: dict[str, list[tuple[str, Any]]] = {}  # row id -> (prompt id, plan) per alternative
+            for row in todo:
+                record, alternatives = self._plans(row, outputs[row.id], repairs[row.id], failures[row.id])  # the last one only notes failures
+                for i, plan in enumerate(alternatives if attempt < self.cfg.decoding.repairs else []):
+                    prompt, _, _, seconds = self._prompt(row, plan.exclude, self._prefix(row, record, plan))
+                    grammar_s += seconds
+                    if prompt is not None:
+                        again.append((row, dataclasses.replace(prompt, id=f"{row.id}\0repair{i}")))
+                        plans.setdefault(row.id, []).append((again[-1][1].id, plan))
+            if not again:
+                break
+            redone, more, _ = self._decode(again, relaxed)
+            completions += more
+            for row_id, alternatives in plans.items():
+                chosen, plan = max(alternatives, key=lambda a: self._standing(rows_by_id[row_id], redone[a[0]], a[1]))
+                repairs[row_id].take(plan)
+                before = outputs[row_id]
+                spent = {key: before[key] + sum(redone[p][key] for p, _ in alternatives) for key in ("prompt_tokens", "generated_tokens")}
+                outputs[row_id] = redone[chosen] | spent | {"confidence": _kept_confidence(before, redone[chosen])}
+                attempts[row_id] += 1
+            todo = [rows_by_id[row_id] for row_id in plans]
+        for row, _ in pending:
+            outputs[row.id] |= {"rule_failures": failures[row.id], "repair_attempts": attempts[row.id]}
+        return sum(attempts.values()), completions, grammar_s
+
+    def _plans(self, row: Row, output: dict, repair: Repair, failures: list[str]) -> tuple[dict | None, list]:
+        """The output's record, and the alternatives to decode next when it breaks a rule (noting the rules it broke)."""
+        record = self.writer.judge(row, output)[0]
+        try:
+            rules = self.writer.rules_for(row)
+        except RuleError:
+            return record, []  # the writer rejects the row for its schema
+        broken = [r.name for r in rules if record is not None and not r.holds(record)]
+        failures += [name for name in broken if name not in failures]
+        if not broken:
+            return record, []
+        return record, repair.plans(record, rules, self._rule_fields(row), _field_confidence(output))
+
+    def _prefix(self, row: Row, record: dict, plan: Any) -> dict[tuple[str, ...], Any]:
+        """The record's top-level values before the first field ``plan`` touches, in the schema's key order."""
+        touched = {path[0] for path in plan.exclude}
+        pinned = {}
+        for key in (self._schema(row) or {}).get("properties", {}):
+            if key in touched:
+                break
+            if key in record:
+                pinned[(key,)] = record[key]
+        return pinned
+
+    def _standing(self, row: Row, output: dict, plan: Any) -> tuple[bool, float]:
+        """How an alternative ranks: it keeps every rule, then how sure the model is of the string it changed."""
+        record = self.writer.judge(row, output)[0]
+        keeps = record is not None and all(r.holds(record) for r in self.writer.rules_for(row))
+        return keeps, _field_confidence(output).get(plan.doubt, 0.0) if plan.doubt else 0.0
+
+    def _rule_fields(self, row: Row) -> dict[str, Field]:
+        """The row's grounded fields a rule can read (not inside arrays), with their candidates in its text."""
+        source = str(row.fields.get(self.cfg.dataset.text_field, ""))
+        fields = {}
+        for g in grounded_fields(self._schema(row)):
+            if "[]" not in g.path:
+                found = field_values(g, source)
+                written = field_values(dataclasses.replace(g, allow=()), source) if found is not None else None
+                fields[g.name] = Field(g.path, found, frozenset(found or ()) - frozenset(written or ()))
+        return fields
+
+    def _prompt(self, row: Row, exclude: dict | None = None, pinned: dict | None = None) -> tuple[Prompt | None, tuple[str, str] | None, list[str], float]:
+        """The row's prompt, or the (reject reason, message) that keeps it from being decoded; its schema's relaxations;
+        grammar seconds. A repair's prompt holds ``exclude``'s values away and the ``pinned`` ones fixed (``_constraint``)."""
         try:
             text = self.template.format_map(row.fields)
         except KeyError as err:
@@ -100,7 +206,7 @@ class ShardWorker:
             return None, ("error", overflow), [], 0.0
         start = time.perf_counter()
         try:
-            constraint, relaxations, grounded = self._constraint(row)
+            constraint, relaxations, grounded = self._constraint(row, exclude, pinned)
             choices = self._choices(row) if grounded and d.choice == "likelihood" else ()
         except NothingToGround as err:  # no grammar could hold a true value: decided before decoding
             return None, ("ungrounded", f"{err}; decided before decoding"), [], 0.0
@@ -117,13 +223,14 @@ class ShardWorker:
         prompt = Prompt(row.id, text, self.system, constraint, record_seed(d.seed, row.id), d.max_tokens, self.examples, choices)
         return prompt, None, relaxations, seconds
 
-    def _constraint(self, row: Row) -> tuple[Any, list[str], bool]:
-        """The row's own grounded grammar where its schema grounds fields, else the shared constraint; its relaxations; grounded or not."""
+    def _constraint(self, row: Row, exclude: dict | None = None, pinned: dict | None = None) -> tuple[Any, list[str], bool]:
+        """The row's own grounded grammar where its schema grounds fields (a repair's: less the values ``exclude``
+        takes away, with the ``pinned`` ones held), else the shared constraint; its relaxations; grounded or not."""
         field_name = self.cfg.dataset.schema_field
         schema = self._schema(row)
         if (grounded_fields(schema) if field_name else self.grounded):
             source = str(row.fields.get(self.cfg.dataset.text_field, ""))
-            return self.engine.constraint(lark=grounded_lark(schema, source)), [], True
+            return self.engine.constraint(lark=grounded_lark(schema, source, exclude, pinned)), [], True
         return *(self._row_constraint(schema) if field_name else (self.constraint, self.relaxations)), False
 
     def _choices(self, row: Row) -> tuple[tuple[str, tuple[str, ...]], ...]:
@@ -141,6 +248,33 @@ class ShardWorker:
         if key not in self._row_constraints:
             self._row_constraints[key] = compile_schema(self.engine, self.cfg.constraint, schema)
         return self._row_constraints[key]
+
+
+def _field_confidence(output: dict) -> dict[str, float]:
+    return output["confidence"].field_mean if output.get("confidence") else {}
+
+
+def _kept_confidence(before: dict, after: dict) -> Confidence | None:
+    """A repaired output's confidence: its own, except for the values it kept, whose tokens a pin forced (they score 1),
+    which keep the confidence the model had when it chose them."""
+    old, new = before.get("confidence"), after.get("confidence")
+    if old is None or new is None:
+        return new
+    record, previous = _parsed(after["text"]), _parsed(before["text"])
+    kept = {name for name in record if name in previous and record[name] == previous[name]}
+    same = lambda path: path.split(".")[0].split("[")[0] in kept  # noqa: E731
+    result = Confidence(None, {p: (old.field_min if same(p) and p in old.field_min else new.field_min)[p] for p in new.field_min},
+                        {p: (old.field_mean if same(p) and p in old.field_mean else new.field_mean)[p] for p in new.field_mean})
+    result.record = min(result.field_mean.values(), default=None)
+    return result
+
+
+def _parsed(text: str) -> dict:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 def _as_dict(c: Completion, values: list[Leaf] | None) -> dict[str, Any]:

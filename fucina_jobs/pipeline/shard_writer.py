@@ -22,7 +22,7 @@ import json
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import pyarrow as pa
 
@@ -30,6 +30,8 @@ from ..engines import DRAFT_SOURCES
 from ..grounding import alarm
 from ..grounding.check import ungrounded_values
 from ..grounding.declaration import GroundingError, grounded_fields
+from ..rules.declaration import Rule, rules_of
+from ..rules.expression import RuleError
 from .config import ConfigError, JobConfig, read_text_option
 from .dataset import Row
 from .examples import load_examples
@@ -70,7 +72,8 @@ class ShardWriter:
         self.dir = out
         self.run_id = run_id
         self.schema_source = constraint.schema if constraint and constraint.kind == "json_schema" else None
-        self.grounded = self._grounded_fields()
+        self.grounded = self._declared(grounded_fields)
+        self.rules = self._declared(rules_of)
         template = read_text_option(cfg.prompt.template, base)
         self.examples = load_examples(cfg, base, template, self.schema_source)  # checked here, before any model loads
         self.prompt = alarm.prompt_text(read_text_option(cfg.prompt.system, base), template, [t for e in self.examples for t in (e.document, e.answer)])
@@ -79,13 +82,13 @@ class ShardWriter:
 
     # -- built once, checked before any model loads ----------------------------
 
-    def _grounded_fields(self) -> list:
-        """The job schema's grounded fields; a malformed ``x-grounded`` declaration is a config error before any model loads."""
+    def _declared(self, read: Callable[[Any], list]) -> list:
+        """What the job schema declares (``x-grounded`` fields, ``x-rules``); a malformed declaration is a config error before any model loads."""
         if self.cfg.constraint.kind != "json_schema":
             return []
         try:
-            return grounded_fields(self.schema_source)
-        except GroundingError as err:
+            return read(self.schema_source)
+        except (GroundingError, RuleError) as err:
             raise ConfigError(f"constraint.json_schema: {self.cfg.constraint.json_schema}: {err}") from None
 
     def _validator(self) -> Validator:
@@ -116,7 +119,7 @@ class ShardWriter:
         self.dir.write_outputs(key, records_table, rejects_table)
         records, rejects = records_table.num_rows, rejects_table.num_rows
         counts, digests = alarm.shard_counts(self._judged(rows, outcomes), self.prompt)
-        row = {"shard": shard, "replica": replica, "rows": len(rows), "records": records, "rejects": rejects} | stats
+        row = {"shard": shard, "replica": replica, "rows": len(rows), "records": records, "rejects": rejects} | stats | _rule_stats(outcomes)
         row |= {"failed": completions is None, "row_ids": [r.id for r in rows], "row_digests": [r.digest for r in rows],
                 "alarm_counts": json.dumps(counts), "record_digests": digests}
         if self.dir.run_id() != self.run_id:
@@ -134,17 +137,40 @@ class ShardWriter:
                 why = row.problem or f"shard failed after {self.cfg.runtime.max_retries} retries: {error}; rerun to retry it"
                 outcomes.append(Outcome(row.id, "", "error", reason="error", error=why))
                 continue
-            row_schema = self._row_schema(row) if c["finish_reason"] == "stop" else None  # a refused row's schema may be what is wrong
-            if c.get("reason"):  # refused before decoding, for this reason
-                record, reason, message = None, c["reason"], c["error"]
-            else:
-                record, reason, message = self.validator(c["text"], c["finish_reason"], c.get("error"), row_schema)
+            record, reason, message = self.judge(row, c)
             if record is not None:
-                record, reason, message = self._grounded(row, record, row_schema)
+                record, reason, message = self._ruled(row, record, c.get("repair_attempts", 0))
             flags = record_flags(record, self._source(row)) if record is not None else []
             outcomes.append(Outcome(row.id, c["text"], c["finish_reason"], c.get("prompt_tokens", 0), c.get("generated_tokens", 0), record, reason, message,
-                                    flags=flags, relaxations=c.get("relaxations") or [], confidence=c.get("confidence")))
+                                    flags=flags, relaxations=c.get("relaxations") or [], confidence=c.get("confidence"),
+                                    rule_failures=c.get("rule_failures") or [], repair_attempts=c.get("repair_attempts", 0), agreement=c.get("agreement")))
         return outcomes
+
+    def judge(self, row: Row, c: dict[str, Any]) -> tuple[dict | None, str | None, str | None]:
+        """A completion's record, or its reject reason and message: it must parse, validate and be grounded.
+        A row refused before decoding keeps the reason it was refused for."""
+        if c.get("reason"):
+            return None, c["reason"], c["error"]
+        row_schema = self._row_schema(row) if c["finish_reason"] == "stop" else None  # a refused row's schema may be what is wrong
+        record, reason, message = self.validator(c["text"], c["finish_reason"], c.get("error"), row_schema)
+        if record is not None:
+            record, reason, message = self._grounded(row, record, row_schema)
+        return record, reason, message
+
+    def rules_for(self, row: Row) -> list[Rule]:
+        """The rules a row's record must keep: its own schema's, or the job's; ``RuleError`` for a bad row schema."""
+        row_schema = self._row_schema(row)
+        return rules_of(row_schema) if row_schema is not None else self.rules
+
+    def _ruled(self, row: Row, record: dict, attempts: int) -> tuple[dict | None, str | None, str | None]:
+        """A record that keeps every rule stays; one that breaks a rule after its repairs is rejected ``rule_violation``."""
+        try:
+            broken = [r for r in self.rules_for(row) if not r.holds(record)]
+        except RuleError as err:
+            return None, "error", f"row {row.id!r}: its schema: {err}"
+        if broken:
+            return None, "rule_violation", f"after {attempts} repair attempt(s), breaks: {'; '.join(r.explain(record) for r in broken)}"
+        return record, None, None
 
     def _grounded(self, row: Row, record: dict, row_schema: dict | None) -> tuple[dict | None, str | None, str | None]:
         """A record whose grounded values are all in the row's text stays; otherwise the row is rejected."""
@@ -178,6 +204,13 @@ class ShardWriter:
 
     def _record_id(self, row_id: str) -> str:
         return hashlib.sha256(f"{self.cfg.name}:{row_id}".encode()).hexdigest()[:16]
+
+
+def _rule_stats(outcomes: list[Outcome]) -> dict[str, int]:
+    """Rows that broke a rule at some decode, those kept after repair, and the re-decodes."""
+    return {"rule_broken_rows": sum(bool(o.rule_failures) for o in outcomes),
+            "repaired_rows": sum(bool(o.rule_failures) and o.record is not None for o in outcomes),
+            "repair_attempts": sum(o.repair_attempts for o in outcomes)}
 
 
 def _stats_table(row: dict[str, Any]) -> pa.Table:

@@ -28,20 +28,27 @@ META_FIELDS = [
     pa.field("generated_tokens", pa.int64()),
     pa.field("flags", pa.list_(pa.string())),  # warnings for a reviewer: see pipeline/flags.py
     pa.field("relaxations", pa.list_(pa.string())),  # what constraint.relax widened in the row's schema: see decoding/relaxation.py
+    pa.field("rule_failures", pa.list_(pa.string())),  # x-rules an earlier decode broke, repaired since: see docs/RULES.md
+    pa.field("repair_attempts", pa.int64()),  # re-decodes of the row to repair a broken rule
     # Token probabilities in [0, 1] (``fucina_jobs.confidence``): the record's least certain value
     # (lowest mean), and per value (keyed by path such as ``items[0].name``) the min and the mean.
     pa.field("record_confidence", pa.float64()),
     pa.field("field_confidence_min", pa.map_(pa.string(), pa.float64())),
     pa.field("field_confidence_mean", pa.map_(pa.string(), pa.float64())),
+    # decoding.samples > 1: the share of the samples that wrote each top-level field's kept value, and the record's lowest (docs/VOTING.md)
+    pa.field("record_agreement", pa.float64()),
+    pa.field("field_agreement", pa.map_(pa.string(), pa.float64())),
 ]
 REJECT_SCHEMA = pa.schema(
     [
         pa.field("record_id", pa.string()),
         pa.field("row_id", pa.string()),
-        pa.field("reason", pa.string()),  # invalid_json | schema_violation | length | error
+        pa.field("reason", pa.string()),  # invalid_json | schema_violation | ungrounded | rule_violation | length | error
         pa.field("text", pa.string()),
         pa.field("error", pa.string()),
         pa.field("relaxations", pa.list_(pa.string())),
+        pa.field("rule_failures", pa.list_(pa.string())),  # every x-rule a decode of the row broke
+        pa.field("repair_attempts", pa.int64()),
     ]
 )
 
@@ -61,6 +68,9 @@ class Outcome:
     flags: list[str] = field(default_factory=list)
     relaxations: list[str] = field(default_factory=list)  # a relaxed grammar left these to post-validation
     confidence: Confidence | None = None
+    rule_failures: list[str] = field(default_factory=list)  # rules a decode of the row broke
+    repair_attempts: int = 0
+    agreement: dict[str, float] | None = None  # voting: each field's share of the samples
 
 
 def arrow_type(schema: dict[str, Any]) -> pa.DataType | None:
@@ -194,8 +204,11 @@ def outcome_tables(outcomes: Iterable[Outcome], schema: pa.Schema, record_id: Ca
             conf = o.confidence or Confidence()
             meta = {"record_id": rid, "row_id": o.row_id, "text": o.text, "finish_reason": o.finish_reason,
                     "prompt_tokens": o.prompt_tokens, "generated_tokens": o.generated_tokens, "flags": o.flags, "relaxations": o.relaxations,
-                    "record_confidence": conf.record, "field_confidence_min": conf.field_min, "field_confidence_mean": conf.field_mean}
+                    "rule_failures": o.rule_failures, "repair_attempts": o.repair_attempts,
+                    "record_confidence": conf.record, "field_confidence_min": conf.field_min, "field_confidence_mean": conf.field_mean,
+                    "record_agreement": min(o.agreement.values(), default=None) if o.agreement else None, "field_agreement": o.agreement}
             records.append(meta | _typed(o.record, typed_fields))
         else:
-            rejects.append({"record_id": rid, "row_id": o.row_id, "reason": o.reason, "text": o.text, "error": o.error, "relaxations": o.relaxations})
+            rejects.append({"record_id": rid, "row_id": o.row_id, "reason": o.reason, "text": o.text, "error": o.error, "relaxations": o.relaxations,
+                            "rule_failures": o.rule_failures, "repair_attempts": o.repair_attempts})
     return pa.Table.from_pylist(records, schema=schema), pa.Table.from_pylist(rejects, schema=REJECT_SCHEMA)

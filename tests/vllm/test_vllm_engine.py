@@ -10,6 +10,7 @@ from fucina_jobs.decoding.constraint import GrammarError
 from fucina_jobs.engines import Prompt
 from fucina_jobs.grounding.grammar import grounded_lark
 from fucina_jobs.pipeline.config import SHIPPED, DecodingConfig, ModelConfig, RuntimeConfig, SpeculativeConfig
+from fucina_jobs.pipeline.voting import sample_prompts
 
 
 pytestmark = pytest.mark.slow
@@ -29,6 +30,17 @@ def invoice_prompts(engine, n):
     template = (SHIPPED / "jobs/invoices/template.txt").read_text()
     rows = [json.loads(line) for line in (SHIPPED / "jobs/invoices/inputs.jsonl").read_text().splitlines()[:n]]
     return [Prompt(r["id"], template.format_map(r), system, engine.constraint(lark=grounded_lark(INVOICE, r["text"])), max_tokens=200) for r in rows]
+
+
+def test_each_prompt_samples_with_its_own_settings_and_seed(engine):
+    """Voting's samples: the first as the engine is set (greedy), the others hot, each reproducible from its seed."""
+    prompt = invoice_prompts(engine, 1)[0]
+    hot = replace(engine.params, temperature=1.0)
+    first = {c.id: c.tokens for c in engine.generate(sample_prompts(prompt, 4, hot))}
+    again = {c.id: c.tokens for c in engine.generate(sample_prompts(prompt, 4, hot))}
+    assert first == again
+    assert first[prompt.id] == next(engine.generate([prompt])).tokens
+    assert any(tokens != first[prompt.id] for tokens in first.values())
 
 
 def test_invoices_are_valid_and_ngram_acceptance_is_reported(engine):
