@@ -51,6 +51,10 @@ def summary(scores: dict[str, Any]) -> str:
         c = scores["confidence"]
         lines.append(f"confidence: AUROC {num(c['auroc'])} for field correctness over {c['fields_scored']} fields, "
                      f"calibration error {num(c['expected_calibration_error'])}")
+    if "spans" in scores:
+        s = scores["spans"]
+        lines.append(f"spans: {s['values']} grounded values, {s['located']} at their span, {s['allowed_unwritten']} allowed values the text "
+                     f"does not write, {s['mismatched']} whose text[start:end] does not write the value")
     if "efficiency" in scores and scores["efficiency"]["shards"]:
         e = scores["efficiency"]
         lines.append(f"efficiency: {num(e['tokens_per_record'], 1)} tokens/record, {num(e['tokens_per_forward'])} tokens/forward, "

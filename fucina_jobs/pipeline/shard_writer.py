@@ -30,6 +30,7 @@ from ..engine import DRAFT_SOURCES
 from ..grounding import alarm
 from ..grounding.check import ungrounded_values
 from ..grounding.declaration import GroundingError, grounded_fields
+from ..grounding.spans import value_spans
 from .config import ConfigError, JobConfig, read_text_option
 from .dataset import Row
 from .flags import record_flags
@@ -136,8 +137,9 @@ class ShardWriter:
             if record is not None:
                 record, reason, message = self._grounded(row, record, row_schema)
             flags = record_flags(record, self._source(row)) if record is not None else []
+            spans = value_spans(record, grounded_fields(row_schema) if row_schema else self.grounded, self._source(row)) if record is not None else {}
             outcomes.append(Outcome(row.id, c["text"], c["finish_reason"], c.get("prompt_tokens", 0), c.get("generated_tokens", 0), record, reason, message,
-                                    flags=flags, relaxations=c.get("relaxations") or [], confidence=c.get("confidence")))
+                                    flags=flags, relaxations=c.get("relaxations") or [], confidence=c.get("confidence"), spans=spans))
         return outcomes
 
     def _grounded(self, row: Row, record: dict, row_schema: dict | None) -> tuple[dict | None, str | None, str | None]:

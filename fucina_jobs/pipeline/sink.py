@@ -32,6 +32,8 @@ META_FIELDS = [
     pa.field("record_confidence", pa.float64()),
     pa.field("field_confidence_min", pa.map_(pa.string(), pa.float64())),
     pa.field("field_confidence_mean", pa.map_(pa.string(), pa.float64())),
+    # Each grounded value's [start, end) in the row's source text, keyed like the confidence maps (grounding/spans.py).
+    pa.field("field_spans", pa.map_(pa.string(), pa.list_(pa.int32()))),
 ]
 REJECT_SCHEMA = pa.schema(
     [
@@ -60,6 +62,7 @@ class Outcome:
     flags: list[str] = field(default_factory=list)
     relaxations: list[str] = field(default_factory=list)  # a relaxed grammar left these to post-validation
     confidence: Confidence | None = None
+    spans: dict[str, tuple[int, int]] = field(default_factory=dict)  # grounded values in the source text, by path
 
 
 def arrow_type(schema: dict[str, Any]) -> pa.DataType | None:
@@ -189,7 +192,8 @@ def outcome_tables(outcomes: Iterable[Outcome], schema: pa.Schema, record_id: Ca
             conf = o.confidence or Confidence()
             meta = {"record_id": rid, "row_id": o.row_id, "text": o.text, "finish_reason": o.finish_reason,
                     "prompt_tokens": o.prompt_tokens, "generated_tokens": o.generated_tokens, "flags": o.flags, "relaxations": o.relaxations,
-                    "record_confidence": conf.record, "field_confidence_min": conf.field_min, "field_confidence_mean": conf.field_mean}
+                    "record_confidence": conf.record, "field_confidence_min": conf.field_min, "field_confidence_mean": conf.field_mean,
+                    "field_spans": {path: list(span) for path, span in o.spans.items()}}
             records.append(meta | _typed(o.record, typed_fields))
         else:
             rejects.append({"record_id": rid, "row_id": o.row_id, "reason": o.reason, "text": o.text, "error": o.error, "relaxations": o.relaxations})
