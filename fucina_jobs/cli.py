@@ -1,7 +1,7 @@
 """``python -m fucina_jobs COMMAND ...``: subcommand dispatch.
 
 ``run`` and ``eval`` hand their remaining arguments to Hydra (``conf=NAME`` plus
-ordinary overrides); ``compare``, ``review`` and ``bench`` take argparse arguments.
+ordinary overrides); ``compare``, ``review``, ``export``, ``import`` and ``bench`` take argparse arguments.
 """
 
 from __future__ import annotations
@@ -15,6 +15,9 @@ commands:
   eval conf=NAME [key=value ...]  run the job (or read eval.run_dir=DIR) and score it: scores.json, report.md/html
   compare RUN_A RUN_B             are two runs' outputs identical (content hash)? exit 0 yes, 1 no
   review RUN_DIR [--limit N]      list a run's least certain values first (per-field confidence)
+  review RUN_DIR --html OUT.html   write a page to check every row by eye: source text, values highlighted, filters
+  export labelstudio RUN OUT.json   Label Studio tasks with the run's values as predictions, and labelstudio.xml
+  import labelstudio EXPORT.json GOLD.jsonl   people's Label Studio annotations as gold labels for eval.gold
   bench decode|streams [--json]   benchmark the decoder on the shipped invoice job
 
 examples:
@@ -24,6 +27,9 @@ examples:
   python -m fucina_jobs eval conf=conformance
   python -m fucina_jobs compare outputs/run_a outputs/run_b
   python -m fucina_jobs review outputs/extract_invoices --limit 10
+  python -m fucina_jobs review outputs/extract_invoices --html review.html
+  python -m fucina_jobs export labelstudio outputs/extract_invoices tasks.json
+  python -m fucina_jobs import labelstudio project-export.json gold.jsonl
   python -m fucina_jobs bench decode --json
 """
 
@@ -50,9 +56,20 @@ def main(argv: list[str] | None = None) -> int:
         from .eval.review import review_command
 
         return review_command(rest)
+    if command in ("export", "import"):
+        return _labelstudio(command, rest)
     if command == "bench":
         from .bench.cli import main as bench
 
         return bench(rest)
     sys.stderr.write(f"unknown command {command!r}\n\n{USAGE}")
     return 2
+
+
+def _labelstudio(command: str, rest: list[str]) -> int:
+    if not rest or rest[0] != "labelstudio":
+        sys.stderr.write(f"usage: python -m fucina_jobs {command} labelstudio ...: labelstudio is the one tool {command} knows\n")
+        return 2
+    from .labelstudio import export_command, import_command
+
+    return (export_command if command == "export" else import_command)(rest[1:])

@@ -64,11 +64,17 @@ def review_command(argv: list[str]) -> int:
                                      description="List a run's least certain values first: confidence, record, field, value.")
     parser.add_argument("run_dir", type=Path)
     parser.add_argument("--limit", type=int, default=20, help="show at most this many values (default 20)")
+    parser.add_argument("--html", type=Path, metavar="OUT.html", help="write the review page instead: every row, its source text with its values highlighted")
+    parser.add_argument("--base", type=Path, default=Path.cwd(), help="the directory the job ran in, where its dataset path starts (default: here)")
     args = parser.parse_args(argv)
     run = read_run(args.run_dir)
     if not (run.path / "records").is_dir():
         sys.stderr.write(f"review: {args.run_dir} holds no records/; give the output.dir of a run\n")
         return 2
+    if args.html:
+        from .review_page import page_command
+
+        return page_command(run, args.base, args.html)
     rows = least_certain(run.records, args.limit)
     if not rows:
         sys.stderr.write(f"review: the records in {args.run_dir} carry no confidence (a run from before confidence was recorded?)\n")
