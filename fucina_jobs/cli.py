@@ -11,14 +11,14 @@ import sys
 USAGE = """usage: python -m fucina_jobs COMMAND [ARGS]
 
 commands:
-  run conf=NAME [key=value ...]   run the batch job conf/NAME.yaml (Hydra overrides; --help, --cfg job)
-  eval conf=NAME [key=value ...]  run the job (or read eval.run_dir=DIR) and score it: scores.json, report.md/html
-  compare RUN_A RUN_B             are two runs' outputs identical (content hash)? exit 0 yes, 1 no
-  review RUN_DIR [--limit N]      list a run's least certain values first (per-field confidence)
-  review RUN_DIR --html OUT.html   write a page to check every row by eye: source text, values highlighted, filters
-  export labelstudio RUN OUT.json   Label Studio tasks with the run's values as predictions, and labelstudio.xml
-  import labelstudio EXPORT.json GOLD.jsonl   people's Label Studio annotations as gold labels for eval.gold
-  bench decode|streams [--json]   benchmark the decoder on the shipped invoice job
+  run conf=NAME [key=value ...]        run the batch job conf/NAME.yaml (Hydra overrides; --help, --cfg job)
+  eval conf=NAME [key=value ...]       run the job (or read eval.run_dir=DIR) and score it: scores.json, report.md/html
+  compare RUN_A RUN_B                  are two runs' outputs identical (content hash)? exit 0 yes, 1 no
+  review RUN_DIR [--limit N]           list a run's least certain values first (per-field confidence)
+  review RUN_DIR --html OUT.html       a page to check every row by eye: its text with the values highlighted
+  export labelstudio RUN_DIR OUT.json  Label Studio tasks, the run's values as predictions, and labelstudio.xml
+  import labelstudio EXPORT GOLD.jsonl Label Studio annotations as gold labels for eval.gold
+  bench decode|streams [--json]        benchmark the decoder on the shipped invoice job
 
 examples:
   python -m fucina_jobs run conf=extract_invoices

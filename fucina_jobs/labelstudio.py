@@ -268,8 +268,7 @@ def _typed_value(f: Field, typed: str, problems: list[str]) -> Any:
 def export_command(argv: list[str]) -> int:
     import argparse
 
-    from .eval.runs import read_run
-    from .eval.sources import read_sources
+    from .eval.sources import BASE_HELP, open_run
     from .pipeline.config import ConfigError
     from .pipeline.storage import write_json
 
@@ -278,14 +277,10 @@ def export_command(argv: list[str]) -> int:
     parser.add_argument("run_dir", type=Path)
     parser.add_argument("out", type=Path, metavar="OUT.json")
     parser.add_argument("--config", type=Path, help="where to write the labelling config (default: labelstudio.xml beside OUT.json)")
-    parser.add_argument("--base", type=Path, default=Path.cwd(), help="the directory the job ran in, where its dataset path starts (default: here)")
+    parser.add_argument("--base", type=Path, default=Path.cwd(), help=BASE_HELP)
     args = parser.parse_args(argv)
-    run = read_run(args.run_dir)
-    if not (run.path / "records").is_dir():
-        sys.stderr.write(f"export labelstudio: {args.run_dir} holds no records/; give the output.dir of a run\n")
-        return 2
     try:
-        sources = read_sources(run, args.base)
+        run, sources = open_run(args.run_dir, args.base)
     except ConfigError as err:
         sys.stderr.write(f"export labelstudio: {err}\n")
         return 2

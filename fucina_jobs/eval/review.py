@@ -14,6 +14,7 @@ from typing import Any, Mapping, Sequence
 
 from ..confidence import leaves
 from .runs import read_run
+from .sources import BASE_HELP
 
 _WIDTH = 60  # characters of a value shown
 
@@ -65,7 +66,7 @@ def review_command(argv: list[str]) -> int:
     parser.add_argument("run_dir", type=Path)
     parser.add_argument("--limit", type=int, default=20, help="show at most this many values (default 20)")
     parser.add_argument("--html", type=Path, metavar="OUT.html", help="write the review page instead: every row, its source text with its values highlighted")
-    parser.add_argument("--base", type=Path, default=Path.cwd(), help="the directory the job ran in, where its dataset path starts (default: here)")
+    parser.add_argument("--base", type=Path, default=Path.cwd(), help=BASE_HELP)
     args = parser.parse_args(argv)
     run = read_run(args.run_dir)
     if not (run.path / "records").is_dir():

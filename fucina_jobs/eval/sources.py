@@ -16,9 +16,12 @@ from typing import Any
 
 from ..grounding.declaration import Grounded, GroundingError, grounded_fields
 from ..pipeline.config import ConfigError, JobConfig, validate
-from .runs import Run
+from .runs import Run, read_run
 
 log = logging.getLogger(__name__)
+
+#: The ``--base`` option of the commands that read a run's documents.
+BASE_HELP = "the directory the job ran in, where its dataset path starts (default: here)"
 
 
 @dataclass
@@ -64,6 +67,14 @@ def read_sources(run: Run, base: Path, cfg: JobConfig | None = None) -> Sources:
     if sources.changed:
         log.warning("%d row(s) of %s changed since the run; their values are shown without spans", len(sources.changed), cfg.dataset.path)
     return sources
+
+
+def open_run(run_dir: Path, base: Path) -> tuple[Run, Sources]:
+    """The run in ``run_dir`` and its documents; ``ConfigError`` says in one line what is missing."""
+    run = read_run(run_dir)
+    if not (run.path / "records").is_dir():
+        raise ConfigError(f"{run_dir} holds no records/; give the output.dir of a run")
+    return run, read_sources(run, base)
 
 
 def _committed_digests(run: Run) -> dict[str, str]:
