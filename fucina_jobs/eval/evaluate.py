@@ -100,8 +100,11 @@ def generate_scores(run: Run, cfg: JobConfig, base: Path) -> dict[str, Any]:
     if any(r.get("field_spans") for r in run.records):
         from .sources import read_sources
 
-        sources = read_sources(run, base, cfg)
-        scores["spans"] = scoring.span_exactness(run.records, sources.texts, sources.fields, sources.changed)
+        try:
+            sources = read_sources(run, base, cfg)
+            scores["spans"] = scoring.span_exactness(run.records, sources.texts, sources.fields, sources.changed)
+        except ConfigError as err:  # the documents are elsewhere: everything else can still be scored
+            log.warning("spans not checked: %s", err)
     scores["efficiency"] = scoring.efficiency(run.stats)
     return scores
 
