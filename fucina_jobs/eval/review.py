@@ -8,10 +8,12 @@ ones most worth a look.
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from ..confidence import leaves
 from .runs import read_run
+from .sources import BASE_HELP
 
 _WIDTH = 60  # characters of a value shown
 
@@ -66,6 +68,8 @@ def review_command(argv: list[str]) -> int:
                                         "RUN_DIR is a run's output.dir, a local folder or a URI (s3://...).")
     parser.add_argument("run_dir")
     parser.add_argument("--limit", type=positive_int, default=20, help="show at most this many values (default 20)")
+    parser.add_argument("--html", type=Path, metavar="OUT.html", help="write the review page instead: every row, its source text with its values highlighted")
+    parser.add_argument("--base", type=Path, default=Path.cwd(), help=BASE_HELP)
     args = parser.parse_args(argv)
     try:
         run = read_run(args.run_dir)
@@ -75,6 +79,10 @@ def review_command(argv: list[str]) -> int:
     if not run.dir.shard_files("records"):
         sys.stderr.write(f"review: {args.run_dir} holds no records/; give the output.dir of a run\n")
         return 2
+    if args.html:
+        from .review_page import page_command
+
+        return page_command(run, args.base, args.html)
     rows = least_certain(run.records, args.limit)
     if not rows:
         sys.stderr.write(f"review: the records in {args.run_dir} carry no confidence (a run from before confidence was recorded?)\n")

@@ -377,3 +377,26 @@ def grammar_timing(report: Mapping[str, Any]) -> dict[str, Any]:
         "mask_us": percentiles(s * 1e6 for s in report["mask_s"]),
         "masks": len(report["mask_s"]),
     }
+
+
+# -- spans ----------------------------------------------------------------------
+
+
+def span_exactness(records: Sequence[Mapping[str, Any]], texts: Mapping[str, str], fields: list, changed: set[str] = frozenset(),
+                   examples: int = 20) -> dict[str, Any]:
+    """Do the records' ``field_spans`` point at their values? ``text[start:end]``, read on its own, must write the value.
+
+    ``fields`` are the job schema's grounded fields; rows whose source changed
+    since the run (``changed``) are left out, and counted."""
+    from ..grounding.spans import SpanCheck, check_spans
+
+    total = SpanCheck()
+    for record in records:
+        row_id = str(record["row_id"])
+        if row_id in changed or row_id not in texts:
+            continue
+        check = check_spans(json.loads(record["text"]), fields, texts[row_id], dict(record.get("field_spans") or []))
+        check.mismatched = [f"{row_id}: {m}" for m in check.mismatched]
+        total.add(check)
+    return {"values": total.values, "located": total.located, "allowed_unwritten": total.unwritten, "mismatched": len(total.mismatched),
+            "rows_changed": len(changed), "examples": total.mismatched[:examples]}

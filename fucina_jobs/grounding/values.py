@@ -103,23 +103,41 @@ def numbers_in(text: str, amounts: bool = False) -> set[Decimal]:
     ``amounts`` keeps only numbers written as money: next to a currency sign
     or code, or with two decimals, and never a percentage.
     """
-    text = unicodedata.normalize("NFC", text)
+    return set(number_spans(unicodedata.normalize("NFC", text), amounts))
+
+
+def number_spans(text: str, amounts: bool = False) -> dict[Decimal, list[tuple[int, int]]]:
+    """``numbers_in``'s numbers -> the spans of ``text`` that write them, in text order.
+
+    A span is the whole written form: sign or parentheses and an adjacent currency
+    sign or code included (``1.234,50 €`` for ``1234.5``, ``(45.00)`` for ``-45``).
+    Offsets are into ``text`` as given (``numbers_in`` reads its NFC form)."""
     masked = list(text)
     for spans in dates_in(text).values():
         for start, end in spans:
             masked[start:end] = " " * (end - start)
     text = "".join(masked)
-    found: set[Decimal] = set()
+    found: dict[Decimal, list[tuple[int, int]]] = {}
     for m in (m for pattern in _NUMBERS for m in pattern.finditer(text)):
         start, end = m.start() + len(m.group()) - len(m.group().lstrip()), m.end("core")
         if _inside_identifier(text, start, end) or (amounts and not _is_money(m, text)):
             continue
         negative = bool(m.group("sign")) or (bool(m.group("open")) and text[end : end + 1] == ")")
+        span = _written_span(m, text, start, end)
         for value in _core_readings(m.group("core")):
-            found.add(value)
+            found.setdefault(value, []).append(span)
             if negative and value:
-                found.add(-value)
-    return found
+                found.setdefault(-value, []).append(span)
+    return {value: sorted(set(spans)) for value, spans in found.items()}
+
+
+def _written_span(m: re.Match, text: str, start: int, end: int) -> tuple[int, int]:
+    """The number's written form: its head and core, a closing parenthesis, a currency code before or after it."""
+    if m.group("open") and text[end : end + 1] == ")":
+        end += 1
+    before = None if m.group("currency") else _CODE_BEFORE.search(text, max(0, start - 8), m.start("core"))
+    after = _CODE_AFTER.match(text, end) if not (m.group("currency") or before) else None
+    return (min(start, before.start()) if before else start), (after.end() if after else end)
 
 
 def _is_money(m: re.Match, text: str) -> bool:

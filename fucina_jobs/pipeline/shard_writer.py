@@ -32,6 +32,7 @@ from ..grounding.check import ungrounded_values
 from ..grounding.declaration import GroundingError, grounded_fields
 from ..rules.declaration import Rule, rules_of
 from ..rules.expression import RuleError
+from ..grounding.spans import value_spans
 from .config import ConfigError, JobConfig, read_text_option
 from .dataset import Row
 from .examples import load_examples
@@ -141,9 +142,10 @@ class ShardWriter:
             if record is not None:
                 record, reason, message = self._ruled(row, record, c.get("repair_attempts", 0))
             flags = record_flags(record, self._source(row)) if record is not None else []
+            spans = self._spans(row, record) if record is not None else {}
             outcomes.append(Outcome(row.id, c["text"], c["finish_reason"], c.get("prompt_tokens", 0), c.get("generated_tokens", 0), record, reason, message,
                                     flags=flags, relaxations=c.get("relaxations") or [], confidence=c.get("confidence"),
-                                    rule_failures=c.get("rule_failures") or [], repair_attempts=c.get("repair_attempts", 0), agreement=c.get("agreement")))
+                                    rule_failures=c.get("rule_failures") or [], repair_attempts=c.get("repair_attempts", 0), agreement=c.get("agreement"), spans=spans))
         return outcomes
 
     def judge(self, row: Row, c: dict[str, Any]) -> tuple[dict | None, str | None, str | None]:
@@ -156,6 +158,11 @@ class ShardWriter:
         if record is not None:
             record, reason, message = self._grounded(row, record, row_schema)
         return record, reason, message
+
+    def _spans(self, row: Row, record: dict) -> dict[str, tuple[int, int]]:
+        """Where each grounded value of ``record`` sits in the row's text (``grounding/spans.py``)."""
+        row_schema = self._row_schema(row)
+        return value_spans(record, grounded_fields(row_schema) if row_schema else self.grounded, self._source(row))
 
     def rules_for(self, row: Row) -> list[Rule]:
         """The rules a row's record must keep: its own schema's, or the job's; ``RuleError`` for a bad row schema."""

@@ -38,6 +38,8 @@ META_FIELDS = [
     # decoding.samples > 1: the share of the samples that wrote each top-level field's kept value, and the record's lowest (docs/VOTING.md)
     pa.field("record_agreement", pa.float64()),
     pa.field("field_agreement", pa.map_(pa.string(), pa.float64())),
+    # Each grounded value's [start, end) in the row's source text, keyed like the confidence maps (grounding/spans.py).
+    pa.field("field_spans", pa.map_(pa.string(), pa.list_(pa.int32()))),
 ]
 REJECT_SCHEMA = pa.schema(
     [
@@ -71,6 +73,7 @@ class Outcome:
     rule_failures: list[str] = field(default_factory=list)  # rules a decode of the row broke
     repair_attempts: int = 0
     agreement: dict[str, float] | None = None  # voting: each field's share of the samples
+    spans: dict[str, tuple[int, int]] = field(default_factory=dict)  # grounded values in the source text, by path
 
 
 def arrow_type(schema: dict[str, Any]) -> pa.DataType | None:
@@ -206,7 +209,8 @@ def outcome_tables(outcomes: Iterable[Outcome], schema: pa.Schema, record_id: Ca
                     "prompt_tokens": o.prompt_tokens, "generated_tokens": o.generated_tokens, "flags": o.flags, "relaxations": o.relaxations,
                     "rule_failures": o.rule_failures, "repair_attempts": o.repair_attempts,
                     "record_confidence": conf.record, "field_confidence_min": conf.field_min, "field_confidence_mean": conf.field_mean,
-                    "record_agreement": min(o.agreement.values(), default=None) if o.agreement else None, "field_agreement": o.agreement}
+                    "record_agreement": min(o.agreement.values(), default=None) if o.agreement else None, "field_agreement": o.agreement,
+                    "field_spans": {path: list(span) for path, span in o.spans.items()}}
             records.append(meta | _typed(o.record, typed_fields))
         else:
             rejects.append({"record_id": rid, "row_id": o.row_id, "reason": o.reason, "text": o.text, "error": o.error, "relaxations": o.relaxations,

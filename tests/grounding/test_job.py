@@ -38,6 +38,9 @@ def test_a_value_the_document_does_not_write_is_rejected_as_ungrounded(tmp_path,
     records, rejects = read_dir(tmp_path / "out", "records"), read_dir(tmp_path / "out", "rejects")
     assert [r["row_id"] for r in records] == ["written"]
     assert json.loads(records[0]["text"])["total"] == 572.34  # the only number written: the grammar forces it
+    spans = dict(records[0]["field_spans"])  # where each value sits in the row's text
+    assert rows[0]["text"][slice(*spans["total"])] == "$572.34"
+    assert rows[0]["text"][slice(*spans["vendor"])] == json.loads(records[0]["text"])["vendor"]
     # No number to take: no grammar could hold a true total, so the row is rejected before it is decoded.
     assert [(r["row_id"], r["reason"]) for r in rejects] == [("unwritten", "ungrounded")]
     assert rejects[0]["error"] == "the text writes no value for total (no number within the schema's bounds is written); decided before decoding"

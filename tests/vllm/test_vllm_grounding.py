@@ -28,5 +28,7 @@ def test_vllm_grounds_values_and_rejects_ungrounded_ones(tmp_path):
     assert [r["row_id"] for r in records] == ["written"]
     record = json.loads(records[0]["text"])
     assert record["total"] == 572.34 and record["vendor"] in rows[0]["text"]
+    spans = dict(records[0]["field_spans"])  # found from the record and the text, as on the fucina engine
+    assert rows[0]["text"][slice(*spans["total"])] == "$572.34" and rows[0]["text"][slice(*spans["vendor"])] == record["vendor"]
     assert [(r["row_id"], r["reason"]) for r in rejects] == [("unwritten", "ungrounded")]
     assert summary.alarm["counts"]["ungrounded_values"] == [1, 4]
