@@ -13,7 +13,7 @@ from typing import Any, Callable, Iterable, Iterator, Protocol
 from .confidence import token_spans
 from .decoding.batch import BatchDecoder, Request, SpecConfig, StreamStats
 from .decoding.constraint import Constraint, GrammarError
-from .decoding.drafting import DRAFT_SOURCES
+from .decoding.drafting import DRAFT_SOURCES, document_spans
 from .decoding.relaxation import compile_json_schema
 from .decoding.sampler import SamplingParams
 from .models.hf_runner import HFRunner
@@ -220,6 +220,10 @@ class FucinaEngine:
         """Completions in the order they finish; a prompt that cannot fit the context comes back at once as an error."""
         return drain(self.session(on_step), prompts)
 
+    def document(self, text: str) -> list[list[int]]:
+        """The user message as the drafts copy from it (``drafting.document_spans``), encoded as ``encode_chat`` encodes it."""
+        return document_spans(text, lambda texts: self.tokenizer(texts, add_special_tokens=False, split_special_tokens=True).input_ids)
+
     def complete(self, text: str, constraint: Constraint | None = None, system: str | None = None, max_tokens: int = 256) -> Completion:
         """One prompt, one completion: the simplest way in."""
         return next(self.generate([Prompt("0", text, system, constraint, max_tokens=max_tokens)]))
@@ -239,7 +243,8 @@ class FucinaSession:
         if problem:
             self.refused.append(Completion(p.id, "", [], "error", StreamStats(prompt_tokens=len(ids)), error=problem))
             return
-        self.decoder.add(Request(p.id, ids, p.constraint.clone() if p.constraint else None, p.seed, p.max_tokens))
+        document = self.engine.document(p.text) if self.engine.spec and self.engine.spec.enabled else ()
+        self.decoder.add(Request(p.id, ids, p.constraint.clone() if p.constraint else None, p.seed, p.max_tokens, document))
 
     @property
     def busy(self) -> bool:

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from .. import native
-from .processor import LogitProcessor
+from .processor import LogitProcessor, PathJob
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +89,12 @@ def apply_bitmask(logits: torch.Tensor, bitmask: np.ndarray) -> None:
         logits[..., :covered].masked_fill_(torch.from_numpy(banned).to(logits.device), float("-inf"))
     if covered < logits.shape[-1]:
         logits[..., covered:] = float("-inf")
+
+
+@functools.cache
+def _executor() -> llguidance.LLExecutor:
+    """llguidance's thread pool for a batch's masks (80% of the host's cores, at most 32)."""
+    return llguidance.LLExecutor()
 
 
 @functools.cache
@@ -169,7 +175,7 @@ class Constraint(LogitProcessor):
 
     def clone(self) -> "Constraint":
         """Independent matcher state over the shared compiled grammar and bridge."""
-        twin = object.__new__(Constraint)
+        twin = object.__new__(type(self))
         twin.__dict__.update(self.__dict__)
         twin._matcher = self._matcher.deep_copy()
         twin._init_buffers()
@@ -179,9 +185,44 @@ class Constraint(LogitProcessor):
 
     def process(self, logits: torch.Tensor, history: Sequence[int]) -> int | None:
         self._fill_bitmask()
-        forced = only_allowed(self._bitmask)
+        return self._mask(logits, self._bitmask, only_allowed(self._bitmask))
+
+    @classmethod
+    def process_paths(cls, jobs: Sequence[PathJob]) -> list[list[int | None]]:
+        """Every job's rows in one llguidance call, then masked as ``process`` masks them.
+
+        ``fill_next_token_bitmask_par_with_draft_tokens`` advances a matcher
+        along its path on llguidance's threads (the host's cores), writes a
+        mask per step and rolls the matcher back; it stops at the end of a
+        path's valid tokens or of the grammar, where a job's processed rows
+        end (unfilled masks are all zero, which no healthy matcher gives). A
+        failed matcher's rows are left to ``process``, which logs it.
+        """
+        bitmask = np.zeros((sum(len(rows) for _, rows, _, _ in jobs), jobs[0][0]._bitmask.size), dtype=np.int32)
+        starts = np.cumsum([0] + [len(rows) for _, rows, _, _ in jobs])
+        live = [(c._matcher, int(start), list(path)) for (c, _, _, path), start in zip(jobs, starts) if not c._matcher.is_error()]
+        executor, size = _executor(), bitmask.shape[1] * 4
+        if steps := [(m, k) for m, k, path in live if not path]:  # llguidance refuses an empty path
+            executor.unsafe_compute_mask_ptr(steps, bitmask.ctypes.data, size, len(bitmask))
+        if paths := [job for job in live if job[2]]:
+            executor.unsafe_compute_mask_ptr_with_draft_token(paths, bitmask.ctypes.data, size, len(bitmask))
+        filled = np.count_nonzero(bitmask, axis=1)
+        out = []
+        for (c, rows, _, _), start in zip(jobs, starts):
+            done: list[int | None] = []
+            if not c._matcher.is_error():
+                for i in range(len(rows)):
+                    if not filled[start + i]:
+                        break
+                    words = bitmask[start + i]
+                    done.append(c._mask(rows[i], words, only_allowed(words) if filled[start + i] == 1 else None))
+            out.append(done)
+        return out
+
+    def _mask(self, logits: torch.Tensor, bitmask: np.ndarray, forced: int | None) -> int | None:
+        """``process``'s work on the row, once the mask is filled: name the one allowed token, or mask the row."""
         if forced is None:
-            apply_bitmask(logits[: self.vocab_size], self._bitmask)
+            apply_bitmask(logits[: self.vocab_size], bitmask)
             if len(logits) > self.vocab_size:
                 logits[self.vocab_size :] = float("-inf")
         return forced
@@ -226,6 +267,15 @@ class Constraint(LogitProcessor):
         if self._matcher.is_error() or self._matcher.is_stopped():
             return []
         return list(self._matcher.compute_ff_tokens())
+
+    def likely_tokens(self) -> list[int]:
+        """The forced bytes, tokenized: llguidance's forced tokens stop before a token the next free
+        choice could merge with (``":"`` before a string value, which ``":"H`` might begin)."""
+        forced = self.forced_tokens()
+        if self._matcher.is_error() or self._matcher.is_stopped():
+            return forced
+        spelled = self.bridge.tokenize_bytes(self._matcher.compute_ff_bytes())
+        return spelled if spelled[: len(forced)] == forced and len(spelled) > len(forced) else forced
 
     def valid_prefix_len(self, tokens: Sequence[int]) -> int:
         if self._matcher.is_error():
