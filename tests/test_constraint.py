@@ -433,10 +433,16 @@ def processed_in_turn(constraint: Constraint, rows: torch.Tensor, path: list[int
     return out
 
 
-def test_rows_processed_ahead_are_processed_as_in_turn(person, tokenizer):
+@pytest.mark.parametrize("kernel", [True, False], ids=["kernel", "numpy"])
+def test_rows_processed_ahead_are_processed_as_in_turn(person, tokenizer, kernel, monkeypatch):
     """One ``process_paths`` call for several constraints in different states: every row it processes is
     masked, or its token named, as ``process`` would once the path before it was committed; it leaves the
-    constraints' states alone, and stops where a path leaves the grammar or ends it."""
+    constraints' states alone, and stops where a path leaves the grammar or ends it. The rows are masked
+    in one C++ call, or without a compiler one by one."""
+    from fucina_jobs.decoding import constraint
+
+    if not kernel:
+        monkeypatch.setattr(constraint, "_apply_bitmasks_kernel", lambda: None)
     value = encode(tokenizer, '{"name":"Ada","age":36,"tags":["x"]}')
     cases = [
         ([], value[:5]),  # a fresh matcher, forced rows first

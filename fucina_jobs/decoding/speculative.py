@@ -69,7 +69,7 @@ def process_ahead(streams: Sequence[tuple[Sampler, Sequence[int], Sequence[int],
     greedy choice off every greedy sampler's processed rows that nothing
     forced. ``verify`` takes each stream's list as its ``ahead``.
     """
-    processed: list[list[int | None]] = [[None] * len(rows) if sampler.processor is None else [] for sampler, _, _, rows in streams]
+    processed: list[list[int | None]] = [[None] * rows.shape[0] if sampler.processor is None else [] for sampler, _, _, rows in streams]
     classes: dict[type[LogitProcessor], list[int]] = {}
     for k, (sampler, *_) in enumerate(streams):
         if sampler.processor is not None:
