@@ -14,8 +14,6 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable, Protocol, Sequence
 
-import numpy as np
-
 #: The draft sources, as stats name them: the grammar's forced tokens, the tokens that spell its forced text,
 #: copies of the document, and prompt-lookup n-grams.
 FORCED, SPELLED, DOCUMENT, NGRAM = "forced", "spelled", "document", "ngram"
@@ -186,9 +184,9 @@ class Cascade:
             return
         i = self._live
         self.sources[i].feedback(accepted)
-        self.recent[i].append((accepted, self._live_len))
-        tried = sum(n for _, n in self.recent[i])
-        if len(self.recent[i]) == self.recent[i].maxlen and sum(a for a, _ in self.recent[i]) < self.min_acceptance * tried:
+        recent = self.recent[i]
+        recent.append((accepted, self._live_len))
+        if len(recent) == recent.maxlen and sum(a for a, _ in recent) < self.min_acceptance * sum(n for _, n in recent):
             self.cooldowns[i] = self.cooldown
             self.recent[i].clear()
 
@@ -216,6 +214,6 @@ class CostGate:
 
     def record(self, committed: int) -> None:
         self.recent.append(committed)
-        if len(self.recent) == self.recent.maxlen and np.mean(self.recent) < self.min_tokens_per_forward:
+        if len(self.recent) == self.recent.maxlen and sum(self.recent) < self.min_tokens_per_forward * len(self.recent):
             self.muted_for = self.probe_every
             self.recent.clear()
