@@ -8,7 +8,7 @@ import os
 import platform
 import time
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Sequence, TypeVar
+from typing import Any, Iterator, Mapping, Sequence, TypeVar
 
 from .inputs import Doc
 
@@ -96,10 +96,11 @@ def timed_engine(loaded: Any, speculative: Any, streams: int = 1):
     return engine, ForwardClock(engine.runner)
 
 
-def job_prompts(docs: Sequence[Doc], system: str, constraint: Any, max_tokens: int):
+def job_prompts(docs: Sequence[Doc], system: str, constraints: Mapping[str, Any], max_tokens: int):
+    """The documents' prompts, each with its constraint (``constraints`` by document id; none where it has none)."""
     from ..engines import Prompt
 
-    return [Prompt(d.id, d.user, system, constraint, seed=0, max_tokens=max_tokens) for d in docs]
+    return [Prompt(d.id, d.user, system, constraints.get(d.id), seed=0, max_tokens=max_tokens) for d in docs]
 
 
 def acceptance(completions: Sequence[Any]) -> dict[str, dict[str, float]]:

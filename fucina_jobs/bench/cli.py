@@ -91,8 +91,9 @@ def build_parser() -> argparse.ArgumentParser:
         "decode",
         "one stream: plain vs speculative decoding, constraint overhead",
         "One stream, greedy, four arms per document: plain unconstrained, plain constrained, speculative "
-        "constrained without grammar drafting (prompt-lookup n-grams only), speculative constrained with "
-        "grammar drafting (forced tokens + n-grams). Reports forwards, tokens, tokens/forward, acceptance "
+        "constrained without grammar drafting (copies of the document and prompt-lookup n-grams), speculative "
+        "constrained with grammar drafting (forced tokens first). Each document is constrained as the job "
+        "constrains it: by its own grounded grammar where the schema grounds fields. Reports forwards, tokens, tokens/forward, acceptance "
         "per draft source, median wall, wall ratio vs plain constrained, byte identity with plain constrained, "
         "a time split and the logit processor's time per token.",
     )

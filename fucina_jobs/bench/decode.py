@@ -12,7 +12,7 @@ from typing import Any
 
 from ..decoding.drafting import DRAFT_SOURCES
 from .arms import Arm, acceptance, alternate, environment, job_prompts, load_model_for, percentile, same, timed_engine
-from .inputs import Doc, load_docs
+from .inputs import Doc, constraint_source, load_docs
 from .tables import format_table, yes_no
 
 log = logging.getLogger(__name__)
@@ -29,20 +29,16 @@ def run_decode(args: argparse.Namespace) -> dict[str, Any]:
         Arm("spec_no_grammar_drafting", "spec, no grammar drafting", SpeculativeConfig(grammar_drafting=False), True),
         Arm("spec_grammar_drafting", "spec + grammar drafting", SpeculativeConfig(), True),
     ]
-    constraint = None
     for arm in arms:
         arm.engine, arm.clock = timed_engine(loaded, arm.speculative)
-        if constraint is None:
-            log.info("compiling %s", args.schema)
-            constraint = arm.engine.constraint(json_schema=Path(args.schema))
-    prompts = {arm.key: job_prompts(docs, system, constraint if arm.constrained else None, args.max_tokens) for arm in arms}
+    log.info("compiling %s for each document, as the job does", args.schema)
+    constraints = {d.id: arms[0].engine.constraint(**constraint_source(Path(args.schema), d.text)) for d in docs}
+    prompts = {arm.key: job_prompts(docs, system, constraints if arm.constrained else {}, args.max_tokens) for arm in arms}
 
     if args.warmup:
         log.info("warm-up: one short generation per arm")
         for arm in arms:
-            p = prompts[arm.key][0]
-            warm = job_prompts([Doc(p.id, p.text)], system, p.constraint, min(8, args.max_tokens))
-            list(arm.engine.generate(warm))
+            list(arm.engine.generate(job_prompts(docs[:1], system, constraints if arm.constrained else {}, min(8, args.max_tokens))))
 
     for arm in arms:
         for field_ in (arm.walls, arm.prefill, arm.decode, arm.processor):
@@ -173,7 +169,7 @@ def format_decode(result: dict[str, Any]) -> str:
         "wall = median over repeats; vs plain-c = wall ratio against plain constrained; identical = same bytes as plain constrained",
         "",
         format_table(
-            ["arm", "forwards", "tokens", "tok/fwd", "forced acc", "ngram acc", "wall s", "vs plain-c", "ms/tok", "identical"],
+            ["arm", "forwards", "tokens", "tok/fwd", *(f"{source} acc" for source in DRAFT_SOURCES), "wall s", "vs plain-c", "ms/tok", "identical"],
             [
                 [
                     r["label"],

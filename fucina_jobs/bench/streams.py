@@ -34,13 +34,14 @@ def run_streams(args: argparse.Namespace) -> dict[str, Any]:
                 log.info("compiling %s", args.schema)
                 constraint = arm.engine.constraint(json_schema=Path(args.schema))
             arms.append(arm)
-    prompts = job_prompts(requests, system, constraint, args.max_tokens)
+    constraints = {d.id: constraint for d in requests}
+    prompts = job_prompts(requests, system, constraints, args.max_tokens)
 
     if args.warmup:
         # One short batched generation warms the shared model for every arm.
         warm = max(arms, key=lambda a: (a.streams, a.speculative.enabled))
         log.info("warm-up: one short generation (%s)", warm.label)
-        list(warm.engine.generate(job_prompts(requests[: min(2, warm.streams)], system, constraint, min(8, args.max_tokens))))
+        list(warm.engine.generate(job_prompts(requests[: min(2, warm.streams)], system, constraints, min(8, args.max_tokens))))
 
     for r, arm in alternate(arms, args.repeats):
         steps = [0]

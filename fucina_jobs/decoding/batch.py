@@ -18,16 +18,16 @@ from __future__ import annotations
 import logging
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from .choice import continuation_logprobs
 from .constrained_source import ConstrainedSource
-from .drafting import FORCED, Cascade, CostGate, Draft, DraftSource, PromptLookup
+from .drafting import FORCED, SPELLED, Cascade, CostGate, DocumentLookup, Draft, DraftSource, PromptLookup
 from .prefix_cache import PrefixCache, cacheable, shared_prefix
 from .processor import LogitProcessor
 from .runner import ModelRunner
-from .sampler import AllTokensMasked, Sampler, SamplingParams
-from .speculative import verify
+from .sampler import Ahead, AllTokensMasked, Sampler, SamplingParams
+from .speculative import process_ahead, verify
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +56,8 @@ class Request:
     seed: int = 0
     max_tokens: int = field(kw_only=True)
     params: SamplingParams | None = field(default=None, kw_only=True)  # this request's sampling settings; None: the decoder's
+    #: The document the output copies from, as ``drafting.document_spans``: drafts for the values copied from it.
+    document: Sequence[Sequence[int]] = field(default=(), kw_only=True)
 
 
 @dataclass
@@ -106,7 +108,7 @@ class Stream:
             request.processor.reset()
             if runner is not None:  # a processor may score whole continuations over this stream's cache
                 request.processor.bind(lambda history, row, continuations: continuation_logprobs(runner, self.kv, history, row, continuations))
-        self.drafter = _drafter(spec, request.processor) if spec else None
+        self.drafter = _drafter(spec, request.processor, request.document) if spec else None
         self.gate = CostGate(spec.min_tokens_per_forward) if self.drafter else None
         self.max_draft = spec.max_draft if spec else 0
         self.draft = Draft()
@@ -139,18 +141,22 @@ class Stream:
     def _cut_at_stop(self, stop_tokens: frozenset[int]) -> None:
         # A stop token may only arrive as a sampled correction or bonus, so the
         # turn boundary is handled identically with and without speculation.
-        for i, token in enumerate(self.draft.tokens):
+        draft = self.draft
+        for i, token in enumerate(draft.tokens):
             if token in stop_tokens:
-                self.draft.tokens = self.draft.tokens[:i]
-                self.draft.certain = min(self.draft.certain, i)
+                draft.tokens = draft.tokens[:i]
+                lead = min(draft.certain + draft.spelled, i)
+                draft.certain = min(draft.certain, i)
+                draft.spelled = lead - draft.certain
                 self.drafter.truncate_pending(i)
                 return
 
-    def advance(self, rows, stop_tokens: frozenset[int]) -> None:
-        """Verify this step's rows and bring history, cache and stats up to date."""
+    def advance(self, rows, stop_tokens: frozenset[int], ahead: Sequence[Ahead] = ()) -> None:
+        """Verify this step's rows (``ahead``: the work done for them before, ``process_ahead``)
+        and bring history, cache and stats up to date."""
         self.stats.forwards += 1
         try:
-            verdict = verify(self.sampler, self.history, self.draft.tokens, rows, stop_tokens)
+            verdict = verify(self.sampler, self.history, self.draft.tokens, rows, stop_tokens, ahead)
         except AllTokensMasked as err:
             self.finish, self.error = "error", str(err)
             return
@@ -166,11 +172,12 @@ class Stream:
             self.finish = "length"
 
     def _account(self, accepted: int) -> None:
-        certain = self.draft.certain
-        if certain:
-            self.stats.count(FORCED, certain, min(accepted, certain))
-        if len(self.draft.tokens) > certain:
-            self.stats.count(self.draft.source, len(self.draft.tokens) - certain, max(0, accepted - certain))
+        start = 0
+        for source, n in ((FORCED, self.draft.certain), (SPELLED, self.draft.spelled), (self.draft.source, len(self.draft.tokens))):
+            n = min(n, len(self.draft.tokens) - start)
+            if n > 0:
+                self.stats.count(source, n, min(n, max(0, accepted - start)))
+                start += n
         self.drafter.feedback(accepted)
         self.gate.record(accepted + 1)
 
@@ -182,8 +189,9 @@ class Stream:
         return Generation(self.request.id, tokens, self.finish, self.stats, self.error, probs)
 
 
-def _drafter(spec: SpecConfig, processor: LogitProcessor | None) -> DraftSource:
-    source: DraftSource = Cascade([PromptLookup(spec.max_ngram, spec.min_ngram)])
+def _drafter(spec: SpecConfig, processor: LogitProcessor | None, document: Sequence[Sequence[int]] = ()) -> DraftSource:
+    lookup = PromptLookup(spec.max_ngram, spec.min_ngram)
+    source: DraftSource = Cascade([DocumentLookup(document), lookup] if document else [lookup])
     if spec.grammar_drafting and processor is not None and processor.has_structure:
         source = ConstrainedSource(source, processor)
     return source
@@ -255,8 +263,9 @@ class BatchDecoder:
         for stream in prefilling:
             if stream.decoding:
                 self.prefixes.store(stream.request.prompt, stream.kv)
-        for stream, stream_rows in zip(decoding, rows):
-            stream.advance(stream_rows, self.stop_tokens)
+        ahead = process_ahead([(s.sampler, s.history, s.draft.tokens, r) for s, r in zip(decoding, rows)])
+        for stream, stream_rows, stream_ahead in zip(decoding, rows, ahead):
+            stream.advance(stream_rows, self.stop_tokens, stream_ahead)
             self.runner.trim(stream.kv, len(stream.history) - 1)
         if self.on_step is not None:
             self.on_step()

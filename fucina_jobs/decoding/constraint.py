@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from .. import native
-from .processor import LogitProcessor
+from .processor import LogitProcessor, PathJob
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +88,34 @@ def apply_bitmask(logits: torch.Tensor, bitmask: np.ndarray) -> None:
         logits[..., :covered].masked_fill_(torch.from_numpy(banned).to(logits.device), float("-inf"))
     if covered < logits.shape[-1]:
         logits[..., covered:] = float("-inf")
+
+
+def _apply_bitmasks(rows: list[tuple["Constraint", torch.Tensor, int]], bitmask: np.ndarray) -> None:
+    """Mask each ``(constraint, row, index)``'s row by ``bitmask[index]`` as ``process`` does: one C++ call for
+    all the CPU float32 rows of one vocabulary size where the kernels are built, else row by row."""
+    kernel = _apply_bitmasks_kernel()
+    if kernel is not None and rows and all(r.is_cpu and r.dtype == torch.float32 and r.is_contiguous() for _, r, _ in rows):
+        for vocab, width in {(c.vocab_size, r.numel()) for c, r, _ in rows}:
+            group = [(r, i) for c, r, i in rows if (c.vocab_size, r.numel()) == (vocab, width)]
+            pointers = (ctypes.c_void_p * len(group))(*[r.data_ptr() for r, _ in group])
+            masks = (ctypes.c_void_p * len(group))(*[bitmask[i].ctypes.data for _, i in group])
+            kernel(pointers, masks, len(group), vocab, width, bitmask.shape[1])
+        return
+    for c, row, i in rows:
+        c._mask(row, bitmask[i], None)
+
+
+@functools.cache
+def _apply_bitmasks_kernel() -> Callable[..., None] | None:
+    if native.library() is None:
+        return None
+    return native.entry("fucina_apply_bitmasks", [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64])
+
+
+@functools.cache
+def _executor() -> llguidance.LLExecutor:
+    """llguidance's thread pool for a batch's masks (80% of the host's cores, at most 32)."""
+    return llguidance.LLExecutor()
 
 
 @functools.cache
@@ -168,7 +196,7 @@ class Constraint(LogitProcessor):
 
     def clone(self) -> "Constraint":
         """Independent matcher state over the shared compiled grammar and bridge."""
-        twin = object.__new__(Constraint)
+        twin = object.__new__(type(self))
         twin.__dict__.update(self.__dict__)
         twin._matcher = self._matcher.deep_copy()
         twin._init_buffers()
@@ -178,9 +206,47 @@ class Constraint(LogitProcessor):
 
     def process(self, logits: torch.Tensor, history: Sequence[int]) -> int | None:
         self._fill_bitmask()
-        forced = only_allowed(self._bitmask)
+        return self._mask(logits, self._bitmask, only_allowed(self._bitmask))
+
+    @classmethod
+    def process_paths(cls, jobs: Sequence[PathJob]) -> list[list[int | None]]:
+        """Every job's rows in one llguidance call, then masked as ``process`` masks them.
+
+        ``fill_next_token_bitmask_par_with_draft_tokens`` advances a matcher
+        along its path on llguidance's threads (the host's cores), writes a
+        mask per step and rolls the matcher back; it stops at the end of a
+        path's valid tokens or of the grammar, where a job's processed rows
+        end (unfilled masks are all zero, which no healthy matcher gives). A
+        failed matcher's rows are left to ``process``, which logs it.
+        """
+        sizes = [rows.shape[0] for _, rows, _, _ in jobs]
+        bitmask = np.zeros((sum(sizes), jobs[0][0]._bitmask.size), dtype=np.int32)
+        starts = np.cumsum([0] + sizes)
+        live = [(c._matcher, int(start), list(path)) for (c, _, _, path), start in zip(jobs, starts) if not c._matcher.is_error()]
+        executor, size = _executor(), bitmask.shape[1] * 4
+        if steps := [(m, k) for m, k, path in live if not path]:  # llguidance refuses an empty path
+            executor.unsafe_compute_mask_ptr(steps, bitmask.ctypes.data, size, len(bitmask))
+        if paths := [job for job in live if job[2]]:
+            executor.unsafe_compute_mask_ptr_with_draft_token(paths, bitmask.ctypes.data, size, len(bitmask))
+        filled = np.count_nonzero(bitmask, axis=1)
+        out, masked = [], []
+        for (c, rows, _, _), start in zip(jobs, starts):
+            done: list[int | None] = []
+            if not c._matcher.is_error():
+                for i in range(rows.shape[0]):
+                    if not filled[start + i]:
+                        break
+                    done.append(only_allowed(bitmask[start + i]) if filled[start + i] == 1 else None)
+                    if done[-1] is None:
+                        masked.append((c, rows[i], start + i))
+            out.append(done)
+        _apply_bitmasks(masked, bitmask)
+        return out
+
+    def _mask(self, logits: torch.Tensor, bitmask: np.ndarray, forced: int | None) -> int | None:
+        """``process``'s work on the row, once the mask is filled: name the one allowed token, or mask the row."""
         if forced is None:
-            apply_bitmask(logits[: self.vocab_size], self._bitmask)
+            apply_bitmask(logits[: self.vocab_size], bitmask)
             if len(logits) > self.vocab_size:
                 logits[self.vocab_size :] = float("-inf")
         return forced
@@ -225,6 +291,15 @@ class Constraint(LogitProcessor):
         if self._matcher.is_error() or self._matcher.is_stopped():
             return []
         return list(self._matcher.compute_ff_tokens())
+
+    def likely_tokens(self) -> list[int]:
+        """The forced bytes, tokenized: llguidance's forced tokens stop before a token the next free
+        choice could merge with (``":"`` before a string value, which ``":"H`` might begin)."""
+        forced = self.forced_tokens()
+        if self._matcher.is_error() or self._matcher.is_stopped():
+            return forced
+        spelled = self.bridge.tokenize_bytes(self._matcher.compute_ff_bytes())
+        return spelled if spelled[: len(forced)] == forced and len(spelled) > len(forced) else forced
 
     def valid_prefix_len(self, tokens: Sequence[int]) -> int:
         if self._matcher.is_error():

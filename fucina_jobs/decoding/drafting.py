@@ -8,24 +8,27 @@ its acceptance accounting only counts tokens that were really tried.
 
 from __future__ import annotations
 
+import array
+import re
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Protocol, Sequence
+from typing import Callable, Protocol, Sequence
 
-import numpy as np
-
-#: The draft sources, as stats name them: the grammar's forced tokens, and prompt-lookup n-grams.
-FORCED, NGRAM = "forced", "ngram"
-DRAFT_SOURCES = (FORCED, NGRAM)
+#: The draft sources, as stats name them: the grammar's forced tokens, the tokens that spell its forced text,
+#: copies of the document, and prompt-lookup n-grams.
+FORCED, SPELLED, DOCUMENT, NGRAM = "forced", "spelled", "document", "ngram"
+DRAFT_SOURCES = (FORCED, SPELLED, DOCUMENT, NGRAM)
 
 
 @dataclass
 class Draft:
-    """Proposed tokens; the first ``certain`` of them are mandated, not guessed."""
+    """Proposed tokens: the first ``certain`` are mandated, not guessed; the ``spelled`` after them write out
+    text the grammar mandates, in the tokens it is most likely written with; ``source`` guessed the rest."""
 
     tokens: list[int] = field(default_factory=list)
     source: str = ""
     certain: int = 0
+    spelled: int = 0
 
 
 class DraftSource(Protocol):
@@ -53,12 +56,11 @@ class PromptLookup:
         self.min_ngram = min_ngram
 
     def propose(self, history: Sequence[int], max_len: int) -> Draft:
-        tokens = np.asarray(history, dtype=np.int64)
-        for n in range(min(self.max_ngram, len(tokens) - 1), self.min_ngram - 1, -1):
+        tokens = array.array("i", history).tobytes()  # 4 bytes a token: bytes.rfind searches at C speed
+        for n in range(min(self.max_ngram, len(history) - 1), self.min_ngram - 1, -1):
             start = _last_match(tokens, n)
             if start is not None:
-                follow = tokens[start + n : start + n + max_len]
-                return Draft(follow.tolist(), self.name)
+                return Draft(list(history[start + n : start + n + max_len]), self.name)
         return Draft([], self.name)
 
     def feedback(self, accepted: int) -> None:
@@ -68,12 +70,79 @@ class PromptLookup:
         pass
 
 
-def _last_match(tokens: np.ndarray, n: int) -> int | None:
-    """Start of the latest earlier occurrence of the last ``n`` tokens, if any."""
-    suffix = tokens[-n:]
-    windows = np.lib.stride_tricks.sliding_window_view(tokens[:-1], n)
-    hits = np.flatnonzero((windows == suffix).all(axis=1))
-    return int(hits[-1]) if len(hits) else None
+def _last_match(tokens: bytes, n: int) -> int | None:
+    """Start of the latest earlier occurrence of the last ``n`` tokens (4 bytes each), if any."""
+    suffix, end = tokens[-4 * n :], len(tokens) - 4  # an earlier occurrence ends before the last token
+    while (found := tokens.rfind(suffix, 0, end)) >= 0:
+        if found % 4 == 0:
+            return found // 4
+        end = found + 4 * n - 1  # a hit across token boundaries: look further back
+    return None
+
+
+#: Where a copied value may start in a document: a word character not preceded by one.
+_WORD_START = re.compile(r"(?<!\w)\w")
+
+
+def document_spans(text: str, encode: Callable[[list[str]], list[list[int]]], chars: int = 96) -> list[list[int]]:
+    """``DocumentLookup``'s spans of ``text``: from each word start to the end of its line (at most ``chars``).
+
+    ``encode`` tokenizes a batch of strings as the model writes them: a span
+    is encoded on its own, so its first word has no leading space, as in a
+    JSON string (``" BWS"`` in the document, ``"B", "WS"`` in the value).
+    """
+    lines = [(m.start(), text.find("\n", m.start())) for m in _WORD_START.finditer(text)]
+    return encode([text[start : min(start + chars, end if end >= 0 else len(text))] for start, end in lines]) if lines else []
+
+
+class DocumentLookup:
+    """Copies the document from where the value being written starts there.
+
+    Prompt lookup needs an n-gram of context, and a value's first tokens have
+    none: ``"vendor":"`` is not in the document, and the document writes the
+    value after a space, which tokenizes its first word differently. Here the
+    document is a set of ``spans`` (``document_spans``), each starting at a
+    word as a value would. The longest end of the history that begins a span
+    is the value so far; the draft is what follows it there. Where several
+    spans match, the draft is what they all continue with (nothing, where
+    they part at once): the grammar decides what is allowed, and the model
+    which of the places it copies.
+    """
+
+    name = DOCUMENT
+
+    def __init__(self, spans: Sequence[Sequence[int]], longest: int = 32):
+        self.spans = [tuple(s) for s in spans if s]
+        self.longest = longest
+        self.starting: dict[int, list[tuple[int, ...]]] = {}  # first token -> the spans it starts
+        for span in self.spans:
+            self.starting.setdefault(span[0], []).append(span)
+
+    def propose(self, history: Sequence[int], max_len: int) -> Draft:
+        tail = tuple(history[-self.longest :])
+        for j, token in enumerate(tail):  # the longest end first
+            spans = self.starting.get(token)
+            if not spans:
+                continue
+            n = len(tail) - j
+            follows = [span[n : n + max_len] for span in spans if span[:n] == tail[j:]]
+            if follows:
+                return Draft(list(_common_prefix(follows)), self.name)
+        return Draft([], self.name)
+
+    def feedback(self, accepted: int) -> None:
+        pass
+
+    def truncate_pending(self, n: int) -> None:
+        pass
+
+
+def _common_prefix(sequences: list[tuple[int, ...]]) -> tuple[int, ...]:
+    first = sequences[0]
+    for i, token in enumerate(first):
+        if any(len(s) <= i or s[i] != token for s in sequences[1:]):
+            return first[:i]
+    return first
 
 
 class Cascade:
@@ -115,9 +184,9 @@ class Cascade:
             return
         i = self._live
         self.sources[i].feedback(accepted)
-        self.recent[i].append((accepted, self._live_len))
-        tried = sum(n for _, n in self.recent[i])
-        if len(self.recent[i]) == self.recent[i].maxlen and sum(a for a, _ in self.recent[i]) < self.min_acceptance * tried:
+        recent = self.recent[i]
+        recent.append((accepted, self._live_len))
+        if len(recent) == recent.maxlen and sum(a for a, _ in recent) < self.min_acceptance * sum(n for _, n in recent):
             self.cooldowns[i] = self.cooldown
             self.recent[i].clear()
 
@@ -145,6 +214,6 @@ class CostGate:
 
     def record(self, committed: int) -> None:
         self.recent.append(committed)
-        if len(self.recent) == self.recent.maxlen and np.mean(self.recent) < self.min_tokens_per_forward:
+        if len(self.recent) == self.recent.maxlen and sum(self.recent) < self.min_tokens_per_forward * len(self.recent):
             self.muted_for = self.probe_every
             self.recent.clear()

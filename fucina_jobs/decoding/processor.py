@@ -10,6 +10,11 @@ A processor knows nothing of grammars: a grammar engine is one
 implementation, a banned-token rule is another. The two structural lookaheads
 let a drafting layer exploit a processor that knows the future
 (``has_structure``); processors without structure keep the neutral defaults.
+
+A batch decoder processes all rows of a step at once where processors can
+look ahead (``process_path``): the rows of a verify forward lie along a
+known token path, and one call for the processors of a class (``process_paths``)
+lets a grammar engine fill every stream's masks together.
 """
 
 from __future__ import annotations
@@ -17,6 +22,9 @@ from __future__ import annotations
 from typing import Mapping, Protocol, Sequence
 
 import torch
+
+#: One job of ``process_paths``: a processor, a stream's rows, its history and the path the rows lie along.
+PathJob = tuple["LogitProcessor", torch.Tensor, Sequence[int], Sequence[int]]
 
 
 class ContinuationScorer(Protocol):
@@ -49,6 +57,18 @@ class LogitProcessor:
         """The decoder offers a scorer of whole continuations of this stream's history;
         processors that choose by likelihood (``choice``) keep it."""
 
+    def process_path(self, rows: torch.Tensor, history: Sequence[int], path: Sequence[int]) -> list[int | None]:
+        """``process`` ahead for the leading ``rows``: ``rows[i]`` as ``process`` would treat it once ``path[:i]``
+        were committed after ``history``, the processor's state left as it is. Returns what ``process`` would
+        for each row it processed: a prefix of the rows, empty (the default) where it cannot look ahead; the
+        sampler processes the others as it reaches them."""
+        return []
+
+    @classmethod
+    def process_paths(cls, jobs: Sequence[PathJob]) -> list[list[int | None]]:
+        """``process_path`` for many processors of this class at once (a grammar engine fills their masks together)."""
+        return [processor.process_path(rows, history, path) for processor, rows, history, path in jobs]
+
     def commit(self, token: int) -> None:
         """Observe the token the sampler selected; called once per selection."""
 
@@ -62,6 +82,11 @@ class LogitProcessor:
     def forced_tokens(self) -> list[int]:
         """Tokens that every allowed continuation starts with (pure lookahead)."""
         return []
+
+    def likely_tokens(self) -> list[int]:
+        """``forced_tokens``, then the tokens that would spell what every allowed continuation still
+        starts with, where the sampler may yet pick a token that runs past it (pure lookahead)."""
+        return self.forced_tokens()
 
     def valid_prefix_len(self, tokens: Sequence[int]) -> int:
         """How many leading ``tokens`` the processor would allow (pure lookahead)."""
@@ -85,3 +110,8 @@ class TokenBias(LogitProcessor):
 
     def process(self, logits: torch.Tensor, history: Sequence[int]) -> None:
         logits.index_add_(0, self._ids.to(logits.device), self._values.to(logits.device, logits.dtype))
+
+    def process_path(self, rows: torch.Tensor, history: Sequence[int], path: Sequence[int]) -> list[int | None]:
+        values = self._values.to(rows.device, rows.dtype).expand(len(rows), -1)
+        rows.index_add_(1, self._ids.to(rows.device), values)  # it has no state: every row alike
+        return [None] * len(rows)

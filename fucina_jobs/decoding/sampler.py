@@ -36,6 +36,54 @@ class SamplingParams:
     repeat_window: int = 64  # the tokens a repeat penalty looks back over
 
 
+@dataclass(frozen=True)
+class Ahead:
+    """What a batch did for one row before ``Sampler.next`` reached it.
+
+    The processor processed the row (``LogitProcessor.process_path``): it
+    masked it in place, or named ``forced``. For a greedy sampler, ``stats``
+    may hold the row's greedy token and its log-probability (``row_stats``).
+    """
+
+    forced: int | None = None
+    stats: tuple[int, float] | None = None
+
+
+def row_stats(rows: Sequence[torch.Tensor]) -> list[tuple[int, float]]:
+    """Each float32 CPU row's greedy token and its log-probability, as ``Sampler.next`` computes them.
+
+    The token is numpy's argmax (the first maximum; a NaN counts as the
+    maximum), the log-probability torch's ``log_softmax`` there. Rows that lie
+    back to back in one tensor (a runner's logits, split per stream) are
+    computed in one call each: ``log_softmax`` runs a row alike alone or among
+    others, and spreads many rows over the intra-op threads.
+    """
+    stats: list[tuple[int, float]] = []
+    for run in _runs(rows):
+        best = run.numpy().argmax(axis=1)
+        log_probs = torch.log_softmax(run, -1)[torch.arange(len(run)), torch.from_numpy(best)]
+        stats += zip(best.tolist(), log_probs.tolist())
+    return stats
+
+
+def _runs(rows: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """``rows`` as ``[n, vocab]`` views, one per stretch of rows that follow each other in memory."""
+    runs: list[torch.Tensor] = []
+    start = 0
+    for i in range(1, len(rows) + 1):
+        if i == len(rows) or not _follows(rows[i - 1], rows[i]):
+            first = rows[start]
+            runs.append(first.as_strided((i - start, first.numel()), (first.numel(), 1), first.storage_offset()))
+            start = i
+    return runs
+
+
+def _follows(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """``b`` starts where ``a`` ends, in the same tensor (views of one base: a storage lookup costs more)."""
+    return (a._base is not None and a._base is b._base and a.numel() == b.numel() and a.is_contiguous() and b.is_contiguous()
+            and b.storage_offset() == a.storage_offset() + a.numel())
+
+
 class Sampler:
     """Per-stream sampler with an explicit, seedable random generator."""
 
@@ -48,12 +96,13 @@ class Sampler:
         self.params = params
         self.processor = processor
         self.generator = torch.Generator().manual_seed(seed)
-        #: Seconds spent inside ``processor.process``, one entry per call.
+        #: Seconds the processor spent on rows, one entry per row (a call of ``process``, or a row's share of
+        #: a batch's ``process_paths``: ``speculative.process_ahead``).
         self.process_seconds: list[float] = []
         #: Probability of each selected token, one entry per call (see ``next``).
         self.token_probs: list[float] = []
 
-    def next(self, logits: torch.Tensor, history: Sequence[int]) -> int:
+    def next(self, logits: torch.Tensor, history: Sequence[int], ahead: Ahead | None = None) -> int:
         """Select one token from a ``[vocab]`` row and commit it to the processor.
 
         Also records the selected token's probability under the constrained
@@ -62,23 +111,37 @@ class Sampler:
         (a token the processor chose by its own scoring, that choice's
         probability), so a value's confidence reflects the choices the model really made,
         and it does not depend on the temperature or penalties a job samples with.
+
+        ``ahead`` is the work a batch did for this row before ``next`` reached
+        it (``Ahead``): ``next`` then does only the rest, and commits.
         """
         row = logits.detach().to(device="cpu", dtype=torch.float32)
         forced = None
-        if self.processor is not None:
+        if ahead is not None:
+            forced = ahead.forced
+        elif self.processor is not None:
             start = time.perf_counter()
             forced = self.processor.process(row, history)
             self.process_seconds.append(time.perf_counter() - start)
         if forced is not None:
             token = self._take(row, forced)
             self.token_probs.append(self.processor.named_probability())  # 1: the softmax of a row masked to one token
+        elif ahead is not None and ahead.stats is not None:
+            token, log_prob = ahead.stats
+            self._select(row, history, token)  # only the checks: a greedy row's choice is its first maximum
+            self.token_probs.append(math.exp(log_prob))
         else:
             log_probs = torch.log_softmax(row, 0)  # before _select, whose repeat penalty edits the row
-            token = self._select(row, history)
+            token = self._select(row, history, int(row.numpy().argmax()))
             self.token_probs.append(math.exp(float(log_probs[token])))
         if self.processor is not None:
             self.processor.commit(token)
         return token
+
+    @property
+    def greedy(self) -> bool:
+        """Selects the row's first maximum: what ``row_stats`` reads off the processed row is its choice."""
+        return self.params.temperature <= 0.0 and self.params.repeat_penalty == 1.0
 
     def _take(self, row: torch.Tensor, forced: int) -> int:
         """What ``_select`` picks from a row masked to ``forced`` alone, without masking it."""
@@ -88,12 +151,13 @@ class Sampler:
             torch.rand((), generator=self.generator)  # _sample's one draw a token, so the stream's draws stay in step
         return forced
 
-    def _select(self, row: torch.Tensor, history: Sequence[int]) -> int:
+    def _select(self, row: torch.Tensor, history: Sequence[int], best: int) -> int:
+        """``best`` is the row's first maximum before any penalty: numpy's argmax, a tenth of torch's CPU
+        time on a vocab row, and the same rule (the first maximum; NaN wins)."""
         p = self.params
         if p.repeat_penalty != 1.0 and history:
             _apply_repeat_penalty(row, history[-p.repeat_window :], p.repeat_penalty)
-        # numpy's argmax: a tenth of torch's CPU time on a vocab row, and the same rule (the first maximum; NaN wins).
-        best = int(row.numpy().argmax())
+            best = int(row.numpy().argmax())
         top = float(row[best])
         if top == float("-inf") or top != top:  # the largest logit is -inf (or NaN): nothing is left
             raise AllTokensMasked("no token is left to sample: the logit processor masked the whole vocabulary")

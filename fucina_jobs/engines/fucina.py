@@ -14,6 +14,7 @@ from ..confidence import token_spans
 from ..decoding.batch import BatchDecoder, Request, SpecConfig, StreamStats
 from ..decoding.choice import LikelihoodChoice
 from ..decoding.constraint import Constraint
+from ..decoding.drafting import document_spans
 from ..decoding.processor import LogitProcessor
 from ..decoding.sampler import SamplingParams
 from ..models.hf_runner import HFRunner
@@ -182,6 +183,10 @@ class FucinaEngine:
         """Completions in the order they finish; a prompt that cannot fit the context comes back at once as an error."""
         return drain(self.session(on_step), prompts)
 
+    def document(self, text: str) -> list[list[int]]:
+        """The user message as the drafts copy from it (``drafting.document_spans``), encoded as ``encode_chat`` encodes it."""
+        return document_spans(text, lambda texts: self.tokenizer(texts, add_special_tokens=False, split_special_tokens=True).input_ids)
+
     def complete(self, text: str, constraint: Constraint | None = None, system: str | None = None, max_tokens: int | None = None) -> Completion:
         """One prompt, one completion: the simplest way in (``max_tokens`` None: ``decoding.max_tokens``)."""
         return next(self.generate([Prompt("0", text, system, constraint, max_tokens=max_tokens)]))
@@ -202,7 +207,8 @@ class FucinaSession:
         if problem:
             self.refused.append(Completion(p.id, "", [], "error", StreamStats(prompt_tokens=len(ids)), error=problem))
             return
-        self.decoder.add(Request(p.id, ids, self.engine.processor(p), p.seed, max_tokens=max_tokens, params=p.params))
+        document = self.engine.document(p.text) if self.engine.spec else ()
+        self.decoder.add(Request(p.id, ids, self.engine.processor(p), p.seed, max_tokens=max_tokens, params=p.params, document=document))
 
     @property
     def busy(self) -> bool:

@@ -1,4 +1,4 @@
-// llguidance's packed token mask applied to one float32 logits row. Built by fucina_jobs/native, called
+// llguidance's packed token mask applied to float32 logits rows. Built by fucina_jobs/native, called
 // by decoding/constraint.py, which says why.
 #include <algorithm>
 #include <cstdint>
@@ -21,4 +21,14 @@ extern "C" void fucina_apply_bitmask(float* row, int64_t n, const uint32_t* mask
     for (int64_t i = 0; i < width; ++i) x[i] = (bits >> i & 1) ? x[i] : banned;
   }
   std::fill(row + covered, row + n, banned);
+}
+
+// fucina_apply_bitmask for `n` rows at once, each row and mask at its own address: the first `vocab`
+// columns of a row by its mask's bits, the rest of its `width` set to -inf.
+extern "C" void fucina_apply_bitmasks(float* const* rows, const uint32_t* const* masks, int64_t n, int64_t vocab, int64_t width,
+                                      int64_t words) {
+  for (int64_t r = 0; r < n; ++r) {
+    fucina_apply_bitmask(rows[r], vocab, masks[r], words);
+    std::fill(rows[r] + vocab, rows[r] + width, -std::numeric_limits<float>::infinity());
+  }
 }

@@ -416,3 +416,67 @@ def test_only_allowed_names_a_lone_bit(bit):
     twin.view(np.uint32)[bit >> 5] |= np.uint32(1 << ((bit + 1) & 31))  # a second bit in the same word
     assert only_allowed(twin) is None
     assert only_allowed(np.zeros(10, np.int32)) is None
+
+
+# -- rows processed ahead (the batch decoder's path) --------------------------------
+
+
+def processed_in_turn(constraint: Constraint, rows: torch.Tensor, path: list[int]) -> list[int | None]:
+    """What ``process`` returns for each row with ``path[:i]`` committed before row ``i``, on a copy."""
+    twin = constraint.clone()
+    twin._matcher = constraint._matcher.deep_copy()  # the same state (a clone starts from its source's state too)
+    out = []
+    for i, row in enumerate(rows):
+        out.append(twin.process(row, []))
+        if i < len(path):
+            twin.commit(path[i])
+    return out
+
+
+@pytest.mark.parametrize("kernel", [True, False], ids=["kernel", "numpy"])
+def test_rows_processed_ahead_are_processed_as_in_turn(person, tokenizer, kernel, monkeypatch):
+    """One ``process_paths`` call for several constraints in different states: every row it processes is
+    masked, or its token named, as ``process`` would once the path before it was committed; it leaves the
+    constraints' states alone, and stops where a path leaves the grammar or ends it. The rows are masked
+    in one C++ call, or without a compiler one by one."""
+    from fucina_jobs.decoding import constraint
+
+    if not kernel:
+        monkeypatch.setattr(constraint, "_apply_bitmasks_kernel", lambda: None)
+    value = encode(tokenizer, '{"name":"Ada","age":36,"tags":["x"]}')
+    cases = [
+        ([], value[:5]),  # a fresh matcher, forced rows first
+        (value[:3], value[3:9]),  # inside a string, then the key after it
+        (value[:10], value[10:] + [STOP, 5]),  # runs to the end of the grammar: the rows after the stop are left
+        (value[:4], value[4:6] + encode(tokenizer, "!!!") + value[6:8]),  # an invalid token: the rows after it are left
+        (value[:6], []),  # no drafts: one row
+        (value, []),  # complete: only the stop
+    ]
+    torch.manual_seed(0)
+    constraints, jobs, expected = [], [], []
+    for done, path in cases:
+        c = person.clone()
+        for token in done:
+            c.commit(token)
+        rows = torch.randn(len(path) + 1, VOCAB)
+        reference = rows.clone()
+        expected.append((processed_in_turn(c, reference, path), reference))
+        constraints.append((c, c.forced_tokens(), c.valid_prefix_len(value)))
+        jobs.append((c, rows, [], path))
+    results = Constraint.process_paths(jobs)
+    for (c, rows, _, path), got, (want, reference), (_, forced, valid) in zip(jobs, results, expected, constraints):
+        assert 1 <= len(got) <= len(rows) and got == want[: len(got)]
+        for i, result in enumerate(got):
+            if result is None:  # a masked row: bit for bit what process left
+                assert torch.equal(rows[i], reference[i])
+        assert c.forced_tokens() == forced and c.valid_prefix_len(value) == valid  # the state did not move
+    assert [len(got) for got in results] == [6, 7, len(value) - 10 + 1, 3, 1, 1]
+    assert sum(r is not None for got in results for r in got) > 0 and sum(r is None for got in results for r in got) > 0
+
+
+def test_a_failed_matcher_is_left_to_process(person, tokenizer):
+    c = person.clone()
+    c.commit(encode(tokenizer, "{")[0])
+    c.commit(encode(tokenizer, "hello")[0])
+    assert c.is_error
+    assert Constraint.process_paths([(c, torch.zeros(2, VOCAB), [], [5])]) == [[]]

@@ -9,7 +9,7 @@ from tests.helpers import GREEDY, SPEC, STOP, decode, repetitive_prompt
 from fucina_jobs.decoding import batch
 from fucina_jobs.decoding.batch import Request
 from fucina_jobs.decoding.constrained_source import ConstrainedSource
-from fucina_jobs.decoding.drafting import Cascade, CostGate, Draft, PromptLookup
+from fucina_jobs.decoding.drafting import Cascade, CostGate, DocumentLookup, Draft, PromptLookup, document_spans
 from fucina_jobs.decoding.processor import LogitProcessor, TokenBias
 
 
@@ -42,10 +42,63 @@ def test_prompt_lookup_empty_without_a_match(history):
     assert PromptLookup(max_ngram=4, min_ngram=2).propose(history, 4).tokens == []
 
 
+def test_prompt_lookup_equals_a_plain_search():
+    """The byte search finds what a plain scan finds, also where a hit straddles two tokens' bytes."""
+    import random
+
+    def reference(history, n, max_len):
+        starts = [i for i in range(len(history) - n) if history[i : i + n] == history[-n:]]
+        return history[starts[-1] + n : starts[-1] + n + max_len] if starts else None
+
+    rng = random.Random(0)
+    for _ in range(500):
+        # Few distinct small ids (many matches) and large ids whose bytes hold those small ones.
+        history = [rng.choice([0, 1, 2, 256, 65536, 16777216, 257]) for _ in range(rng.randint(0, 40))]
+        for n in range(1, 5):
+            want = reference(history, n, 3) if len(history) > n else None
+            got = PromptLookup(max_ngram=n, min_ngram=n).propose(history, 3).tokens
+            assert got == (want or []), (history, n)
+
+
 def test_prompt_lookup_min_ngram():
     history = [1, 2, 3, 1]
     assert PromptLookup(max_ngram=4, min_ngram=1).propose(history, 2).tokens == [2, 3]
     assert PromptLookup(max_ngram=4, min_ngram=2).propose(history, 2).tokens == []
+
+
+# -- DocumentLookup ---------------------------------------------------------------
+
+
+def test_document_lookup_continues_the_value_from_its_start():
+    lookup = DocumentLookup([[5, 6, 7, 8], [6, 7, 8], [9, 6, 1]])
+    assert lookup.propose([1, 2, 5], 8).tokens == [6, 7, 8]  # one token of the value is enough
+    assert lookup.propose([1, 5, 6], 2).tokens == [7, 8] and lookup.propose([1, 5, 6], 2).source == "document"
+    # [9, 6] begins a span: the value so far is the whole match, not its last token [6].
+    assert lookup.propose([3, 9, 6], 4).tokens == [1]
+
+
+def test_document_lookup_drafts_what_the_places_agree_on():
+    lookup = DocumentLookup([[5, 6, 7, 1], [5, 6, 7, 2], [5, 6]])
+    assert lookup.propose([5], 8).tokens == [6]  # one place's line ends after 6: the value may end there
+    assert DocumentLookup([[5, 6, 7, 1], [5, 6, 7, 2]]).propose([5], 8).tokens == [6, 7]
+    assert DocumentLookup([[5, 6, 7, 1], [5, 9]]).propose([5], 8).tokens == []
+
+
+@pytest.mark.parametrize("history", [[], [4], [1, 2, 3], [6, 7, 8, 9]])
+def test_document_lookup_empty_without_a_match(history):
+    assert DocumentLookup([[5, 6], [6, 7, 8]]).propose(history, 4).tokens == []
+
+
+def test_document_spans_start_at_words_and_end_at_lines(tokenizer):
+    text = "Invoice No.:   BWS-2025-0147\nBill To: Halden Robotics LLC"
+    encode = lambda texts: tokenizer(texts, add_special_tokens=False).input_ids  # noqa: E731
+    spans = [tokenizer.decode(s) for s in document_spans(text, encode)]
+    assert spans[:4] == ["Invoice No.:   BWS-2025-0147", "No.:   BWS-2025-0147", "BWS-2025-0147", "2025-0147"]
+    assert spans[-3:] == ["Halden Robotics LLC", "Robotics LLC", "LLC"]
+    # The document writes " B", "WS"; a value that copies it starts "B", "WS", and its draft follows from there.
+    value = tokenizer.encode('{"invoice_number":"B', add_special_tokens=False)
+    draft = DocumentLookup(document_spans(text, encode)).propose(value, 8)
+    assert tokenizer.decode(draft.tokens) == "WS-2025-0"
 
 
 # -- fakes ------------------------------------------------------------------------
@@ -72,12 +125,15 @@ class FakeSource:
 class FakeStructure(LogitProcessor):
     has_structure = True
 
-    def __init__(self, forced=(), valid=None):
-        self.forced, self.valid = list(forced), valid
+    def __init__(self, forced=(), valid=None, spelled=()):
+        self.forced, self.valid, self.spelled = list(forced), valid, list(spelled)
         self.probes: list[list[int]] = []
 
     def forced_tokens(self):
         return list(self.forced)
+
+    def likely_tokens(self):
+        return list(self.forced) + list(self.spelled)
 
     def valid_prefix_len(self, tokens):
         self.probes.append(list(tokens))
@@ -187,7 +243,7 @@ def test_a_useless_drafter_is_muted_and_changes_nothing(tokenizer, tiny_runner, 
     prompt = repetitive_prompt(tokenizer)
     request = lambda: Request("w", prompt, TokenBias.banned([banned]), max_tokens=40)  # noqa: E731
     plain = decode(tiny_runner, [request()])["w"]
-    monkeypatch.setattr(batch, "_drafter", lambda spec, processor: WrongDrafts(banned))
+    monkeypatch.setattr(batch, "_drafter", lambda spec, processor, document: WrongDrafts(banned))
     spec = decode(tiny_runner, [request()], spec=replace(SPEC, max_draft=2))["w"]
     assert spec.tokens == plain.tokens
     assert spec.stats.drafted["wrong"] > 0 and spec.stats.accepted["wrong"] == 0
@@ -209,7 +265,7 @@ class Scripted(FakeSource):
 @pytest.mark.parametrize("certain", [0, 3])
 def test_stream_cuts_drafts_at_the_stop_token(monkeypatch, certain):
     source = Scripted([5, 6, STOP, 7], certain)
-    monkeypatch.setattr(batch, "_drafter", lambda spec, processor: source)
+    monkeypatch.setattr(batch, "_drafter", lambda spec, processor, document: source)
     stream = batch.Stream(Request("x", [1, 2, 3], None, max_tokens=20), GREEDY, SPEC)
     assert stream.plan(frozenset({STOP})) == [3, 5, 6]
     assert stream.draft.tokens == [5, 6] and stream.draft.certain == min(certain, 2)
@@ -218,7 +274,7 @@ def test_stream_cuts_drafts_at_the_stop_token(monkeypatch, certain):
 
 def test_stream_draft_room_respects_the_budget(monkeypatch):
     source = FakeSource(range(10, 30))
-    monkeypatch.setattr(batch, "_drafter", lambda spec, processor: source)
+    monkeypatch.setattr(batch, "_drafter", lambda spec, processor, document: source)
     stream = batch.Stream(Request("x", [1, 2, 3], None, max_tokens=4), GREEDY, replace(SPEC, max_draft=8))
     assert stream.plan(frozenset({STOP})) == [3, 10, 11, 12]  # 3 drafts + the bonus = the 4-token budget
     assert source.proposals[-1][1] == 3
@@ -307,6 +363,41 @@ def test_feedback_discounts_the_forced_span():
     assert inner.feedbacks == [0, 2, 3]
 
 
+class Continues(FakeSource):
+    """Drafts only after a given history end."""
+
+    def __init__(self, after, tokens):
+        super().__init__(tokens, "inner")
+        self.after = list(after)
+
+    def propose(self, history, max_len):
+        self.proposals.append((list(history), max_len))
+        ok = list(history[-len(self.after) :]) == self.after
+        return Draft(self.tokens[:max_len] if ok else [], self.name if ok else "")
+
+
+def test_spelled_bytes_lead_when_the_inner_source_has_nothing():
+    inner = Continues([1, 5, 30], [7, 8])  # drafts only once the spelled token 30 is in the history
+    source = ConstrainedSource(inner, FakeStructure(forced=[5], spelled=[30]))
+    draft = source.propose([1], 8)
+    assert draft.tokens == [5, 30, 7, 8] and draft.certain == 1 and draft.source == "inner"
+    assert inner.proposals == [([1, 5], 7), ([1, 5, 30], 6)]
+    source.feedback(3)  # the spelled token and one inner token
+    assert inner.feedbacks == [1]
+
+
+def test_the_inner_source_keeps_its_draft_over_spelled_bytes():
+    inner = Continues([1, 5], [7, 8])  # a value's rest: "H" then "ald", where the grammar spells "a"
+    source = ConstrainedSource(inner, FakeStructure(forced=[5], spelled=[30]))
+    assert source.propose([1], 8).tokens == [5, 7, 8]
+    assert len(inner.proposals) == 1
+
+
+def test_spelled_bytes_alone_are_labelled_forced_and_uncertain():
+    draft = ConstrainedSource(FakeSource([]), FakeStructure(spelled=[30, 31])).propose([1], 8)
+    assert draft.tokens == [30, 31] and draft.certain == 0 and draft.source == "forced"
+
+
 def test_constrained_source_over_a_real_constraint(tokenizer):
     from fucina_jobs.decoding.constraint import Constraint
 
@@ -320,8 +411,10 @@ def test_constrained_source_over_a_real_constraint(tokenizer):
     source = ConstrainedSource(Cascade([PromptLookup(max_ngram=4, min_ngram=2)]), c)
     forced = c.forced_tokens()
     draft = source.propose([], 8)
-    assert draft.tokens == forced and draft.certain == len(forced) > 0 and draft.source == "forced"
-    assert tokenizer.decode(draft.tokens).startswith('{"')
+    assert draft.tokens[: len(forced)] == forced and draft.certain == len(forced) > 0 and draft.source == "forced"
+    # The forced bytes go on past llguidance's forced tokens, spelled out, where the value's first token could merge.
+    assert tokenizer.decode(forced) == '{"city' and tokenizer.decode(draft.tokens) == '{"city":"'
+    assert draft.tokens == c.likely_tokens()
     # Inside the city value the n-gram source copies '", and ...' from the document:
     # '",' continues the JSON, ' and' does not, so the draft is cut right there.
     value = tokenizer.encode('{"city":"Oslo', add_special_tokens=False)

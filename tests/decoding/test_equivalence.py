@@ -211,6 +211,53 @@ def test_stop_as_correction_ends_identically(tokenizer, tiny_runner, mode):
     assert in_verify_rows > 0
 
 
+# -- rows processed ahead == rows processed in turn ------------------------------------
+
+
+class Logged(Constraint):
+    """A constraint that logs its commits and counts the rows ``process`` processed in turn."""
+
+    @classmethod
+    def of(cls, constraint: Constraint) -> "Logged":
+        logged = object.__new__(cls)
+        logged.__dict__.update(constraint.__dict__)
+        return logged.clone()
+
+    def clone(self):
+        twin = super().clone()
+        twin.commits, twin.in_turn = [], 0
+        return twin
+
+    def process(self, logits, history):
+        self.in_turn += 1
+        return super().process(logits, history)
+
+    def commit(self, token):
+        self.commits.append(int(token))
+        super().commit(token)
+
+
+@pytest.mark.parametrize("spec", [None, SPEC], ids=["plain", "spec"])
+@pytest.mark.parametrize("mode", ["greedy", "sampled"])
+@pytest.mark.parametrize("kind", ["bias", "grammar"])
+def test_rows_processed_ahead_equal_rows_processed_in_turn(tokenizer, tiny_runner, record, kind, mode, spec):
+    """The batch decoder processes each step's rows ahead, one call per processor class
+    (``process_ahead``); a ``Recorder`` cannot look ahead, so its rows are processed in turn, as
+    ``Sampler.next`` reaches them. Tokens, probabilities, random draws and commits are the same."""
+    in_turn = make_requests(tokenizer, kind, record)
+    ahead = make_requests(tokenizer, kind, record)
+    for r in ahead:
+        r.processor = Logged.of(record) if kind == "grammar" else r.processor.inner
+    turn = decode(tiny_runner, in_turn, params=PARAMS[mode], spec=spec, streams=4)
+    batched = decode(tiny_runner, ahead, params=PARAMS[mode], spec=spec, streams=4)
+    assert_same(turn, batched)
+    if kind == "grammar":
+        assert commit_logs(in_turn) == {r.id: r.processor.commits for r in ahead}
+        # Every row was processed ahead but the ones after a completed grammar's stop (none is sampled).
+        assert sum(r.processor.in_turn for r in ahead) == 0
+        assert sum(len(r.processor.commits) for r in ahead) > 0
+
+
 # -- batch == sequential ------------------------------------------------------------
 
 

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
+
 import pytest
 import torch
 
 from tests.helpers import GREEDY, Recorder
 from fucina_jobs.decoding.processor import LogitProcessor, TokenBias
-from fucina_jobs.decoding.sampler import AllTokensMasked, Sampler
+from fucina_jobs.decoding.sampler import AllTokensMasked, Sampler, row_stats
 
 V = 512
 SAMPLED = replace(GREEDY, temperature=1.0)
@@ -196,3 +198,25 @@ def test_a_named_token_whose_logit_is_gone_fails_like_an_empty_mask(value):
     for processor in (ForceEveryOther(), MaskToForced(ForceEveryOther())):
         with pytest.raises(AllTokensMasked):
             Sampler(GREEDY, processor=processor).next(row.clone(), [])
+
+
+# -- row_stats: a batch's greedy choices and their probabilities, as Sampler.next computes them ---------
+
+
+def test_row_stats_equal_the_samplers_own_bit_for_bit():
+    """Rows that follow each other in one tensor (a runner's logits) are computed together, others apart;
+    either way each row's token and log-probability are the ones ``Sampler.next`` computes alone."""
+    rows = torch.randn(12, 49152, generator=torch.Generator().manual_seed(3)) * 4
+    rows[1, 100:40000] = float("-inf")  # a masked row
+    rows[4, 10] = rows[4, 20] = rows[4].max() + 1  # a tie: the first one
+    rows[5] = float("-inf")
+    rows[5, 49151] = 2.0  # one token left, in the last column
+    rows[6, -3:] = 1000.0  # far above the rest
+    pieces = list(rows[:5].split(1)) + [rows[5:9][i] for i in range(4)] + [rows[11].clone(), rows[9], rows[10]]
+    order = [0, 1, 2, 3, 4, 5, 6, 7, 8, 11, 9, 10]
+    got = row_stats([p.reshape(-1) for p in pieces])
+    for (token, log_prob), i in zip(got, order):
+        alone = Sampler(GREEDY)
+        assert alone.next(rows[i].clone(), []) == token
+        assert math.exp(log_prob) == alone.token_probs[0]
+        assert log_prob == float(torch.log_softmax(rows[i], 0)[token])

@@ -6,6 +6,7 @@ import pytest
 
 from fucina_jobs.decoding.batch import Request
 from fucina_jobs.decoding.constraint import Constraint
+from fucina_jobs.decoding.drafting import document_spans
 from fucina_jobs.grounding.grammar import grounded_lark
 
 from tests.helpers import GREEDY, SPEC, STOP, decode, Recorder
@@ -18,21 +19,33 @@ DOCS = [
 ]
 
 
-def requests(tokenizer, grammars):
-    return [
-        Request(f"r{k}", tokenizer.encode(doc + " JSON:", add_special_tokens=False), Recorder(grammar.clone()), seed=7 + k, max_tokens=48)
-        for k, (doc, grammar) in enumerate(zip(DOCS, grammars))
-    ]
+def requests(tokenizer, grammars, copied=()):
+    """One request per document. With ``copied`` (runs' generations by id), the document drafts copy from
+    the document's spans and from pieces of what those runs wrote: the random model does not copy the
+    document, so its spans alone would hardly ever be drafted. Pieces of this run's plain twin are drafted
+    and accepted, pieces of a run at other settings are drafted where the grammar allows them, and rejected."""
+    encode = lambda texts: tokenizer(texts, add_special_tokens=False).input_ids  # noqa: E731
+    out = []
+    for k, (doc, grammar) in enumerate(zip(DOCS, grammars)):
+        written = [run[f"r{k}"].tokens for run in copied]
+        document = document_spans(doc, encode) + [w[i : i + 5] for w in written for i in range(0, len(w), 4)] if copied else ()
+        out.append(Request(f"r{k}", tokenizer.encode(doc + " JSON:", add_special_tokens=False), Recorder(grammar.clone()), seed=7 + k,
+                           max_tokens=48, document=document))
+    return out
 
 
 @pytest.mark.parametrize("params", [GREEDY, replace(GREEDY, temperature=0.8)], ids=["greedy", "sampled"])
 def test_grounded_plain_equals_speculative(tokenizer, tiny_runner, params):
     grammars = [Constraint.lark(grounded_lark(PARTY, doc), tokenizer, stop_token=STOP) for doc in DOCS]  # compiled once per row
-    plain_requests, spec_requests = requests(tokenizer, grammars), requests(tokenizer, grammars)
+    plain_requests = requests(tokenizer, grammars)
     plain = decode(tiny_runner, plain_requests, params=params)
+    other = decode(tiny_runner, requests(tokenizer, grammars), params=replace(GREEDY, temperature=1.3))
+    spec_requests = requests(tokenizer, grammars, copied=[plain, other])
     spec = decode(tiny_runner, spec_requests, params=params, spec=SPEC, streams=3)
     for p, s in zip(plain_requests, spec_requests):
         assert plain[p.id].tokens == spec[s.id].tokens, p.id
         assert plain[p.id].finish_reason == spec[s.id].finish_reason, p.id
         assert p.processor.commits == s.processor.commits, p.id
     assert sum(g.stats.accepted.get("forced", 0) for g in spec.values()) > 0, "grounded spans must be drafted from the grammar"
+    drafted, accepted = (sum(getattr(g.stats, what).get("document", 0) for g in spec.values()) for what in ("drafted", "accepted"))
+    assert drafted > accepted > 0, "document drafts must be made, some accepted and some rejected"

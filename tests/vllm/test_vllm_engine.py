@@ -122,7 +122,7 @@ def test_relaxed_schemas_decode_through_vllm(engine):
 
 def test_worked_examples_are_the_same_chat_turns_on_vllm_and_grounding_keeps_their_values_out(engine):
     """inv-002 and its gold answer as a worked example for inv-001: the prompt holds the turns, the record holds none of its values."""
-    from fucina_jobs.engine import encode_chat
+    from fucina_jobs.engines import encode_chat
     from fucina_jobs.pipeline.examples import compact_json
 
     gold = {g["id"]: g["label"] for g in map(json.loads, (SHIPPED / "jobs/invoices/gold.jsonl").read_text().splitlines())}
