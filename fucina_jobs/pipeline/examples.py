@@ -25,7 +25,7 @@ from typing import Any
 from ..grounding.check import ungrounded_values
 from ..grounding.declaration import grounded_fields
 from ..grounding.values import json_number
-from .config import ConfigError, JobConfig
+from .config import ConfigError, JobConfig, locate
 from .sink import json_validator, schema_failure
 
 
@@ -45,7 +45,7 @@ def load_examples(cfg: JobConfig, base: Path, template: str, schema: dict[str, A
     p = cfg.prompt
     if p.examples is None:
         return []
-    path = (base / p.examples).resolve()
+    path = locate(p.examples, base).resolve()
     if not path.is_file():
         raise ConfigError(f"prompt.examples: {path} does not exist")
     lines = [(n, line) for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if line.strip()]

@@ -13,11 +13,11 @@ from fucina_jobs.grounding import alarm
 from fucina_jobs.grounding.grammar import grounded_lark
 from fucina_jobs.models.loading import LoadedModel
 from fucina_jobs.pipeline.config import ConfigError, DecodingConfig, RuntimeConfig, SpeculativeConfig, validate
+from fucina_jobs.pipeline.cli import compose
 from fucina_jobs.pipeline.driver import Job
 from fucina_jobs.pipeline.examples import compact_json, load_examples
 
-from tests.helpers import GREEDY, STOP
-from tests.helpers import REPO, job_dict
+from tests.helpers import GREEDY, REPO, STOP, job_dict
 
 SCHEMA = {
     "type": "object",
@@ -59,6 +59,13 @@ def test_examples_k_and_a_missing_file(tmp_path):
         Job(job(tmp_path, [EXAMPLE], examples="nowhere.jsonl"), REPO)
     cfg = job(tmp_path, [EXAMPLE, {**EXAMPLE, "text": EXAMPLE["text"] + "\n"}], examples_k=1)
     assert len(load_examples(cfg, REPO, "{text}", SCHEMA)) == 1
+
+
+def test_a_shipped_jobs_examples_are_found_from_any_folder(tmp_path, monkeypatch):
+    """``prompt.examples`` is read as every relative input path is: the working directory first, then the package's files."""
+    monkeypatch.chdir(tmp_path)
+    raw = compose("extract_receipts", [f"output.dir={tmp_path / 'out'}"])
+    assert len(Job(validate(raw), tmp_path).examples) == 3
 
 
 def test_an_example_is_the_template_filled_with_its_text_and_its_label_as_the_grammar_writes_it(tmp_path):
