@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 KEYWORD = "x-grounded"
+#: What one item of a grounded array (``"x-grounded": {"items": UNIT}``) is read from.
+ITEM_UNITS = ("paragraph", "line")
 _WHITESPACE = ("normalize", "exact")
 _CASE = ("exact", "insensitive")
 
@@ -58,15 +60,42 @@ def grounded_fields(schema: Any) -> list[Grounded]:
     if not isinstance(schema, dict):
         return []
     found = list(_walk(schema, ()))
-    reachable = {id(g.schema) for g in found}
+    reachable = {id(g.schema) for g in found} | {id(node) for node, _ in _arrays(schema, ()).values()}
     stray = next((p for p, node in _all_declarations(schema, ()) if id(node) not in reachable), None)
     if stray is not None:
         raise GroundingError(f"{'/'.join(stray)}: {KEYWORD} only applies under properties or array items, not inside anyOf, oneOf, allOf or $defs")
     return found
 
 
+def grounded_arrays(schema: Any) -> dict[tuple[str, ...], str]:
+    """Arrays declared ``"x-grounded": {"items": "paragraph"}`` (or ``"line"``), path -> unit: each item is read from one
+    paragraph (line) of the text, a later one than the item before, and its grounded values are that paragraph's."""
+    return {path: unit for path, (_, unit) in _arrays(schema, ()).items()} if isinstance(schema, dict) else {}
+
+
+def _arrays(node: dict[str, Any], path: tuple[str, ...]) -> dict[tuple[str, ...], tuple[dict, str]]:
+    found = {}
+    if _is_array(node) and node.get(KEYWORD) not in (None, False):
+        options = node[KEYWORD]
+        if not isinstance(options, dict) or set(options) != {"items"} or options["items"] not in ITEM_UNITS:
+            raise GroundingError(f"{_where(path)}: {KEYWORD} on an array takes {{\"items\": \"paragraph\"}} or {{\"items\": \"line\"}} "
+                                 f"(each item read from one paragraph or line of the text, in text order), not {options!r}")
+        found[path] = (node, options["items"])
+    for key, sub in (node.get("properties") or {}).items():
+        if isinstance(sub, dict):
+            found |= _arrays(sub, (*path, key))
+    if isinstance(node.get("items"), dict):
+        found |= _arrays(node["items"], (*path, "[]"))
+    return found
+
+
+def _is_array(node: dict[str, Any]) -> bool:
+    kinds = node.get("type")
+    return "items" in node or kinds == "array" or (isinstance(kinds, list) and "array" in kinds)
+
+
 def _walk(node: dict[str, Any], path: tuple[str, ...]) -> Iterator[Grounded]:
-    if node.get(KEYWORD) not in (None, False):
+    if node.get(KEYWORD) not in (None, False) and not _is_array(node):
         yield _declared(node, path)
         return
     for key, sub in (node.get("properties") or {}).items():

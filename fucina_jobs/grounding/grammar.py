@@ -15,7 +15,7 @@ import re
 from decimal import Decimal
 from typing import Any
 
-from .declaration import Grounded, grounded_fields
+from .declaration import Grounded, grounded_arrays, grounded_fields
 from .values import dates_in, json_number, normalize_whitespace, numbers_in, written
 
 #: Escapes stay whole, so a span never ends inside ``\\"`` and breaks the JSON string.
@@ -27,11 +27,16 @@ def grounded_lark(schema: dict[str, Any], text: str) -> str:
     return _Builder(schema, text).grammar()
 
 
+#: Where a paragraph or a line ends, for arrays whose items are each read from one (``"x-grounded": {"items": ...}``).
+_UNITS = {"paragraph": re.compile(r"\n[ \t\r\f\v]*\n\s*"), "line": re.compile(r"\n")}
+
+
 class _Builder:
-    def __init__(self, schema: dict[str, Any], text: str):
+    def __init__(self, schema: dict[str, Any], text: str, rules: list[str] | None = None):
         self.root, self.text = schema, text
         self.fields = {g.path: g for g in grounded_fields(schema)}
-        self.rules: list[str] = []
+        self.arrays = grounded_arrays(schema)
+        self.rules: list[str] = [] if rules is None else rules  # a paragraph's builder adds to its document's rules
         self.sources: dict[tuple[str, str], str] = {}  # (whitespace, case) -> the terminal of the text's spans
 
     def grammar(self) -> str:
@@ -71,11 +76,27 @@ class _Builder:
         return f'"{{" {first} "}}"' if first else '"{}"'
 
     def array(self, schema: dict[str, Any], path: tuple[str, ...]) -> str:
+        if path in self.arrays:
+            return self.units(schema, path, self.arrays[path])
         item = self.value(schema["items"], (*path, "[]"))
         low, high = schema.get("minItems", 0), schema.get("maxItems")
         more = f'("," {item})*' if high is None and low <= 1 else f'("," {item}){{{max(low - 1, 0)},{"" if high is None else high - 1}}}'
         body = f"{item} {more}" if high != 0 else ""
         return self.rule(f'"[" {body} "]"' if low > 0 or not body else f'"[" ({body})? "]"')
+
+    def units(self, schema: dict[str, Any], path: tuple[str, ...], unit: str) -> str:
+        """Items in text order, each from a later paragraph (line) than the one before, its grounded values that paragraph's.
+
+        ``after{i}``: the items from unit ``i`` on, at least one; so an array holds at most one item per unit, and a
+        greedy model cannot repeat an item until its token budget runs out."""
+        pieces = [p for p in _UNITS[unit].split(self.text) if p.strip()]
+        items = [_Builder(self.root, piece, self.rules).value(schema["items"], (*path, "[]")) for piece in pieces]
+        after = ""
+        for item in reversed(items):
+            more = self.rule(f'"]" | "," {after}') if after else '"]"'
+            after = self.rule(f"{item} {more}" + (f" | {after}" if after else ""))
+        low = schema.get("minItems", 0)
+        return self.rule(f'"[" {after}' if low > 0 and after else f'"[" ({after} | "]")' if after else '"[]"')
 
     def grounded(self, g: Grounded) -> str:
         if g.kind == "enum":
@@ -97,7 +118,7 @@ class _Builder:
         if key not in self.sources:
             text = normalize_whitespace(self.text) if g.whitespace == "normalize" else self.text
             variants = [text] if g.case == "exact" else list(dict.fromkeys([text, text.lower(), text.upper(), text.title()]))
-            name = f"SOURCE{len(self.sources)}"
+            name = f"SOURCE{len(self.rules)}"
             self.rules.append(f"{name}: " + " | ".join(f"%regex {json.dumps({'substring_chunks': _chunks(v)}, ensure_ascii=False)}" for v in variants))
             self.sources[key] = name
         low, high = max(g.schema.get("minLength", 1), 1), g.schema.get("maxLength", "")

@@ -94,7 +94,12 @@ _NUMBERS = [re.compile(_NUMBER_HEAD + rf"(?P<core>\d+(?:[{seps}]\d{{3}})*(?:[.,]
 
 
 def numbers_in(text: str, amounts: bool = False) -> set[Decimal]:
-    """Every number the text writes, normalised; numbers inside dates and identifiers are skipped.
+    """Every number the text writes, normalised (``number_spans`` says where)."""
+    return set(number_spans(text, amounts))
+
+
+def number_spans(text: str, amounts: bool = False) -> dict[Decimal, list[tuple[int, int]]]:
+    """Every number the text writes, normalised, -> the spans that write it; numbers inside dates and identifiers are skipped.
 
     Thousands separators (``,`` ``.`` ``'`` and thin spaces) and decimal commas
     are read; a lone separator before three digits (``1,340``) gives both
@@ -109,16 +114,16 @@ def numbers_in(text: str, amounts: bool = False) -> set[Decimal]:
         for start, end in spans:
             masked[start:end] = " " * (end - start)
     text = "".join(masked)
-    found: set[Decimal] = set()
+    found: dict[Decimal, list[tuple[int, int]]] = {}
     for m in (m for pattern in _NUMBERS for m in pattern.finditer(text)):
         start, end = m.start() + len(m.group()) - len(m.group().lstrip()), m.end("core")
         if _inside_identifier(text, start, end) or (amounts and not _is_money(m, text)):
             continue
         negative = bool(m.group("sign")) or (bool(m.group("open")) and text[end : end + 1] == ")")
         for value in _core_readings(m.group("core")):
-            found.add(value)
+            found.setdefault(value, []).append((m.start("core"), end))
             if negative and value:
-                found.add(-value)
+                found.setdefault(-value, []).append((m.start("core"), end))
     return found
 
 

@@ -35,7 +35,7 @@ from .dataset import Slice, dataset_hash, read_slice, scan
 from .progress import Progress
 from .job_constraint import resolve
 from .rundir import Committed, RunDir, shard_key
-from .shard_writer import ShardSummary, ShardWriter
+from .shard_writer import CHUNK_STATS, ShardSummary, ShardWriter
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +51,7 @@ class JobSummary:
     retries: int = 0
     reasons: dict[str, int] = field(default_factory=dict)
     alarm: dict[str, Any] = field(default_factory=dict)  # grounding.alarm.RunAlarm.as_dict()
+    chunking: dict[str, int] = field(default_factory=dict)  # shard_writer.CHUNK_STATS over every committed shard
 
     @property
     def ok(self) -> bool:
@@ -219,6 +220,7 @@ class Job:
                 self._plan(summary)
                 self._decode(model_path, summary, on_dispatch)
                 summary.alarm = self._alarm().as_dict()
+                summary.chunking = self._chunking()
                 for warning in summary.alarm["warnings"]:
                     log.warning("run alarm: %s", warning)
                 status, error = ("complete" if summary.ok else "failed"), None
@@ -269,6 +271,11 @@ class Job:
             return alarm.combine([], [])
         counts = [json.loads(c) for c in table.column("alarm_counts").to_pylist() if c]
         return alarm.combine(counts, pc.list_flatten(table.column("record_digests")))
+
+    def _chunking(self) -> dict[str, int]:
+        """Chunked rows, their chunks, merge conflicts and overlap duplicates, over every committed shard (all partitions)."""
+        table = self.dir.read("stats", columns=list(CHUNK_STATS))
+        return {k: (pc.sum(table.column(k)).as_py() or 0) if k in table.column_names else 0 for k in CHUNK_STATS}
 
     def _count(self, result: ShardSummary, summary: JobSummary, progress: Progress) -> None:
         summary.records += result.records

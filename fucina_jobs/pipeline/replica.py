@@ -19,9 +19,10 @@ from typing import Any
 import numpy as np
 
 from ..confidence import Leaf, confidence, output_values
-from ..engine import DRAFT_SOURCES, Completion, Engine, FucinaEngine, GrammarError, Prompt, SamplingParams, SpecConfig, load_model
+from ..engine import DRAFT_SOURCES, Completion, Engine, FucinaEngine, GrammarError, Prompt, SamplingParams, SpecConfig, load_model, load_tokenizer
 from ..grounding.declaration import GroundingError, grounded_fields
 from ..grounding.grammar import grounded_lark
+from .chunking import Chunk, Chunker, ChunkingError, chunk_id, gather
 from .config import JobConfig, NullEngineConfig, VLLMEngineConfig, read_text_option
 from .dataset import Row, Slice, read_slice
 from .decode_loop import DecodeLoop
@@ -72,6 +73,7 @@ class ShardWorker:
         self.system = read_text_option(self.cfg.prompt.system, self.base) or None
         self.template = read_text_option(self.cfg.prompt.template, self.base)
         self._row_constraints: dict[str, tuple[Any, list[str]]] = {}
+        self.chunker = self._chunker(model_path) if self.cfg.dataset.chunking.enabled else None
         self.loop = DecodeLoop(self.engine, self.cfg.runtime.streams)
         log.info("replica %d ready: %s with the %s engine", replica, model_path, self.cfg.engine.name)
 
@@ -83,48 +85,73 @@ class ShardWorker:
         start = time.perf_counter()
         rows = read_slice(self.cfg.dataset, piece)
         refused, prompts, relaxed, grammar_s = [], [], {}, 0.0
+        chunks: dict[str, tuple[str, Chunk]] = {}  # a chunk's prompt id -> its row's id and the chunk
         for row in (r for r in rows if r.problem is None):  # the writer rejects the others with their problem
-            prompt, problem, relaxed[row.id], seconds = self._prompt(row)
+            row_prompts, problem, relaxed[row.id], seconds = self._prompts(row, chunks)
             grammar_s += seconds
             if problem:
                 refused.append({"row_id": row.id, "text": "", "finish_reason": "error", "error": problem})
             else:
-                prompts.append(prompt)
-        completions, occupancy = self.loop.decode(prompts)
+                prompts += row_prompts
+        completions, occupancy = self.loop.decode(prompts)  # a long row's chunks are streams of the batch like any row
         kind = self.cfg.constraint.kind
         pattern = self.job_constraint.pattern if self.job_constraint else None  # a regex's named groups carry confidence
-        decoded = [_as_dict(c, output_values(c.text, kind, pattern) if c.token_probs else None) | {"relaxations": relaxed[c.id]}
-                   for c in completions]
+        decoded = gather([_as_dict(c, output_values(c.text, kind, pattern) if c.token_probs else None, self._hint(c))
+                          | {"relaxations": relaxed[chunks[c.id][0] if c.id in chunks else c.id]} for c in completions], chunks)
         stats = shard_stats(completions, time.perf_counter() - start)
-        stats["relaxed_rows"] = sum(bool(relaxed[c.id]) for c in completions)
+        stats["relaxed_rows"] = sum(bool(d["relaxations"]) for d in decoded)
         stats["grounded_grammar_s"] = grammar_s  # building and compiling per-row grounded grammars
         stats["occupancy"] = occupancy  # mean live streams per step over runtime.streams, while the shard was held
         summary = self.writer.write(key, shard, self.replica, rows, refused + decoded, stats)
         log.info("replica %d committed shard %d: %d rows in %.1fs", self.replica, shard, len(rows), time.perf_counter() - start)
         return summary
 
-    def _prompt(self, row: Row) -> tuple[Prompt | None, str | None, list[str], float]:
-        """The row's prompt, or the problem that keeps it from being decoded; its schema's relaxations; grammar seconds."""
+    def _prompts(self, row: Row, chunks: dict[str, tuple[str, Chunk]]) -> tuple[list[Prompt], str | None, list[str], float]:
+        """The row's prompt (one per chunk when ``dataset.chunking`` cuts its text, each registered in ``chunks``), or the problem
+        that keeps it from being decoded; its schema's relaxations; grammar seconds."""
         try:
-            text = self.template.format_map(row.fields)
+            self.template.format_map(row.fields)
+            cut = self.chunker.chunks(row.fields) if self.chunker else []
         except KeyError as err:
-            return None, f"row {row.id!r}: prompt.template uses field {err} that the row does not have", [], 0.0
-        start = time.perf_counter()
-        try:
-            constraint, relaxations, grounded = self._constraint(row)
-        except (GrammarError, GroundingError, json.JSONDecodeError) as err:
-            return None, f"row {row.id!r}: its schema does not compile: {err}", [], 0.0
+            return [], f"row {row.id!r}: prompt.template uses field {err} that the row does not have", [], 0.0
+        except ChunkingError as err:
+            return [], f"row {row.id!r}: {err}", [], 0.0
+        name = self.cfg.dataset.text_field
+        source = str(row.fields.get(name, ""))
+        pieces = [(row.id, source, None)] if len(cut) < 2 else [(chunk_id(row.id, c.index), source[c.start:c.end], c) for c in cut]
         d = self.cfg.decoding
-        seconds = time.perf_counter() - start if grounded else 0.0
-        return Prompt(row.id, text, self.system, constraint, record_seed(d.seed, row.id), d.max_tokens), None, relaxations, seconds
+        prompts, relaxations, seconds = [], [], 0.0
+        for prompt_id, text, chunk in pieces:
+            start = time.perf_counter()
+            try:
+                constraint, relaxations, grounded = self._constraint(row, text)  # grounded in the chunk's own text
+            except (GrammarError, GroundingError, json.JSONDecodeError) as err:
+                return [], f"row {row.id!r}: its schema does not compile: {err}", [], 0.0
+            seconds += time.perf_counter() - start if grounded else 0.0
+            fields = row.fields if chunk is None else {**row.fields, name: text}
+            prompts.append(Prompt(prompt_id, self.template.format_map(fields), self.system, constraint, record_seed(d.seed, prompt_id), d.max_tokens))
+        chunks.update((p.id, (row.id, chunk)) for p, (_, _, chunk) in zip(prompts, pieces) if chunk is not None)
+        return prompts, None, relaxations, seconds
 
-    def _constraint(self, row: Row) -> tuple[Any, list[str], bool]:
-        """The row's own grounded grammar where its schema grounds fields, else the shared constraint; its relaxations; grounded or not."""
+    def _chunker(self, model_path: str) -> Chunker:
+        tokenizer = getattr(self.engine, "tokenizer", None) or load_tokenizer(model_path)  # an engine without a model (null) has none
+        return Chunker(self.cfg.dataset.chunking, tokenizer, getattr(self.engine, "context", None), self.system, self.template,
+                       self.cfg.dataset.text_field, self.cfg.decoding.max_tokens)
+
+    def _hint(self, c: Completion) -> str | None:
+        """The completion's error; a prompt past the context with chunking off also says how to turn it on."""
+        context = getattr(self.engine, "context", None)
+        if self.chunker is None and c.finish_reason == "error" and context and c.stats.prompt_tokens + self.cfg.decoding.max_tokens > context:
+            return f"{c.error}; or cut it into chunks that fit: dataset.chunking.enabled=true"
+        return c.error
+
+    def _constraint(self, row: Row, source: str) -> tuple[Any, list[str], bool]:
+        """The row's own grounded grammar (over ``source``: its text or its chunk's) where its schema grounds fields, else the
+        shared constraint; its relaxations; grounded or not."""
         field_name = self.cfg.dataset.schema_field
         schema = row.fields[field_name] if field_name else self.schema
         schema = json.loads(schema) if isinstance(schema, str) else schema
         if (grounded_fields(schema) if field_name else self.grounded):
-            source = str(row.fields.get(self.cfg.dataset.text_field, ""))
             return self.engine.constraint(lark=grounded_lark(schema, source)), [], True
         return *(self._row_constraint(schema) if field_name else (self.constraint, self.relaxations)), False
 
@@ -136,8 +163,8 @@ class ShardWorker:
         return self._row_constraints[key]
 
 
-def _as_dict(c: Completion, values: list[Leaf] | None) -> dict[str, Any]:
-    return {"row_id": c.id, "text": c.text, "finish_reason": c.finish_reason, "error": c.error,
+def _as_dict(c: Completion, values: list[Leaf] | None, error: str | None) -> dict[str, Any]:
+    return {"row_id": c.id, "text": c.text, "finish_reason": c.finish_reason, "error": error,
             "prompt_tokens": c.stats.prompt_tokens, "generated_tokens": len(c.tokens),
             "confidence": confidence(c.text, c.token_spans, c.token_probs, values)}
 

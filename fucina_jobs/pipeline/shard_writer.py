@@ -26,20 +26,26 @@ from typing import Any, Iterator
 
 import pyarrow as pa
 
+from ..confidence import Confidence
 from ..engine import DRAFT_SOURCES
 from ..grounding import alarm
 from ..grounding.check import ungrounded_values
 from ..grounding.declaration import GroundingError, grounded_fields
+from ..grounding.locate import value_spans
 from .config import ConfigError, JobConfig, read_text_option
 from .dataset import Row
 from .flags import record_flags
 from .job_constraint import JobConstraint
+from .merging import MergeError, Part, check_rules, merge
 from .rundir import RunDir
 from .sink import Outcome, Validator, json_schema_fields, outcome_tables, record_schema
 
 #: Stats columns whose type a single None or empty value would hide.
 _STATS_TYPES = {"occupancy": pa.float64(), "record_digests": pa.list_(pa.int64()), "row_ids": pa.list_(pa.string()),
                 "row_digests": pa.list_(pa.string())}
+
+#: Stats columns of chunked rows (``dataset.chunking``), summed into the run's summary.
+CHUNK_STATS = ("chunked_rows", "chunks", "merge_conflicts", "overlap_duplicates")
 
 #: The decoder statistics the driver's progress line adds up.
 _PROGRESS_KEYS = tuple(f"{what}_{source}" for what in ("drafted", "accepted") for source in DRAFT_SOURCES)
@@ -73,6 +79,7 @@ class ShardWriter:
         self.prompt = alarm.prompt_text(read_text_option(cfg.prompt.system, base), read_text_option(cfg.prompt.template, base))
         self.validator = self._validator()
         self.record_schema = self._record_schema()
+        self._check_chunking()
 
     # -- built once, checked before any model loads ----------------------------
 
@@ -83,6 +90,18 @@ class ShardWriter:
         try:
             return grounded_fields(self.schema_source)
         except GroundingError as err:
+            raise ConfigError(f"constraint.json_schema: {self.cfg.constraint.json_schema}: {err}") from None
+
+    def _check_chunking(self) -> None:
+        """Chunked rows merge as their JSON schema says: a chunked job needs one, and its ``x-merge`` rules must apply."""
+        if not self.cfg.dataset.chunking.enabled:
+            return
+        if self.cfg.constraint.kind not in ("json_schema", None):
+            raise ConfigError(f"dataset.chunking merges chunk records as their JSON schema says; constraint.{self.cfg.constraint.kind} has none: "
+                              "use constraint.json_schema, or turn dataset.chunking.enabled off")
+        try:
+            check_rules(self.schema_source)
+        except MergeError as err:
             raise ConfigError(f"constraint.json_schema: {self.cfg.constraint.json_schema}: {err}") from None
 
     def _validator(self) -> Validator:
@@ -113,7 +132,10 @@ class ShardWriter:
         self.dir.write_outputs(key, records_table, rejects_table)
         records, rejects = records_table.num_rows, rejects_table.num_rows
         counts, digests = alarm.shard_counts(self._judged(rows, outcomes), self.prompt)
-        row = {"shard": shard, "replica": replica, "rows": len(rows), "records": records, "rejects": rejects} | stats
+        chunked = [o for o in outcomes if o.chunk_count > 1]
+        chunking = {"chunked_rows": len(chunked), "chunks": sum(o.chunk_count for o in chunked),
+                    "merge_conflicts": sum(len(o.merge_conflicts or []) for o in chunked), "overlap_duplicates": sum(o.overlap_duplicates for o in chunked)}
+        row = {"shard": shard, "replica": replica, "rows": len(rows), "records": records, "rejects": rejects} | stats | chunking
         row |= {"failed": completions is None, "row_ids": [r.id for r in rows], "row_digests": [r.digest for r in rows],
                 "alarm_counts": json.dumps(counts), "record_digests": digests}
         if self.dir.run_id() != self.run_id:
@@ -132,6 +154,9 @@ class ShardWriter:
                 outcomes.append(Outcome(row.id, "", "error", reason="error", error=why))
                 continue
             row_schema = self._row_schema(row)
+            if "chunks" in c:
+                outcomes.append(self._merged(row, c, row_schema))
+                continue
             record, reason, message = self.validator(c["text"], c["finish_reason"], c.get("error"), row_schema)
             if record is not None:
                 record, reason, message = self._grounded(row, record, row_schema)
@@ -140,16 +165,50 @@ class ShardWriter:
                                     flags=flags, relaxations=c.get("relaxations") or [], confidence=c.get("confidence")))
         return outcomes
 
-    def _grounded(self, row: Row, record: dict, row_schema: dict | None) -> tuple[dict | None, str | None, str | None]:
-        """A record whose grounded values are all in the row's text stays; otherwise the row is rejected."""
+    def _grounded(self, row: Row, record: dict, row_schema: dict | None, source: str | None = None) -> tuple[dict | None, str | None, str | None]:
+        """A record whose grounded values are all in the row's text (or ``source``, its chunk) stays; otherwise the row is rejected."""
         try:
             fields = grounded_fields(row_schema) if row_schema else self.grounded
         except GroundingError as err:
             return None, "error", f"row {row.id!r}: its schema: {err}"
-        _, misses = ungrounded_values(record, fields, self._source(row))
+        _, misses = ungrounded_values(record, fields, self._source(row) if source is None else source)
         if misses:
             return None, "ungrounded", f"not found in {self.cfg.dataset.text_field}: {'; '.join(misses)}"
         return record, None, None
+
+    def _merged(self, row: Row, c: dict[str, Any], row_schema: dict | None) -> Outcome:
+        """A chunked row: each chunk validated and grounded in its own text, then merged (``merging.py``) and validated whole.
+
+        A chunk that fails makes the row a reject with that chunk's reason: a record is all of the row or nothing."""
+        source, chunks = self._source(row), c["chunks"]
+        try:
+            fields = grounded_fields(row_schema) if row_schema else self.grounded
+        except GroundingError:
+            fields = []  # the chunk's grounding check below rejects the row for it
+        parts, used = [], {"prompt_tokens": 0, "generated_tokens": 0}
+        for part in chunks:
+            chunk = part["chunk"]
+            used = {k: n + part.get(k, 0) for k, n in used.items()}
+            text = source[chunk.start:chunk.end]
+            record, reason, message = self.validator(part["text"], part["finish_reason"], part.get("error"), row_schema)
+            if record is not None:
+                record, reason, message = self._grounded(row, record, row_schema, text)
+            if record is None:
+                where = f"chunk {chunk.index + 1} of {len(chunks)} (characters {chunk.start}-{chunk.end})"
+                return Outcome(row.id, part["text"], part["finish_reason"], **used, reason=reason, error=f"{where}: {message}",
+                               relaxations=c.get("relaxations") or [], chunk_count=len(chunks))
+            value = json.loads(part["text"])
+            parts.append(Part(chunk, value, part.get("confidence") or Confidence(), value_spans(value, fields, text)))
+        merged = merge(row_schema or self.schema_source, parts)
+        text = json.dumps(merged.record, ensure_ascii=False, separators=(",", ":"))
+        record, reason, message = self.validator(text, "stop", None, row_schema)
+        if record is not None:
+            record, reason, message = self._grounded(row, record, row_schema)
+        flags = record_flags(record, source) if record is not None else []
+        return Outcome(row.id, text, "stop", **used, record=record, reason=reason, error=message and f"the merged record: {message}", flags=flags,
+                       relaxations=c.get("relaxations") or [], confidence=merged.confidence, chunk_count=len(chunks),
+                       field_chunks=merged.chunks, field_spans=merged.spans, merge_conflicts=[k.as_row() for k in merged.conflicts],
+                       overlap_duplicates=merged.duplicates)
 
     def _judged(self, rows: list[Row], outcomes: list[Outcome]) -> Iterator[alarm.Output]:
         """What the run alarm judges: the records and the ``ungrounded`` rejects whose text is JSON."""

@@ -18,6 +18,11 @@ import pyarrow as pa
 
 from ..confidence import Confidence
 
+#: A scalar that chunks of one row disagreed on (``merging.Conflict``): the value kept and the others, as JSON text.
+CONFLICT = pa.struct([
+    pa.field("path", pa.string()), pa.field("kept", pa.string()), pa.field("chunk", pa.int64()),
+    pa.field("alternatives", pa.list_(pa.struct([pa.field("value", pa.string()), pa.field("chunk", pa.int64()), pa.field("confidence", pa.float64())]))),
+])
 META_FIELDS = [
     pa.field("record_id", pa.string()),
     pa.field("row_id", pa.string()),
@@ -32,6 +37,12 @@ META_FIELDS = [
     pa.field("record_confidence", pa.float64()),
     pa.field("field_confidence_min", pa.map_(pa.string(), pa.float64())),
     pa.field("field_confidence_mean", pa.map_(pa.string(), pa.float64())),
+    # A row cut into chunks (``dataset.chunking``; 1: decoded whole). For a chunked row, per value (keyed as above) the
+    # chunk it came from and its [start, end) in the row's text, and the values its chunks disagreed on.
+    pa.field("chunk_count", pa.int64()),
+    pa.field("field_chunks", pa.map_(pa.string(), pa.int64())),
+    pa.field("field_spans", pa.map_(pa.string(), pa.list_(pa.int64()))),
+    pa.field("merge_conflicts", pa.list_(CONFLICT)),
 ]
 REJECT_SCHEMA = pa.schema(
     [
@@ -60,6 +71,11 @@ class Outcome:
     flags: list[str] = field(default_factory=list)
     relaxations: list[str] = field(default_factory=list)  # a relaxed grammar left these to post-validation
     confidence: Confidence | None = None
+    chunk_count: int = 1
+    field_chunks: dict[str, int] | None = None
+    field_spans: dict[str, tuple[int, int]] | None = None
+    merge_conflicts: list[dict[str, Any]] | None = None
+    overlap_duplicates: int = 0  # items the merge found twice in an overlap and kept once
 
 
 def arrow_type(schema: dict[str, Any]) -> pa.DataType | None:
@@ -170,13 +186,20 @@ def schema_failure(validator: Any, value: Any) -> tuple[str, str] | None:
 
 
 def _typed(record: dict[str, Any], fields: list[pa.Field]) -> dict[str, Any]:
-    row = {}
-    for f in fields:
-        value = record.get(f.name)
-        if pa.types.is_date32(f.type) and isinstance(value, str):
-            value = dt.date.fromisoformat(value)
-        row[f.name] = value
-    return row
+    return {f.name: _arrow_value(record.get(f.name), f.type) for f in fields}
+
+
+def _arrow_value(value: Any, kind: pa.DataType) -> Any:
+    """A JSON value as Arrow takes it for ``kind``: ISO date strings as dates, at any depth (a date inside an array's items too)."""
+    if pa.types.is_date32(kind) and isinstance(value, str):
+        return dt.date.fromisoformat(value)
+    if pa.types.is_struct(kind) and isinstance(value, dict):
+        return {f.name: _arrow_value(value.get(f.name), f.type) for f in kind}
+    if pa.types.is_list(kind) and isinstance(value, list):
+        return [_arrow_value(v, kind.value_type) for v in value]
+    if pa.types.is_map(kind) and isinstance(value, dict):
+        return {k: _arrow_value(v, kind.item_type) for k, v in value.items()}
+    return value
 
 
 def outcome_tables(outcomes: Iterable[Outcome], schema: pa.Schema, record_id: Callable[[str], str]) -> tuple[pa.Table, pa.Table]:
@@ -189,7 +212,9 @@ def outcome_tables(outcomes: Iterable[Outcome], schema: pa.Schema, record_id: Ca
             conf = o.confidence or Confidence()
             meta = {"record_id": rid, "row_id": o.row_id, "text": o.text, "finish_reason": o.finish_reason,
                     "prompt_tokens": o.prompt_tokens, "generated_tokens": o.generated_tokens, "flags": o.flags, "relaxations": o.relaxations,
-                    "record_confidence": conf.record, "field_confidence_min": conf.field_min, "field_confidence_mean": conf.field_mean}
+                    "record_confidence": conf.record, "field_confidence_min": conf.field_min, "field_confidence_mean": conf.field_mean,
+                    "chunk_count": o.chunk_count, "field_chunks": o.field_chunks, "merge_conflicts": o.merge_conflicts,
+                    "field_spans": {k: list(v) for k, v in o.field_spans.items()} if o.field_spans is not None else None}
             records.append(meta | _typed(o.record, typed_fields))
         else:
             rejects.append({"record_id": rid, "row_id": o.row_id, "reason": o.reason, "text": o.text, "error": o.error, "relaxations": o.relaxations})

@@ -125,3 +125,40 @@ def test_amount_numbers_leave_out_rates_and_quantities(tokenizer):
     text = "12 units; VAT 20%: EUR 14.80"
     assert accepts(tokenizer, schema, text, {"tax": 14.8})
     assert not accepts(tokenizer, schema, text, {"tax": 20}) and not accepts(tokenizer, schema, text, {"tax": 12})
+
+
+BY_PARAGRAPH = {"type": "object", "required": ["receipts"], "properties": {"receipts": {
+    "type": "array", "x-grounded": {"items": "paragraph"},
+    "items": {"type": "object", "required": ["shop", "total"], "additionalProperties": False,
+              "properties": {"shop": {"type": "string", "maxLength": 20, "x-grounded": True}, "total": {"type": "number", "x-grounded": True}}}}}}
+RECEIPTS = "ACME STORE\nTOTAL 5.00\n\nBOLT HARDWARE\nTOTAL 7.50\n\n\nCRAB CAFE\nTOTAL 5.00\n"
+
+
+@pytest.mark.parametrize(
+    "items, ok",
+    [
+        ([], True),
+        ([("ACME STORE", 5)], True),
+        ([("ACME STORE", 5), ("BOLT HARDWARE", 7.5), ("CRAB CAFE", 5)], True),
+        ([("BOLT HARDWARE", 7.5), ("CRAB CAFE", 5)], True),  # a paragraph may hold no item
+        ([("ACME STORE", 5), ("ACME STORE", 5)], False),  # the same receipt twice: a greedy loop is impossible
+        ([("BOLT HARDWARE", 7.5), ("ACME STORE", 5)], False),  # text order
+        ([("ACME STORE", 7.5)], False),  # a value from another paragraph
+        ([("CRAB CAFE", 5), ("CRAB", 5)], False),  # one item per paragraph
+    ],
+)
+def test_items_of_an_array_grounded_by_paragraph(tokenizer, items, ok):
+    record = {"receipts": [{"shop": shop, "total": total} for shop, total in items]}
+    assert accepts(tokenizer, BY_PARAGRAPH, RECEIPTS, record) is ok
+
+
+def test_items_by_line_and_a_bad_declaration(tokenizer):
+    by_line = json.loads(json.dumps(BY_PARAGRAPH).replace('"paragraph"', '"line"'))
+    lines = "ACME 5.00\nBOLT 7.50\nCRAB 5.00"
+    assert accepts(tokenizer, by_line, lines, {"receipts": [{"shop": "ACME", "total": 5}, {"shop": "CRAB", "total": 5}]})
+    assert not accepts(tokenizer, by_line, lines, {"receipts": [{"shop": "ACME", "total": 7.5}]})
+    from fucina_jobs.grounding.declaration import GroundingError, grounded_fields
+
+    bad = json.loads(json.dumps(BY_PARAGRAPH).replace('{"items": "paragraph"}', '{"items": "page"}'))
+    with pytest.raises(GroundingError, match=r'properties/receipts: x-grounded on an array takes \{"items": "paragraph"\}'):
+        grounded_fields(bad)
