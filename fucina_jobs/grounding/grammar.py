@@ -15,7 +15,7 @@ import re
 from decimal import Decimal
 from typing import Any
 
-from .declaration import Grounded, grounded_arrays, grounded_fields
+from .declaration import Grounded, Units, grounded_arrays, grounded_fields, unit_spans
 from .values import dates_in, json_number, normalize_whitespace, numbers_in, written
 
 #: Escapes stay whole, so a span never ends inside ``\\"`` and breaks the JSON string.
@@ -25,10 +25,6 @@ _CHUNK = re.compile(r"\\u[0-9a-fA-F]{4}|\\.|\w+|\s|.", re.DOTALL)
 def grounded_lark(schema: dict[str, Any], text: str) -> str:
     """The Lark grammar for one row: ``schema``'s JSON with its grounded fields held to ``text``."""
     return _Builder(schema, text).grammar()
-
-
-#: Where a paragraph or a line ends, for arrays whose items are each read from one (``"x-grounded": {"items": ...}``).
-_UNITS = {"paragraph": re.compile(r"\n[ \t\r\f\v]*\n\s*"), "line": re.compile(r"\n")}
 
 
 class _Builder:
@@ -84,13 +80,15 @@ class _Builder:
         body = f"{item} {more}" if high != 0 else ""
         return self.rule(f'"[" {body} "]"' if low > 0 or not body else f'"[" ({body})? "]"')
 
-    def units(self, schema: dict[str, Any], path: tuple[str, ...], unit: str) -> str:
+    def units(self, schema: dict[str, Any], path: tuple[str, ...], units: Units) -> str:
         """Items in text order, each from a later paragraph (line) than the one before, its grounded values that paragraph's.
 
         ``after{i}``: the items from unit ``i`` on, at least one; so an array holds at most one item per unit, and a
-        greedy model cannot repeat an item until its token budget runs out."""
-        pieces = [p for p in _UNITS[unit].split(self.text) if p.strip()]
+        greedy model cannot repeat an item until its token budget runs out. With ``every``, one item for every unit."""
+        pieces = [self.text[start:end] for start, end in unit_spans(self.text, units.unit)]
         items = [_Builder(self.root, piece, self.rules).value(schema["items"], (*path, "[]")) for piece in pieces]
+        if units.every:
+            return self.rule(" ".join(['"["', ' "," '.join(items), '"]"']))
         after = ""
         for item in reversed(items):
             more = self.rule(f'"]" | "," {after}') if after else '"]"'

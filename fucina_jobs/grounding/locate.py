@@ -6,8 +6,11 @@ in text order far more often than not (items in the order the text has them,
 a receipt's name before its date before its total), so values are located in
 the record's order, each at its first occurrence at or after the previous
 value's; a value with no occurrence after it (a vendor printed above the
-invoice number) takes its first occurrence. Values the text does not write
-(an ``allow`` value) get no span.
+invoice number) takes its first occurrence. An item of an array declared
+``"x-grounded": {"items": "paragraph"}`` (or ``"line"``) is located inside its
+own paragraph: the first one after the previous item's that writes all its
+values, as the grammar made it. Values the text does not write (an ``allow``
+value) get no span.
 
 ``value_spans`` is this module's one entry; chunked rows use it to tell an
 item found twice in an overlap from two items, and to map values back to the
@@ -18,29 +21,58 @@ from __future__ import annotations
 
 import re
 from decimal import Decimal, InvalidOperation
-from typing import Any, Iterator
+from typing import Any
 
-from .declaration import Grounded
+from .declaration import Grounded, grounded_arrays, grounded_fields, unit_spans
 from .values import dates_in, number_spans
 
 
-def value_spans(record: Any, fields: list[Grounded], text: str) -> dict[str, tuple[int, int]]:
+def value_spans(record: Any, schema: Any, text: str) -> dict[str, tuple[int, int]]:
     """Grounded leaf path (``receipts[2].total``, as ``confidence`` names it) -> its ``(start, end)`` in ``text``."""
-    by_path = {g.path: g for g in fields}
-    occurrences = _Occurrences(text)
-    spans: dict[str, tuple[int, int]] = {}
-    cursor = 0
-    for path, schema_path, value in _leaves(record, "", ()):
-        g = by_path.get(schema_path)
-        if g is None or value is None:
-            continue
-        found = occurrences.of(g, value)
-        if not found:
-            continue
-        span = next((s for s in found if s[0] >= cursor), found[0])
-        spans[path] = span
-        cursor = span[0]
-    return spans
+    locator = _Locator(schema, text)
+    locator.walk(record, "", (), (0, len(text)))
+    return locator.spans
+
+
+class _Locator:
+    def __init__(self, schema: Any, text: str):
+        self.fields = {g.path: g for g in grounded_fields(schema)}
+        self.arrays = grounded_arrays(schema)
+        self.occurrences = _Occurrences(text)
+        self.text = text
+        self.spans: dict[str, tuple[int, int]] = {}
+        self.cursor = 0
+
+    def walk(self, value: Any, path: str, schema_path: tuple[str, ...], window: tuple[int, int]) -> None:
+        if isinstance(value, dict):
+            for key, sub in value.items():
+                self.walk(sub, f"{path}.{key}" if path else key, (*schema_path, key), window)
+        elif isinstance(value, list) and schema_path in self.arrays:
+            self.units(value, path, schema_path, window)
+        elif isinstance(value, list):
+            for i, sub in enumerate(value):
+                self.walk(sub, f"{path}[{i}]", (*schema_path, "[]"), window)
+        elif schema_path in self.fields and value is not None:
+            found = [s for s in self.occurrences.of(self.fields[schema_path], value) if window[0] <= s[0] and s[1] <= window[1]]
+            if found:
+                span = next((s for s in found if s[0] >= self.cursor), found[0])
+                self.spans[path] = span
+                self.cursor = span[0]
+
+    def units(self, items: list[Any], path: str, schema_path: tuple[str, ...], window: tuple[int, int]) -> None:
+        """Each item inside the first unit after the previous item's that writes all its values (the grammar's rule)."""
+        units = [(window[0] + a, window[0] + b) for a, b in unit_spans(self.text[window[0]:window[1]], self.arrays[schema_path].unit)]
+        at = 0
+        for i, item in enumerate(items):
+            leaves = [(p, v) for p, v in _leaves(item, (*schema_path, "[]")) if p in self.fields and v is not None]
+            k = next((k for k in range(at, len(units)) if all(self.written_in(units[k], p, v) for p, v in leaves)), None)
+            unit = units[k] if k is not None else window
+            self.cursor = unit[0]
+            self.walk(item, f"{path}[{i}]", (*schema_path, "[]"), unit)
+            at = k + 1 if k is not None else at
+
+    def written_in(self, window: tuple[int, int], schema_path: tuple[str, ...], value: Any) -> bool:
+        return any(window[0] <= s[0] and s[1] <= window[1] for s in self.occurrences.of(self.fields[schema_path], value))
 
 
 class _Occurrences:
@@ -88,13 +120,13 @@ def _words(value: str, whitespace: str) -> str:
     return r"\s+".join(re.escape(word) for word in value.split())
 
 
-def _leaves(value: Any, path: str, schema_path: tuple[str, ...]) -> Iterator[tuple[str, tuple[str, ...], Any]]:
-    """(path as ``confidence`` names it, path as ``Grounded`` names it, value) per leaf, in the record's order."""
+def _leaves(value: Any, schema_path: tuple[str, ...]):
+    """(path as ``Grounded`` names it, value) per leaf below ``value``."""
     if isinstance(value, dict):
         for key, sub in value.items():
-            yield from _leaves(sub, f"{path}.{key}" if path else key, (*schema_path, key))
+            yield from _leaves(sub, (*schema_path, key))
     elif isinstance(value, list):
-        for i, sub in enumerate(value):
-            yield from _leaves(sub, f"{path}[{i}]", (*schema_path, "[]"))
+        for sub in value:
+            yield from _leaves(sub, (*schema_path, "[]"))
     else:
-        yield path, schema_path, value
+        yield schema_path, value

@@ -4,15 +4,15 @@ A chunk is a character range of the row's ``dataset.text_field``. ``Chunker``
 knows the job's prompt and the model's context, so it knows how many tokens of
 text a row's prompt has room for: the context, less the prompt without its
 text (system message, template) and ``decoding.max_tokens``. ``cut`` fills each
-chunk up to that budget and ends it at the strongest boundary in the chunk's
-second half (a blank line, else a line break, else a sentence end, else a space);
-the next chunk starts at the strongest boundary within ``overlap_tokens`` before
-that end, the earliest of that strength, so a value that the cut splits (a name
-over two lines, a receipt at the end of a chunk) is whole in one of the two. The
-next chunk never starts at a weaker boundary than the cut: after a cut between
-two paragraphs it starts at an earlier paragraph or at the cut itself, never in
-the middle of a paragraph that the chunk before holds whole. Only a run of text
-longer than a chunk with no space in it is cut mid-word.
+chunk up to that budget and ends it at its last blank line, or where it has none,
+at the strongest boundary past its first quarter (a line break, else a sentence
+end, else a space). A cut at a blank line splits no value (nor a receipt of a
+report, a page, a section), and the next chunk starts there.
+After a weaker cut, the next chunk starts at the strongest boundary within
+``overlap_tokens`` before it, the earliest of that strength, so that a value the
+cut splits (a name over two lines, a receipt longer than the chunk's rest) is
+whole in the next chunk. Only a run of text longer than a chunk with no space in
+it is cut mid-word.
 
 Chunks of a row decode as prompts of the replica's batch like any other row's
 (``replica.py``); the writer validates each, merges them (``merging.py``) and
@@ -27,11 +27,13 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from ..engine import encode_chat
+from ..grounding.declaration import ITEM_UNITS
 from .config import ChunkingConfig
 
 #: Where a chunk may start, strongest first: the position after the match.
+PARAGRAPH = 3
 _BOUNDARIES = (
-    (3, re.compile(r"\n[ \t\r\f\v]*\n\s*")),  # a blank line: paragraphs, pages, one document of several
+    (PARAGRAPH, ITEM_UNITS["paragraph"]),  # a blank line: paragraphs, pages, one document of several
     (2, re.compile(r"\n\s*")),  # a line break
     (1, re.compile(r"[.!?。！？][\"'”’)\]]*\s+")),  # a sentence end
     (0, re.compile(r"\s+")),  # between two words
@@ -71,11 +73,13 @@ def cut(text: str, token_starts: Sequence[int], budget: int, overlap: int) -> li
     start = 0
     while tokens.between(start, len(text)) > budget:
         limit = tokens.position(tokens.index(start) + budget)  # the furthest end within the budget
-        half = tokens.position(tokens.index(start) + budget // 2)
-        end = _strongest(boundaries, half, limit, latest=True) or _strongest(boundaries, start + 1, half, latest=True) or limit
+        quarter = tokens.position(tokens.index(start) + budget // 4)
+        end = (_strongest(boundaries, start + 1, limit, latest=True, floor=PARAGRAPH) or _strongest(boundaries, quarter, limit, latest=True)
+               or _strongest(boundaries, start + 1, quarter, latest=True) or limit)
         chunks.append(Chunk(len(chunks), start, end))
+        strength = _strength(boundaries, end)
         back = max(tokens.position(tokens.index(end) - overlap), start + 1)
-        start = _strongest(boundaries, back, end - 1, latest=False, floor=_strength(boundaries, end)) if overlap else None
+        start = _strongest(boundaries, back, end - 1, latest=False, floor=strength) if overlap and strength < PARAGRAPH else None
         start = start or end
     chunks.append(Chunk(len(chunks), start, len(text)))
     return chunks

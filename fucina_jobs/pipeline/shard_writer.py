@@ -180,15 +180,10 @@ class ShardWriter:
         """A chunked row: each chunk validated and grounded in its own text, then merged (``merging.py``) and validated whole.
 
         A chunk that fails makes the row a reject with that chunk's reason: a record is all of the row or nothing."""
-        source, chunks = self._source(row), c["chunks"]
-        try:
-            fields = grounded_fields(row_schema) if row_schema else self.grounded
-        except GroundingError:
-            fields = []  # the chunk's grounding check below rejects the row for it
-        parts, used = [], {"prompt_tokens": 0, "generated_tokens": 0}
+        source, chunks, schema = self._source(row), c["chunks"], row_schema or self.schema_source
+        parts, used = [], {k: sum(part.get(k, 0) for part in chunks) for k in ("prompt_tokens", "generated_tokens")}
         for part in chunks:
             chunk = part["chunk"]
-            used = {k: n + part.get(k, 0) for k, n in used.items()}
             text = source[chunk.start:chunk.end]
             record, reason, message = self.validator(part["text"], part["finish_reason"], part.get("error"), row_schema)
             if record is not None:
@@ -198,8 +193,8 @@ class ShardWriter:
                 return Outcome(row.id, part["text"], part["finish_reason"], **used, reason=reason, error=f"{where}: {message}",
                                relaxations=c.get("relaxations") or [], chunk_count=len(chunks))
             value = json.loads(part["text"])
-            parts.append(Part(chunk, value, part.get("confidence") or Confidence(), value_spans(value, fields, text)))
-        merged = merge(row_schema or self.schema_source, parts)
+            parts.append(Part(chunk, value, part.get("confidence") or Confidence(), value_spans(value, schema, text)))
+        merged = merge(schema, parts)
         text = json.dumps(merged.record, ensure_ascii=False, separators=(",", ":"))
         record, reason, message = self.validator(text, "stop", None, row_schema)
         if record is not None:

@@ -152,6 +152,13 @@ def test_items_of_an_array_grounded_by_paragraph(tokenizer, items, ok):
     assert accepts(tokenizer, BY_PARAGRAPH, RECEIPTS, record) is ok
 
 
+@pytest.mark.parametrize("shops, ok", [(["ACME STORE", "BOLT HARDWARE", "CRAB CAFE"], True), (["BOLT HARDWARE", "CRAB CAFE"], False), ([], False)])
+def test_every_paragraph_is_an_item(tokenizer, shops, ok):
+    every = json.loads(json.dumps(BY_PARAGRAPH).replace('{"items": "paragraph"}', '{"items": "paragraph", "every": true}'))
+    totals = {"ACME STORE": 5, "BOLT HARDWARE": 7.5, "CRAB CAFE": 5}
+    assert accepts(tokenizer, every, RECEIPTS, {"receipts": [{"shop": s, "total": totals[s]} for s in shops]}) is ok
+
+
 def test_items_by_line_and_a_bad_declaration(tokenizer):
     by_line = json.loads(json.dumps(BY_PARAGRAPH).replace('"paragraph"', '"line"'))
     lines = "ACME 5.00\nBOLT 7.50\nCRAB 5.00"

@@ -50,9 +50,9 @@ def test_a_long_row_is_one_record_from_its_chunks_and_a_short_one_is_decoded_who
 
 
 def test_an_item_in_the_overlap_is_written_once(tmp_path):
-    """Three receipts (27, 34 and 35 tokens), the second one whole in both chunks: the same occurrence, one item."""
-    text = "\n\n".join(["BOLT HARDWARE\nDATE 05/01/2019\nITEM 1.00", RECEIPT, "\n".join(f"OTHER LINE {i}" for i in range(6))])
-    summary = _job(tmp_path, [{"id": "r", "text": text}], chunking={"enabled": True, "max_tokens": 72, "overlap_tokens": 36}).run()
+    """One paragraph of 99 tokens, cut at a line: the shop and date lines are in both chunks, the same occurrence, one item."""
+    text = "\n".join([*(f"ITEM {i} 1.00" for i in range(4)), "ACME SDN BHD", "DATE 02/01/2019", *(f"ITEM {i} 2.00" for i in range(4, 8))])
+    summary = _job(tmp_path, [{"id": "r", "text": text}], chunking={"enabled": True, "max_tokens": 60, "overlap_tokens": 24}).run()
     [row] = read_dir(tmp_path / "out", "records")
     assert row["chunk_count"] == 2 and summary.chunking["overlap_duplicates"] == 1
     assert json.loads(row["text"]) == CANNED

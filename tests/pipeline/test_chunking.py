@@ -44,15 +44,25 @@ def test_a_value_across_a_cut_is_whole_in_the_next_chunk():
     assert second.start <= name.start and name.stop <= second.end, "the name is whole in the next chunk"
 
 
-def test_paragraphs_are_preferred_to_lines():
-    """A blank line in the second half of the budget wins over the later line breaks; the overlap starts at one too."""
-    receipt = "\n".join(["SHOP SDN BHD", "DATE 01/02/2019", "ITEM 1 2.00", "ITEM 2 3.00", "TOTAL 5.00"])
+def test_paragraphs_are_preferred_to_lines_and_a_cut_between_two_needs_no_overlap():
+    """A blank line past the budget's first quarter wins over the later line breaks; it splits no value, so the next chunk starts there."""
+    receipt = "\n".join(["SHOP SDN BHD", "DATE 01/02/2019", "ITEM 1 2.00", "ITEM 2 3.00", "TOTAL 5.00"])  # 25 tokens, and 1 for the blank line
     text = "\n\n".join([receipt] * 8)
-    chunks = cut(text, words(text), budget=80, overlap=40)
-    for c in chunks[:-1]:
-        assert text[c.end - 2:c.end] == "\n\n"
-    for c in chunks[1:]:
-        assert text[c.start - 2:c.start] == "\n\n", "whole receipts in the overlap"
+    chunks = cut(text, words(text), budget=60, overlap=20)
+    assert len(chunks) == 4, "two receipts a chunk"
+    for before, after in zip(chunks, chunks[1:]):
+        assert text[before.end - 2:before.end] == "\n\n" and after.start == before.end
+
+
+def test_a_paragraph_longer_than_a_chunk_is_cut_at_a_line_and_overlaps():
+    """A short paragraph ends the first chunk (a blank line beats the long one's lines); the long one is cut at lines, overlapping."""
+    short = "SHOP A\nTOTAL 1.00"
+    long = "\n".join(f"ITEM {i} 1.00" for i in range(20))  # 100 tokens
+    text = f"{short}\n\n{long}"
+    first, second, third, *_ = cut(text, words(text), budget=40, overlap=12)
+    assert first.end == second.start == text.index("ITEM 0"), "cut at the blank line, no overlap"
+    assert text[second.end - 1] == "\n" and third.start < second.end and text[third.start - 1] == "\n"
+    assert tokens(text, Chunk(0, third.start, second.end)) <= 12
 
 
 def test_sentences_then_words_then_a_hard_cut():
