@@ -41,7 +41,9 @@ def test_a_document_past_the_context_is_chunked_merged_and_points_at_its_text(tm
     assert off.rejects == 1 and "exceeds the model's context of 8192 tokens" in reject["error"]
     assert "dataset.chunking.enabled=true" in reject["error"], "the reject says how to fix it"
 
-    on = Job(validate(small_job(tmp_path / "on", data, dataset={"chunking": {"enabled": True}}, **sections)), REPO).run()
+    raw = small_job(tmp_path / "on", data, **sections)
+    raw["dataset"]["chunking"] = {"enabled": True}
+    on = Job(validate(raw), REPO).run()
     assert on.chunking["chunked_rows"] == 1 and on.chunking["chunks"] == 2, "9.5k tokens: two chunks of the context's budget"
     [record] = read_dir(tmp_path / "on", "records")
     assert record["chunk_count"] == 2
