@@ -258,6 +258,17 @@ def compressed_dataset(c: Case) -> None:
     c.note += _summary(c, 1)
 
 
+def kill9_mid_chunked_row(c: Case) -> None:
+    """Rows cut into 4-5 chunks each (``dataset.chunking``): killed while the shards after the first decode their chunks."""
+    chunked = ("dataset.chunking.enabled=true", "dataset.chunking.max_tokens=64", "dataset.chunking.overlap_tokens=16")
+    proc = c.start(*chunked)
+    c.wait(proc, lambda: c.committed() >= 1)
+    c.kill(proc)
+    committed = c.committed()
+    c.run(*chunked)
+    c.note = f"killed with {committed} of 4 shards committed, the next shard's chunks decoding; rerun: {_summary(c, 1)}, chunked rows {_summary(c, 1, 'chunked rows')}"
+
+
 def ctrl_c(c: Case) -> None:
     proc = c.start()
     c.wait(proc, lambda: c.committed() >= 1)
@@ -313,13 +324,15 @@ CASES: dict[str, Callable[[Case], None]] = {
     "sigterm_mid_run": sigterm_mid_run,
     "sigterm_at_end": sigterm_at_end,
     "sighup_to_the_group": sighup_to_the_group,
+    "kill9_mid_chunked_row": kill9_mid_chunked_row,
 }
 
 
-def _summary(c: Case, run: int) -> str:
-    """The ``shards ...`` line of a run's closing table."""
-    lines = [line for line in (c.out.parent / f"run-{run}.log").read_text(errors="replace").splitlines() if line.startswith("shards")]
-    return " ".join(lines[-1].split()[1:]) if lines else "-"
+def _summary(c: Case, run: int, row: str = "shards") -> str:
+    """The ``shards ...`` line (or another ``row``) of a run's closing table."""
+    path = c.out.parent / f"run-{run}.log"
+    lines = [line for line in path.read_text(errors="replace").splitlines() if line.startswith(row)] if path.exists() else []
+    return " ".join(lines[-1][len(row):].split()) if lines else "-"
 
 
 def _last_line(path: Path) -> str:

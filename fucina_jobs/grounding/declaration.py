@@ -11,10 +11,13 @@ so a grounded schema stays an ordinary schema everywhere else.
 from __future__ import annotations
 
 import datetime as dt
+import re
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Iterator, NamedTuple
 
 KEYWORD = "x-grounded"
+#: What one item of a grounded array (``"x-grounded": {"items": UNIT}``) is read from, and where one ends.
+ITEM_UNITS = {"paragraph": re.compile(r"\n[ \t\r\f\v]*\n\s*"), "line": re.compile(r"\n")}
 _WHITESPACE = ("normalize", "exact")
 _CASE = ("exact", "insensitive")
 _SPAN = ("words", "word", "lines")
@@ -66,15 +69,63 @@ def grounded_fields(schema: Any) -> list[Grounded]:
     if not isinstance(schema, dict):
         return []
     found = list(_walk(schema, ()))
-    reachable = {id(g.schema) for g in found}
+    reachable = {id(g.schema) for g in found} | {id(node) for node, _ in _arrays(schema, ()).values()}
     stray = next((p for p, node in _all_declarations(schema, ()) if id(node) not in reachable), None)
     if stray is not None:
         raise GroundingError(f"{'/'.join(stray)}: {KEYWORD} only applies under properties or array items, not inside anyOf, oneOf, allOf or $defs")
     return found
 
 
+class Units(NamedTuple):
+    """How a grounded array's items sit in the text: one per ``unit`` (paragraph or line) at most, or one for ``every`` unit."""
+
+    unit: str
+    every: bool = False
+
+
+def grounded_arrays(schema: Any) -> dict[tuple[str, ...], Units]:
+    """Arrays declared ``"x-grounded": {"items": "paragraph"}`` (or ``"line"``; ``"every": true``), path -> their units.
+
+    Each item is read from one paragraph (line) of the text, a later one than the item before (with ``every``: the
+    next one, so every paragraph is an item), and its grounded values are that paragraph's."""
+    return {path: units for path, (_, units) in _arrays(schema, ()).items()} if isinstance(schema, dict) else {}
+
+
+def unit_spans(text: str, unit: str) -> list[tuple[int, int]]:
+    """The paragraphs (or lines) of ``text`` that hold anything but whitespace, as ``(start, end)``."""
+    spans, start = [], 0
+    for m in ITEM_UNITS[unit].finditer(text):
+        spans.append((start, m.start()))
+        start = m.end()
+    spans.append((start, len(text)))
+    return [(a, b) for a, b in spans if text[a:b].strip()]
+
+
+def _arrays(node: dict[str, Any], path: tuple[str, ...]) -> dict[tuple[str, ...], tuple[dict, Units]]:
+    found = {}
+    if _is_array(node) and node.get(KEYWORD) not in (None, False):
+        options = node[KEYWORD]
+        if (not isinstance(options, dict) or not {"items"} <= set(options) <= {"items", "every"} or options["items"] not in ITEM_UNITS
+                or not isinstance(options.get("every", False), bool)):
+            raise GroundingError(f"{_where(path)}: {KEYWORD} on an array takes {{\"items\": \"paragraph\"}} or {{\"items\": \"line\"}} "
+                                 f"(each item read from one paragraph or line of the text, in text order) and \"every\": true "
+                                 f"(an item for every one), not {options!r}")
+        found[path] = (node, Units(options["items"], options.get("every", False)))
+    for key, sub in (node.get("properties") or {}).items():
+        if isinstance(sub, dict):
+            found |= _arrays(sub, (*path, key))
+    if isinstance(node.get("items"), dict):
+        found |= _arrays(node["items"], (*path, "[]"))
+    return found
+
+
+def _is_array(node: dict[str, Any]) -> bool:
+    kinds = node.get("type")
+    return "items" in node or kinds == "array" or (isinstance(kinds, list) and "array" in kinds)
+
+
 def _walk(node: dict[str, Any], path: tuple[str, ...]) -> Iterator[Grounded]:
-    if node.get(KEYWORD) not in (None, False):
+    if node.get(KEYWORD) not in (None, False) and not _is_array(node):
         yield _declared(node, path)
         return
     for key, sub in (node.get("properties") or {}).items():

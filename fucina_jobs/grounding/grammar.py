@@ -23,7 +23,7 @@ import unicodedata
 from decimal import Decimal
 from typing import Any, Callable, Collection, Mapping
 
-from .declaration import Grounded, grounded_fields
+from .declaration import Grounded, Units, grounded_arrays, grounded_fields, unit_spans
 from .values import dates_in, json_number, normalize_whitespace, numbers_in, written
 
 #: What may sit around an excluded run of words and leave it the same value (``Halden Robotics,``).
@@ -78,10 +78,12 @@ def field_values(g: Grounded, text: str) -> list[Any] | None:
 
 
 class _Builder:
-    def __init__(self, schema: dict[str, Any], text: str, exclude: Mapping[tuple[str, ...], Collection[Any]], pinned: Mapping[tuple[str, ...], Any]):
+    def __init__(self, schema: dict[str, Any], text: str, exclude: Mapping[tuple[str, ...], Collection[Any]], pinned: Mapping[tuple[str, ...], Any],
+                 rules: list[str] | None = None):
         self.root, self.text, self.exclude, self.pinned = schema, text, exclude, pinned
         self.fields = {g.path: g for g in grounded_fields(schema)}
-        self.rules: list[str] = []
+        self.arrays = grounded_arrays(schema)
+        self.rules: list[str] = [] if rules is None else rules  # a paragraph's builder adds to its document's rules
         self.sources: dict[tuple[str, str, str], str] = {}  # (whitespace, case, span) -> the terminal of the text's spans
         self.unwritten: list[str] = []  # "field (what it needed)" for each field the text gives nothing to hold
 
@@ -124,11 +126,38 @@ class _Builder:
         return f'"{{" {first} "}}"' if first else '"{}"'
 
     def array(self, schema: dict[str, Any], path: tuple[str, ...]) -> str:
+        if path in self.arrays:
+            return self.units(schema, path, self.arrays[path])
+        before = len(self.unwritten)
         item = self.value(schema["items"], (*path, "[]"))
         low, high = schema.get("minItems", 0), schema.get("maxItems")
+        if len(self.unwritten) > before and low == 0:  # the text writes nothing an item's required field could hold: no items
+            del self.unwritten[before:]
+            return '"[]"'
         more = f'("," {item})*' if high is None and low <= 1 else f'("," {item}){{{max(low - 1, 0)},{"" if high is None else high - 1}}}'
         body = f"{item} {more}" if high != 0 else ""
         return self.rule(f'"[" {body} "]"' if low > 0 or not body else f'"[" ({body})? "]"')
+
+    def units(self, schema: dict[str, Any], path: tuple[str, ...], units: Units) -> str:
+        """Items in text order, each from a later paragraph (line) than the one before, its grounded values that paragraph's.
+
+        ``after{i}``: the items from unit ``i`` on, at least one; so an array holds at most one item per unit, and a
+        greedy model cannot repeat an item until its token budget runs out. With ``every``, one item for every unit.
+        A unit that writes nothing a required grounded field could hold is no item's (it raises nothing)."""
+        items = []
+        for start, end in unit_spans(self.text, units.unit):
+            piece = _Builder(self.root, self.text[start:end], self.exclude, self.pinned, self.rules)
+            item = piece.value(schema["items"], (*path, "[]"))
+            if not piece.unwritten:  # a paragraph that writes nothing for a required field holds no item
+                items.append(item)
+        if units.every:
+            return self.rule(" ".join(['"["', ' "," '.join(items), '"]"']))
+        after = ""
+        for item in reversed(items):
+            more = self.rule(f'"]" | "," {after}') if after else '"]"'
+            after = self.rule(f"{item} {more}" + (f" | {after}" if after else ""))
+        low = schema.get("minItems", 0)
+        return self.rule(f'"[" {after}' if low > 0 and after else f'"[" ({after} | "]")' if after else '"[]"')
 
     def grounded(self, g: Grounded) -> str:
         excluded = self.exclude.get(g.path, ())
@@ -158,7 +187,7 @@ class _Builder:
         if key not in self.sources:
             recase = [str] if g.case == "exact" else [str, str.lower, str.upper, str.title]
             chunkings = list(dict.fromkeys(tuple(_chunks(self.text, g, f)) for f in recase))
-            name = f"SOURCE{len(self.sources)}"
+            name = f"SOURCE{len(self.rules)}"  # unique across a document's paragraph builders
             self.rules.append(f"{name}: " + " | ".join(f"%regex {json.dumps({'substring_chunks': list(c)}, ensure_ascii=False)}" for c in chunkings))
             self.sources[key] = name
         name = f"SPAN{len(self.rules)}"

@@ -16,13 +16,23 @@ span is the written form the value was read from:
 - a date: the date as written (``3rd April 2025``);
 - an enum member: the member or the declared spelling the text writes (``€``).
 
-Where the text writes a value more than once, the span is the first
-occurrence, in text order (for strings the first that starts and ends at
-word boundaries, as the grammar copies whole words, else the first at all).
-Neither engine can tell which occurrence it copied: the grammar admits a
-string as any run of the text's words and a number as any of the spellings
-the text writes, with no position attached. A value the text does not write
-(one of ``allow``, such as a tax of ``0``) has no span.
+Where the text writes a value more than once, neither engine can tell which
+occurrence it copied: the grammar admits a string as any run of the text's
+words and a number as any of the spellings the text writes, with no position
+attached. Records list their values in text order far more often than not
+(items in the order the text has them, a receipt's name before its date
+before its total), so values are located in the record's order, each at its
+first occurrence at or after the previous value's; a value with no
+occurrence after it (a vendor printed above the invoice number) takes its
+first occurrence. For strings, occurrences that start and end at word
+boundaries (the grammar copies whole words) come before any others. An item
+of an array declared ``"x-grounded": {"items": "paragraph"}`` (or ``"line"``;
+``declaration.grounded_arrays``) is located inside its own paragraph: the
+first one after the previous item's that writes all its values, as the
+grammar made it. A value the text does not write (one of ``allow``, such as
+a tax of ``0``) has no span. Chunked rows use the spans to tell an item found
+twice in an overlap from two items, and to map values back to the row's
+text (``pipeline/merging.py``).
 """
 
 from __future__ import annotations
@@ -30,9 +40,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
-from typing import Any, Iterator
+from typing import Any, Iterator, Mapping
 
-from .declaration import Grounded
+from .declaration import Grounded, Units, unit_spans
 from .values import dates_in, number_spans, numbers_in
 
 Span = tuple[int, int]
@@ -74,15 +84,54 @@ def _indexed(value: Any, path: tuple[str, ...], prefix: str) -> Iterator[tuple[s
         yield from _indexed(value[head], rest, f"{prefix}.{head}" if prefix else head)
 
 
-def value_spans(record: Any, fields: list[Grounded], text: str) -> dict[str, Span]:
-    """Each grounded value's span in ``text``, by path; a value the text does not write has none."""
-    source = _Source(text)
-    spans = {}
-    for path, g, value in grounded_leaves(record, fields):
-        span = source.find(g, value)
-        if span is not None:
-            spans[path] = span
-    return spans
+def value_spans(record: Any, fields: list[Grounded], text: str, arrays: Mapping[tuple[str, ...], Units] | None = None) -> dict[str, Span]:
+    """Each grounded value's span in ``text``, by path; a value the text does not write has none. ``arrays``: the
+    schema's arrays grounded by paragraph or line (``grounded_arrays``), whose items are located in their own."""
+    locator = _Locator(fields, arrays or {}, _Source(text))
+    locator.walk(record, "", (), (0, len(text)))
+    return locator.spans
+
+
+class _Locator:
+    """Walks a record in its own order, locating each grounded value at or after the previous one, inside a window."""
+
+    def __init__(self, fields: list[Grounded], arrays: Mapping[tuple[str, ...], Units], source: "_Source"):
+        self.fields = {g.path: g for g in fields}
+        self.arrays, self.source = arrays, source
+        self.spans: dict[str, Span] = {}
+        self.cursor = 0
+
+    def walk(self, value: Any, path: str, schema_path: tuple[str, ...], window: Span) -> None:
+        if isinstance(value, dict):
+            for key, sub in value.items():
+                self.walk(sub, f"{path}.{key}" if path else key, (*schema_path, key), window)
+        elif isinstance(value, list) and schema_path in self.arrays:
+            self.units(value, path, schema_path, window)
+        elif isinstance(value, list):
+            for i, sub in enumerate(value):
+                self.walk(sub, f"{path}[{i}]", (*schema_path, "[]"), window)
+        elif schema_path in self.fields and value is not None:
+            found = self.within(window, schema_path, value)
+            if found:
+                span = next((s for s in found if s[0] >= self.cursor), found[0])
+                self.spans[path] = span
+                self.cursor = span[0]
+
+    def units(self, items: list[Any], path: str, schema_path: tuple[str, ...], window: Span) -> None:
+        """Each item inside the first unit after the previous item's that writes all its values (the grammar's rule)."""
+        text = self.source.text[window[0]:window[1]]
+        units = [(window[0] + a, window[0] + b) for a, b in unit_spans(text, self.arrays[schema_path].unit)]
+        at = 0
+        for i, item in enumerate(items):
+            leaves = [(p, v) for p, v in _leaves(item, (*schema_path, "[]")) if p in self.fields and v is not None]
+            k = next((k for k in range(at, len(units)) if all(self.within(units[k], p, v) for p, v in leaves)), None)
+            unit = units[k] if k is not None else window
+            self.cursor = unit[0]
+            self.walk(item, f"{path}[{i}]", (*schema_path, "[]"), unit)
+            at = k + 1 if k is not None else at
+
+    def within(self, window: Span, schema_path: tuple[str, ...], value: Any) -> list[Span]:
+        return [s for s in self.source.occurrences(self.fields[schema_path], value) if window[0] <= s[0] and s[1] <= window[1]]
 
 
 def check_spans(record: Any, fields: list[Grounded], text: str, spans: dict[str, Any]) -> SpanCheck:
@@ -162,20 +211,25 @@ class _Source:
         self._dates: dict[str, list[Span]] | None = None
 
     def find(self, g: Grounded, value: Any) -> Span | None:
+        """The value's first occurrence (for a string, its first at word boundaries if it has one)."""
+        return next(iter(self.occurrences(g, value)), None)
+
+    def occurrences(self, g: Grounded, value: Any) -> list[Span]:
+        """Every span that writes ``value``, in text order; for a string, those at word boundaries first."""
         if g.kind == "string":
-            return self._string(g, value) if isinstance(value, str) else None
+            return self._string(g, value) if isinstance(value, str) else []
         if g.kind == "enum":
             return self._enum(g, value)
         if g.kind == "date":
             if self._dates is None:
                 self._dates = dates_in(self.text)
-            return min(self._dates.get(value, []), default=None)
+            return sorted(set(self._dates.get(value, [])))
         if g.amount not in self._numbers:
             self._numbers[g.amount] = number_spans(self.text, g.amount)
         try:
-            return min(self._numbers[g.amount].get(Decimal(str(value)), []), default=None)
+            return self._numbers[g.amount].get(Decimal(str(value)), [])
         except InvalidOperation:
-            return None
+            return []
 
     def folded(self, g: Grounded) -> _Folded:
         key = (g.whitespace, g.case)
@@ -183,23 +237,18 @@ class _Source:
             self._folded[key] = _Folded(self.text, *key)
         return self._folded[key]
 
-    def _string(self, g: Grounded, value: str) -> Span | None:
+    def _string(self, g: Grounded, value: str) -> list[Span]:
         needle = fold(value, g)
         if not needle:
-            return None
+            return []
         hay = self.folded(g)
-        first = None
-        for m in re.finditer(f"(?={re.escape(needle)})", hay.text):
-            start, end = m.start(), m.start() + len(needle)
-            if _whole_words(hay.text, start, end):
-                return hay.source_span(start, end)
-            first = first if first is not None else (start, end)
-        return hay.source_span(*first) if first is not None else None
+        found = [(m.start(), m.start() + len(needle)) for m in re.finditer(f"(?={re.escape(needle)})", hay.text)]
+        whole = [span for span in found if _whole_words(hay.text, *span)]
+        return [hay.source_span(*span) for span in whole or found]
 
-    def _enum(self, g: Grounded, member: Any) -> Span | None:
+    def _enum(self, g: Grounded, member: Any) -> list[Span]:
         flags = re.IGNORECASE if g.case == "insensitive" else 0
-        found = [m.span() for s in g.evidence(member) for m in re.finditer(rf"(?<![^\W\d_]){re.escape(s)}(?![^\W\d_])", self.text, flags)]
-        return min(found, default=None)
+        return sorted({m.span() for s in g.evidence(member) for m in re.finditer(rf"(?<![^\W\d_]){re.escape(s)}(?![^\W\d_])", self.text, flags)})
 
 
 def _whole_words(text: str, start: int, end: int) -> bool:
@@ -209,3 +258,15 @@ def _whole_words(text: str, start: int, end: int) -> bool:
 
 def _word(char: str) -> bool:
     return char.isalnum() or char == "_"
+
+
+def _leaves(value: Any, schema_path: tuple[str, ...]) -> Iterator[tuple[tuple[str, ...], Any]]:
+    """(path as ``Grounded`` names it, value) per leaf below ``value``."""
+    if isinstance(value, dict):
+        for key, sub in value.items():
+            yield from _leaves(sub, (*schema_path, key))
+    elif isinstance(value, list):
+        for sub in value:
+            yield from _leaves(sub, (*schema_path, "[]"))
+    else:
+        yield schema_path, value

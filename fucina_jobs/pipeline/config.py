@@ -89,6 +89,21 @@ def one_constraint(**given: Any) -> str | None:
     return kinds[0] if kinds else None
 
 
+class ChunkingConfig(_Section):
+    """Documents longer than the model's context, cut into overlapping chunks that decode side by side (docs/LONG_DOCUMENTS.md)."""
+
+    enabled: bool = Field(False, description="cut a row's text_field into chunks when its prompt would not fit; off: such a row is a reject")
+    max_tokens: int | None = Field(None, ge=32, description="text tokens per chunk; null: what the context leaves after the prompt and decoding.max_tokens")
+    overlap_tokens: int = Field(256, ge=0, description="text tokens two consecutive chunks share, so a value cut at one edge is whole in the other")
+
+    @model_validator(mode="after")
+    def _overlap_leaves_progress(self) -> "ChunkingConfig":
+        if self.max_tokens is not None and 2 * self.overlap_tokens > self.max_tokens:
+            raise ValueError(f"overlap_tokens={self.overlap_tokens} is more than half of max_tokens={self.max_tokens}; "
+                             "each chunk must move on by at least half its length")
+        return self
+
+
 class DatasetConfig(_Section):
     path: str = Field(description="a file, a glob (data/part-*.jsonl), a parquet folder or a folder of documents; local or a pyarrow.fs URI (s3://, gs://, file://)")
     format: Literal["jsonl", "parquet", "csv", "text_dir", "maskbench"] = Field(
@@ -97,6 +112,7 @@ class DatasetConfig(_Section):
     text_field: str = Field("text", description="the field holding the document, which grounded values are checked against")
     schema_field: str | None = Field(None, description="a field holding each row's own JSON schema")
     limit: int | None = Field(None, ge=1, description="decode the first N rows only")
+    chunking: ChunkingConfig = ChunkingConfig()
 
     @model_validator(mode="before")
     @classmethod

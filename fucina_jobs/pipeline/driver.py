@@ -37,7 +37,7 @@ from .examples import load_examples
 from .progress import Progress
 from .job_constraint import resolve
 from .rundir import Committed, RunDir, shard_key
-from .shard_writer import ShardSummary, ShardWriter
+from .shard_writer import CHUNK_STATS, ShardSummary, ShardWriter
 from .signals import deferred, stop_of
 
 log = logging.getLogger(__name__)
@@ -54,6 +54,7 @@ class JobSummary:
     retries: int = 0
     reasons: dict[str, int] = field(default_factory=dict)
     alarm: dict[str, Any] = field(default_factory=dict)  # grounding.alarm.RunAlarm.as_dict()
+    chunking: dict[str, int] = field(default_factory=dict)  # shard_writer.CHUNK_STATS over every committed shard
 
     @property
     def ok(self) -> bool:
@@ -229,6 +230,7 @@ class Job:
                 self._plan(summary)
                 self._decode(model_path, summary, on_dispatch)
                 summary.alarm = self._alarm().as_dict()
+                summary.chunking = self._chunking()
                 for warning in summary.alarm["warnings"]:
                     log.warning("run alarm: %s", warning)
                 status, error = ("complete" if summary.ok else "failed"), None
@@ -283,6 +285,11 @@ class Job:
             return alarm.combine([], [])
         counts = [json.loads(c) for c in table.column("alarm_counts").to_pylist() if c]
         return alarm.combine(counts, pc.list_flatten(table.column("record_digests")))
+
+    def _chunking(self) -> dict[str, int]:
+        """Chunked rows, their chunks, merge conflicts and overlap duplicates, over every committed shard (all partitions)."""
+        table = self.dir.read("stats", columns=list(CHUNK_STATS))
+        return {k: (pc.sum(table.column(k)).as_py() or 0) if k in table.column_names else 0 for k in CHUNK_STATS}
 
     def _count(self, result: ShardSummary, summary: JobSummary, progress: Progress) -> None:
         summary.records += result.records

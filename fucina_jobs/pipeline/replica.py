@@ -21,12 +21,13 @@ import numpy as np
 
 from ..confidence import Confidence, Leaf, confidence, output_values
 from .. import engines
-from ..engines import DRAFT_SOURCES, Completion, GrammarError, Prompt, prompt_overflow, sampling_params
+from ..engines import DRAFT_SOURCES, Completion, GrammarError, Prompt, load_tokenizer, prompt_overflow, sampling_params
 from ..grounding.declaration import GroundingError, grounded_fields
 from ..grounding.choices import grounded_choices
 from ..grounding.grammar import NothingToGround, field_values, grounded_lark
 from ..rules.expression import RuleError
 from ..rules.repair import Field, Repair
+from .chunking import Chunk, Chunker, ChunkingError, chunk_id, gather
 from .config import JobConfig, read_text_option
 from .dataset import Row, Slice, read_slice
 from .decode_loop import DecodeLoop
@@ -61,6 +62,7 @@ class ShardWorker:
         self.examples = tuple(e.turn for e in self.writer.examples)
         self._row_constraints: dict[str, tuple[Any, list[str]]] = {}
         self.vote_params = dataclasses.replace(sampling_params(self.cfg.decoding), temperature=self.cfg.decoding.vote_temperature)
+        self.chunker = self._chunker(model_path) if self.cfg.dataset.chunking.enabled else None
         self.loop = DecodeLoop(self.engine, self.cfg.runtime.streams)
         log.info("replica %d ready: %s with the %s engine", replica, model_path, self.cfg.engine.name)
 
@@ -72,23 +74,26 @@ class ShardWorker:
         start = time.perf_counter()
         rows = read_slice(self.cfg.dataset, piece)
         refused, pending, relaxed, grammar_s = [], [], {}, 0.0
+        chunks: dict[str, tuple[str, Chunk]] = {}  # a chunk's prompt id -> its row's id and the chunk
         for row in (r for r in rows if r.problem is None):  # the writer rejects the others with their problem
-            prompt, problem, relaxed[row.id], seconds = self._prompt(row)
+            row_prompts, problem, relaxed[row.id], seconds = self._prompts(row, chunks)
             grammar_s += seconds
             if problem:
                 reason, message = problem
                 refused.append({"row_id": row.id, "text": "", "finish_reason": "error", "error": message, "reason": reason})
             else:
-                pending.append((row, prompt))
-        outputs, completions, occupancy = self._decode(pending, relaxed)
+                pending += [(row, prompt) for prompt in row_prompts]
+        outputs, completions, occupancy = self._decode(pending, relaxed)  # a long row's chunks are streams of the batch like any row
         repair_start = time.perf_counter()
-        repaired, repair_completions, grammar_s = self._repair(pending, outputs, relaxed, grammar_s)
+        whole = [(row, prompt) for row, prompt in pending if prompt.id not in chunks]  # rules judge a chunked row's merged record
+        repaired, repair_completions, grammar_s = self._repair(whole, outputs, relaxed, grammar_s)
         stats = shard_stats(completions + repair_completions, time.perf_counter() - start)
-        stats["relaxed_rows"] = sum(bool(relaxed[row.id]) for row, _ in pending)
+        stats["relaxed_rows"] = sum(bool(relaxed[row_id]) for row_id in {row.id for row, _ in pending})
         stats["grounded_grammar_s"] = grammar_s  # building and compiling per-row grounded grammars
         stats["occupancy"] = occupancy  # mean live streams per step over runtime.streams, while the shard's first decode was held
         stats["repair_s"] = time.perf_counter() - repair_start if repaired else 0.0  # re-decoding rows that broke a rule
-        summary = self.writer.write(key, shard, self.replica, rows, refused + list(outputs.values()), stats)
+        decoded = gather([output | {"row_id": prompt_id} for prompt_id, output in outputs.items()], chunks)
+        summary = self.writer.write(key, shard, self.replica, rows, refused + decoded, stats)
         log.info("replica %d committed shard %d: %d rows in %.1fs", self.replica, shard, len(rows), time.perf_counter() - start)
         return summary
 
@@ -193,21 +198,49 @@ class ShardWorker:
                 fields[g.name] = Field(g.path, found, frozenset(found or ()) - frozenset(written or ()))
         return fields
 
-    def _prompt(self, row: Row, exclude: dict | None = None, pinned: dict | None = None) -> tuple[Prompt | None, tuple[str, str] | None, list[str], float]:
-        """The row's prompt, or the (reject reason, message) that keeps it from being decoded; its schema's relaxations;
-        grammar seconds. A repair's prompt holds ``exclude``'s values away and the ``pinned`` ones fixed (``_constraint``)."""
+    def _prompts(self, row: Row, chunks: dict[str, tuple[str, Chunk]]) -> tuple[list[Prompt], tuple[str, str] | None, list[str], float]:
+        """The row's prompt, or one per chunk when ``dataset.chunking`` cuts its text (each registered in ``chunks``), or the
+        (reject reason, message) that keeps it from being decoded; its schema's relaxations; grammar seconds."""
         try:
-            text = self.template.format_map(row.fields)
+            cut = self.chunker.chunks(row.fields) if self.chunker else []
+        except KeyError as err:
+            return [], ("error", f"row {row.id!r}: prompt.template uses field {err} that the row does not have"), [], 0.0
+        except ChunkingError as err:
+            return [], ("error", f"row {row.id!r}: {err}"), [], 0.0
+        if len(cut) < 2:
+            prompt, problem, relaxations, seconds = self._prompt(row)
+            return [prompt] if prompt else [], problem, relaxations, seconds
+        source = str(row.fields.get(self.cfg.dataset.text_field, ""))
+        prompts, seconds = [], 0.0
+        for c in cut:  # each chunk grounded in its own text
+            prompt, problem, relaxations, spent = self._prompt(row, piece=(chunk_id(row.id, c.index), source[c.start:c.end]))
+            if problem:
+                reason, message = problem
+                return [], (reason, f"{message} (chunk {c.index + 1} of {len(cut)}, characters {c.start}-{c.end})"), [], 0.0
+            prompts.append(prompt)
+            seconds += spent
+        chunks.update((prompt.id, (row.id, c)) for prompt, c in zip(prompts, cut))
+        return prompts, None, relaxations, seconds
+
+    def _prompt(self, row: Row, exclude: dict | None = None, pinned: dict | None = None,
+                piece: tuple[str, str] | None = None) -> tuple[Prompt | None, tuple[str, str] | None, list[str], float]:
+        """The row's prompt (a chunk's, for ``piece``: its prompt id and text), or the (reject reason, message) that keeps it
+        from being decoded; its schema's relaxations; grammar seconds. A repair's prompt holds ``exclude``'s values away and
+        the ``pinned`` ones fixed (``_constraint``)."""
+        name = self.cfg.dataset.text_field
+        prompt_id, source = piece or (row.id, str(row.fields.get(name, "")))
+        try:
+            text = self.template.format_map(row.fields if piece is None else {**row.fields, name: source})
         except KeyError as err:
             return None, ("error", f"row {row.id!r}: prompt.template uses field {err} that the row does not have"), [], 0.0
         d = self.cfg.decoding
-        overflow = prompt_overflow(self.engine, Prompt(row.id, text, self.system, max_tokens=d.max_tokens, examples=self.examples))
+        overflow = prompt_overflow(self.engine, Prompt(prompt_id, text, self.system, max_tokens=d.max_tokens, examples=self.examples))
         if overflow:  # from the token count alone: a long document's grounded grammar takes minutes to build
-            return None, ("error", overflow), [], 0.0
+            return None, ("error", overflow + ("; or cut it into chunks that fit: dataset.chunking.enabled=true" if self.chunker is None else "")), [], 0.0
         start = time.perf_counter()
         try:
-            constraint, relaxations, grounded = self._constraint(row, exclude, pinned)
-            choices = self._choices(row) if grounded and d.choice == "likelihood" else ()
+            constraint, relaxations, grounded = self._constraint(row, source, exclude, pinned)
+            choices = self._choices(row, source) if grounded and d.choice == "likelihood" else ()
         except NothingToGround as err:  # no grammar could hold a true value: decided before decoding
             return None, ("ungrounded", f"{err}; decided before decoding"), [], 0.0
         except RowSchemaError as err:
@@ -220,22 +253,27 @@ class ShardWorker:
             why = meta_schema_problem(parse_row_schema(row.fields.get(self.cfg.dataset.schema_field)))
             return None, ("error", f"row {row.id!r}: its schema cannot be used: {why or f'{type(err).__name__}: {str(err)[:200]}'}"), [], 0.0
         seconds = time.perf_counter() - start if grounded else 0.0
-        prompt = Prompt(row.id, text, self.system, constraint, record_seed(d.seed, row.id), d.max_tokens, self.examples, choices)
+        prompt = Prompt(prompt_id, text, self.system, constraint, record_seed(d.seed, prompt_id), d.max_tokens, self.examples, choices)
         return prompt, None, relaxations, seconds
 
-    def _constraint(self, row: Row, exclude: dict | None = None, pinned: dict | None = None) -> tuple[Any, list[str], bool]:
-        """The row's own grounded grammar where its schema grounds fields (a repair's: less the values ``exclude``
-        takes away, with the ``pinned`` ones held), else the shared constraint; its relaxations; grounded or not."""
+    def _chunker(self, model_path: str) -> Chunker:
+        tokenizer = getattr(self.engine, "tokenizer", None) or load_tokenizer(model_path)  # an engine without a model (canned) has none
+        return Chunker(self.cfg.dataset.chunking, tokenizer, getattr(self.engine, "context", None), self.system, self.template,
+                       self.cfg.dataset.text_field, self.cfg.decoding.max_tokens, self.examples)
+
+    def _constraint(self, row: Row, source: str, exclude: dict | None = None, pinned: dict | None = None) -> tuple[Any, list[str], bool]:
+        """The row's own grounded grammar (over ``source``: its text or its chunk's) where its schema grounds fields (a repair's:
+        less the values ``exclude`` takes away, with the ``pinned`` ones held), else the shared constraint; its relaxations;
+        grounded or not."""
         field_name = self.cfg.dataset.schema_field
         schema = self._schema(row)
         if (grounded_fields(schema) if field_name else self.grounded):
-            source = str(row.fields.get(self.cfg.dataset.text_field, ""))
             return self.engine.constraint(lark=grounded_lark(schema, source, exclude, pinned)), [], True
         return *(self._row_constraint(schema) if field_name else (self.constraint, self.relaxations)), False
 
-    def _choices(self, row: Row) -> tuple[tuple[str, tuple[str, ...]], ...]:
-        """The grounded fields of the row whose value is one of a short list: choose them by their likelihood."""
-        return tuple(grounded_choices(self._schema(row), str(row.fields.get(self.cfg.dataset.text_field, ""))))
+    def _choices(self, row: Row, source: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
+        """The grounded fields of the row whose value is one of a short list in ``source``: choose them by their likelihood."""
+        return tuple(grounded_choices(self._schema(row), source))
 
     def _schema(self, row: Row) -> Any:
         """The row's own schema (``dataset.schema_field``), else the job's."""

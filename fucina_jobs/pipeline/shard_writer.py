@@ -26,24 +26,29 @@ from typing import Any, Callable, Iterator
 
 import pyarrow as pa
 
+from ..confidence import Confidence
 from ..engines import DRAFT_SOURCES
 from ..grounding import alarm
 from ..grounding.check import ungrounded_values
-from ..grounding.declaration import GroundingError, grounded_fields
+from ..grounding.declaration import GroundingError, grounded_arrays, grounded_fields
+from ..grounding.spans import value_spans
 from ..rules.declaration import Rule, rules_of
 from ..rules.expression import RuleError
-from ..grounding.spans import value_spans
 from .config import ConfigError, JobConfig, read_text_option
 from .dataset import Row
 from .examples import load_examples
 from .flags import record_flags
 from .job_constraint import JobConstraint, parse_row_schema
+from .merging import MergeError, Part, check_rules, merge
 from .rundir import RunDir
 from .sink import Outcome, Validator, json_schema_fields, outcome_tables, record_schema
 
 #: Stats columns whose type a single None or empty value would hide.
 _STATS_TYPES = {"occupancy": pa.float64(), "record_digests": pa.list_(pa.int64()), "row_ids": pa.list_(pa.string()),
                 "row_digests": pa.list_(pa.string())}
+
+#: Stats columns of chunked rows (``dataset.chunking``), summed into the run's summary.
+CHUNK_STATS = ("chunked_rows", "chunks", "merge_conflicts", "overlap_duplicates")
 
 #: The decoder statistics the driver's progress line adds up.
 _PROGRESS_KEYS = tuple(f"{what}_{source}" for what in ("drafted", "accepted") for source in DRAFT_SOURCES)
@@ -80,6 +85,7 @@ class ShardWriter:
         self.prompt = alarm.prompt_text(read_text_option(cfg.prompt.system, base), template, [t for e in self.examples for t in (e.document, e.answer)])
         self.validator = self._validator()
         self.record_schema = self._record_schema()
+        self._check_chunking()
 
     # -- built once, checked before any model loads ----------------------------
 
@@ -90,6 +96,18 @@ class ShardWriter:
         try:
             return read(self.schema_source)
         except (GroundingError, RuleError) as err:
+            raise ConfigError(f"constraint.json_schema: {self.cfg.constraint.json_schema}: {err}") from None
+
+    def _check_chunking(self) -> None:
+        """Chunked rows merge as their JSON schema says: a chunked job needs one, and its ``x-merge`` rules must apply."""
+        if not self.cfg.dataset.chunking.enabled:
+            return
+        if self.cfg.constraint.kind not in ("json_schema", None):
+            raise ConfigError(f"dataset.chunking merges chunk records as their JSON schema says; constraint.{self.cfg.constraint.kind} has none: "
+                              "use constraint.json_schema, or turn dataset.chunking.enabled off")
+        try:
+            check_rules(self.schema_source)
+        except MergeError as err:
             raise ConfigError(f"constraint.json_schema: {self.cfg.constraint.json_schema}: {err}") from None
 
     def _validator(self) -> Validator:
@@ -121,6 +139,7 @@ class ShardWriter:
         records, rejects = records_table.num_rows, rejects_table.num_rows
         counts, digests = alarm.shard_counts(self._judged(rows, outcomes), self.prompt)
         row = {"shard": shard, "replica": replica, "rows": len(rows), "records": records, "rejects": rejects} | stats | _rule_stats(outcomes)
+        row |= _chunk_stats(outcomes)
         row |= {"failed": completions is None, "row_ids": [r.id for r in rows], "row_digests": [r.digest for r in rows],
                 "alarm_counts": json.dumps(counts), "record_digests": digests}
         if self.dir.run_id() != self.run_id:
@@ -138,6 +157,9 @@ class ShardWriter:
                 why = row.problem or f"shard failed after {self.cfg.runtime.max_retries} retries: {error}; rerun to retry it"
                 outcomes.append(Outcome(row.id, "", "error", reason="error", error=why))
                 continue
+            if "chunks" in c:
+                outcomes.append(self._merged(row, c))
+                continue
             record, reason, message = self.judge(row, c)
             if record is not None:
                 record, reason, message = self._ruled(row, record, c.get("repair_attempts", 0))
@@ -148,21 +170,22 @@ class ShardWriter:
                                     rule_failures=c.get("rule_failures") or [], repair_attempts=c.get("repair_attempts", 0), agreement=c.get("agreement"), spans=spans))
         return outcomes
 
-    def judge(self, row: Row, c: dict[str, Any]) -> tuple[dict | None, str | None, str | None]:
-        """A completion's record, or its reject reason and message: it must parse, validate and be grounded.
-        A row refused before decoding keeps the reason it was refused for."""
+    def judge(self, row: Row, c: dict[str, Any], source: str | None = None) -> tuple[dict | None, str | None, str | None]:
+        """A completion's record, or its reject reason and message: it must parse, validate and be grounded (in the row's
+        text, or ``source``: a chunk's). A row refused before decoding keeps the reason it was refused for."""
         if c.get("reason"):
             return None, c["reason"], c["error"]
         row_schema = self._row_schema(row) if c["finish_reason"] == "stop" else None  # a refused row's schema may be what is wrong
         record, reason, message = self.validator(c["text"], c["finish_reason"], c.get("error"), row_schema)
         if record is not None:
-            record, reason, message = self._grounded(row, record, row_schema)
+            record, reason, message = self._grounded(row, record, row_schema, source)
         return record, reason, message
 
-    def _spans(self, row: Row, record: dict) -> dict[str, tuple[int, int]]:
-        """Where each grounded value of ``record`` sits in the row's text (``grounding/spans.py``)."""
+    def _spans(self, row: Row, record: Any, source: str | None = None) -> dict[str, tuple[int, int]]:
+        """Where each grounded value of ``record`` sits in the row's text, or ``source`` (its chunk's; ``grounding/spans.py``)."""
         row_schema = self._row_schema(row)
-        return value_spans(record, grounded_fields(row_schema) if row_schema else self.grounded, self._source(row))
+        fields = grounded_fields(row_schema) if row_schema else self.grounded
+        return value_spans(record, fields, self._source(row) if source is None else source, grounded_arrays(row_schema or self.schema_source))
 
     def rules_for(self, row: Row) -> list[Rule]:
         """The rules a row's record must keep: its own schema's, or the job's; ``RuleError`` for a bad row schema."""
@@ -179,16 +202,44 @@ class ShardWriter:
             return None, "rule_violation", f"after {attempts} repair attempt(s), breaks: {'; '.join(r.explain(record) for r in broken)}"
         return record, None, None
 
-    def _grounded(self, row: Row, record: dict, row_schema: dict | None) -> tuple[dict | None, str | None, str | None]:
-        """A record whose grounded values are all in the row's text stays; otherwise the row is rejected."""
+    def _grounded(self, row: Row, record: dict, row_schema: dict | None, source: str | None = None) -> tuple[dict | None, str | None, str | None]:
+        """A record whose grounded values are all in the row's text (or ``source``, its chunk) stays; otherwise the row is rejected."""
         try:
             fields = grounded_fields(row_schema) if row_schema else self.grounded
         except GroundingError as err:
             return None, "error", f"row {row.id!r}: its schema: {err}"
-        _, misses = ungrounded_values(record, fields, self._source(row))
+        _, misses = ungrounded_values(record, fields, self._source(row) if source is None else source)
         if misses:
             return None, "ungrounded", f"not found in {self.cfg.dataset.text_field}: {'; '.join(misses)}"
         return record, None, None
+
+    def _merged(self, row: Row, c: dict[str, Any]) -> Outcome:
+        """A chunked row: each chunk validated and grounded in its own text, then merged (``merging.py``) and judged whole:
+        validated, grounded and held to the rules (a chunked row is not repaired).
+
+        A chunk that fails makes the row a reject with that chunk's reason: a record is all of the row or nothing."""
+        chunks, source, schema = c["chunks"], self._source(row), self._row_schema(row) or self.schema_source
+        parts, used = [], {k: sum(part.get(k, 0) for part in chunks) for k in ("prompt_tokens", "generated_tokens")}
+        for part in chunks:
+            chunk = part["chunk"]
+            text = source[chunk.start:chunk.end]
+            record, reason, message = self.judge(row, part, text)
+            if record is None:
+                where = f"chunk {chunk.index + 1} of {len(chunks)} (characters {chunk.start}-{chunk.end})"
+                return Outcome(row.id, part["text"], part["finish_reason"], **used, reason=reason, error=f"{where}: {message}",
+                               relaxations=c.get("relaxations") or [], chunk_count=len(chunks))
+            value = json.loads(part["text"])
+            parts.append(Part(chunk, value, part.get("confidence") or Confidence(), self._spans(row, value, text)))
+        merged = merge(schema, parts)
+        text = json.dumps(merged.record, ensure_ascii=False, separators=(",", ":"))
+        record, reason, message = self.judge(row, {"text": text, "finish_reason": "stop"})
+        if record is not None:
+            record, reason, message = self._ruled(row, record, 0)
+        flags = record_flags(record, source) if record is not None else []
+        return Outcome(row.id, text, "stop", **used, record=record, reason=reason, error=message and f"the merged record: {message}", flags=flags,
+                       relaxations=c.get("relaxations") or [], confidence=merged.confidence, spans=merged.spans if record is not None else {},
+                       chunk_count=len(chunks), field_chunks=merged.chunks, merge_conflicts=[k.as_row() for k in merged.conflicts],
+                       overlap_duplicates=merged.duplicates)
 
     def _judged(self, rows: list[Row], outcomes: list[Outcome]) -> Iterator[alarm.Output]:
         """What the run alarm judges: the records and the ``ungrounded`` rejects whose text is JSON."""
@@ -218,6 +269,13 @@ def _rule_stats(outcomes: list[Outcome]) -> dict[str, int]:
     return {"rule_broken_rows": sum(bool(o.rule_failures) for o in outcomes),
             "repaired_rows": sum(bool(o.rule_failures) and o.record is not None for o in outcomes),
             "repair_attempts": sum(o.repair_attempts for o in outcomes)}
+
+
+def _chunk_stats(outcomes: list[Outcome]) -> dict[str, int]:
+    """``CHUNK_STATS``: chunked rows, their chunks, merge conflicts and items found twice in an overlap."""
+    chunked = [o for o in outcomes if o.chunk_count > 1]
+    return {"chunked_rows": len(chunked), "chunks": sum(o.chunk_count for o in chunked),
+            "merge_conflicts": sum(len(o.merge_conflicts or []) for o in chunked), "overlap_duplicates": sum(o.overlap_duplicates for o in chunked)}
 
 
 def _stats_table(row: dict[str, Any]) -> pa.Table:

@@ -19,6 +19,11 @@ import pyarrow as pa
 from ..confidence import Confidence
 from .bounded_check import CheckTimeout, bounded, time_limit
 
+#: A scalar that chunks of one row disagreed on (``merging.Conflict``): the value kept and the others, as JSON text.
+CONFLICT = pa.struct([
+    pa.field("path", pa.string()), pa.field("kept", pa.string()), pa.field("chunk", pa.int64()),
+    pa.field("alternatives", pa.list_(pa.struct([pa.field("value", pa.string()), pa.field("chunk", pa.int64()), pa.field("confidence", pa.float64())]))),
+])
 META_FIELDS = [
     pa.field("record_id", pa.string()),
     pa.field("row_id", pa.string()),
@@ -40,6 +45,11 @@ META_FIELDS = [
     pa.field("field_agreement", pa.map_(pa.string(), pa.float64())),
     # Each grounded value's [start, end) in the row's source text, keyed like the confidence maps (grounding/spans.py).
     pa.field("field_spans", pa.map_(pa.string(), pa.list_(pa.int32()))),
+    # A row cut into chunks (``dataset.chunking``; 1: decoded whole). For a chunked row, per value (keyed as above) the
+    # chunk it came from, and the values its chunks disagreed on.
+    pa.field("chunk_count", pa.int64()),
+    pa.field("field_chunks", pa.map_(pa.string(), pa.int64())),
+    pa.field("merge_conflicts", pa.list_(CONFLICT)),
 ]
 REJECT_SCHEMA = pa.schema(
     [
@@ -74,6 +84,10 @@ class Outcome:
     repair_attempts: int = 0
     agreement: dict[str, float] | None = None  # voting: each field's share of the samples
     spans: dict[str, tuple[int, int]] = field(default_factory=dict)  # grounded values in the source text, by path
+    chunk_count: int = 1
+    field_chunks: dict[str, int] | None = None
+    merge_conflicts: list[dict[str, Any]] | None = None
+    overlap_duplicates: int = 0  # items the merge found twice in an overlap and kept once
 
 
 def arrow_type(schema: dict[str, Any]) -> pa.DataType | None:
@@ -188,13 +202,20 @@ def schema_failure(validator: Any, value: Any) -> tuple[str, str] | None:
 
 
 def _typed(record: dict[str, Any], fields: list[pa.Field]) -> dict[str, Any]:
-    row = {}
-    for f in fields:
-        value = record.get(f.name)
-        if pa.types.is_date32(f.type) and isinstance(value, str):
-            value = dt.date.fromisoformat(value)
-        row[f.name] = value
-    return row
+    return {f.name: _arrow_value(record.get(f.name), f.type) for f in fields}
+
+
+def _arrow_value(value: Any, kind: pa.DataType) -> Any:
+    """A JSON value as Arrow takes it for ``kind``: ISO date strings as dates, at any depth (a date inside an array's items too)."""
+    if pa.types.is_date32(kind) and isinstance(value, str):
+        return dt.date.fromisoformat(value)
+    if pa.types.is_struct(kind) and isinstance(value, dict):
+        return {f.name: _arrow_value(value.get(f.name), f.type) for f in kind}
+    if pa.types.is_list(kind) and isinstance(value, list):
+        return [_arrow_value(v, kind.value_type) for v in value]
+    if pa.types.is_map(kind) and isinstance(value, dict):
+        return {k: _arrow_value(v, kind.item_type) for k, v in value.items()}
+    return value
 
 
 def outcome_tables(outcomes: Iterable[Outcome], schema: pa.Schema, record_id: Callable[[str], str]) -> tuple[pa.Table, pa.Table]:
@@ -210,7 +231,8 @@ def outcome_tables(outcomes: Iterable[Outcome], schema: pa.Schema, record_id: Ca
                     "rule_failures": o.rule_failures, "repair_attempts": o.repair_attempts,
                     "record_confidence": conf.record, "field_confidence_min": conf.field_min, "field_confidence_mean": conf.field_mean,
                     "record_agreement": min(o.agreement.values(), default=None) if o.agreement else None, "field_agreement": o.agreement,
-                    "field_spans": {path: list(span) for path, span in o.spans.items()}}
+                    "field_spans": {path: list(span) for path, span in o.spans.items()},
+                    "chunk_count": o.chunk_count, "field_chunks": o.field_chunks, "merge_conflicts": o.merge_conflicts}
             records.append(meta | _typed(o.record, typed_fields))
         else:
             rejects.append({"record_id": rid, "row_id": o.row_id, "reason": o.reason, "text": o.text, "error": o.error, "relaxations": o.relaxations,

@@ -106,6 +106,19 @@ def test_a_field_the_document_cannot_fill_is_refused_before_decoding_or_null(tok
     assert not accepts(tokenizer, schema, "no figures here", rec("figures", 7))
 
 
+def test_an_array_whose_items_the_text_cannot_fill_is_empty_not_refused(tokenizer):
+    """A chunk of a long document that holds no receipt: the array is ``[]``; with ``minItems`` the row is refused."""
+    schema = json.loads(json.dumps(BY_PARAGRAPH))
+    del schema["properties"]["receipts"]["x-grounded"]
+    schema["properties"]["receipts"]["items"]["properties"]["total"]["type"] = "integer"
+    text = "OTHER LINE\nNO FIGURES"
+    assert accepts(tokenizer, schema, text, {"receipts": []})
+    assert not accepts(tokenizer, schema, text, {"receipts": [{"shop": "OTHER LINE", "total": 1}]})
+    schema["properties"]["receipts"]["minItems"] = 1
+    with pytest.raises(NothingToGround, match=r"total \(no whole number within the schema's bounds is written\)"):
+        grounded_lark(schema, text)
+
+
 def test_an_enum_the_text_never_writes_is_not_forced_onto_a_member(tokenizer):
     """An INR invoice against a USD/EUR list: refused before decoding, or null where the schema allows it."""
     currency = {"enum": ["USD", "EUR"], "x-grounded": {"spellings": {"USD": ["$"], "EUR": ["€"]}}}
@@ -181,3 +194,47 @@ def test_span_word_holds_a_string_to_one_word_less_its_marks(tokenizer):
         assert accepts(tokenizer, schema, text, rec(name)) is ok, name
     schema["properties"]["name"]["maxLength"] = 6
     assert not accepts(tokenizer, schema, text, rec("HP-55021")) and accepts(tokenizer, schema, text, rec("School"))
+
+
+BY_PARAGRAPH = {"type": "object", "required": ["receipts"], "properties": {"receipts": {
+    "type": "array", "x-grounded": {"items": "paragraph"},
+    "items": {"type": "object", "required": ["shop", "total"], "additionalProperties": False,
+              "properties": {"shop": {"type": "string", "maxLength": 20, "x-grounded": True}, "total": {"type": "number", "x-grounded": True}}}}}}
+RECEIPTS = "ACME STORE\nTOTAL 5.00\n\nBOLT HARDWARE\nTOTAL 7.50\n\n\nCRAB CAFE\nTOTAL 5.00\n"
+
+
+@pytest.mark.parametrize(
+    "items, ok",
+    [
+        ([], True),
+        ([("ACME STORE", 5)], True),
+        ([("ACME STORE", 5), ("BOLT HARDWARE", 7.5), ("CRAB CAFE", 5)], True),
+        ([("BOLT HARDWARE", 7.5), ("CRAB CAFE", 5)], True),  # a paragraph may hold no item
+        ([("ACME STORE", 5), ("ACME STORE", 5)], False),  # the same receipt twice: a greedy loop is impossible
+        ([("BOLT HARDWARE", 7.5), ("ACME STORE", 5)], False),  # text order
+        ([("ACME STORE", 7.5)], False),  # a value from another paragraph
+        ([("CRAB CAFE", 5), ("CRAB", 5)], False),  # one item per paragraph
+    ],
+)
+def test_items_of_an_array_grounded_by_paragraph(tokenizer, items, ok):
+    record = {"receipts": [{"shop": shop, "total": total} for shop, total in items]}
+    assert accepts(tokenizer, BY_PARAGRAPH, RECEIPTS, record) is ok
+
+
+@pytest.mark.parametrize("shops, ok", [(["ACME STORE", "BOLT HARDWARE", "CRAB CAFE"], True), (["BOLT HARDWARE", "CRAB CAFE"], False), ([], False)])
+def test_every_paragraph_is_an_item(tokenizer, shops, ok):
+    every = json.loads(json.dumps(BY_PARAGRAPH).replace('{"items": "paragraph"}', '{"items": "paragraph", "every": true}'))
+    totals = {"ACME STORE": 5, "BOLT HARDWARE": 7.5, "CRAB CAFE": 5}
+    assert accepts(tokenizer, every, RECEIPTS, {"receipts": [{"shop": s, "total": totals[s]} for s in shops]}) is ok
+
+
+def test_items_by_line_and_a_bad_declaration(tokenizer):
+    by_line = json.loads(json.dumps(BY_PARAGRAPH).replace('"paragraph"', '"line"'))
+    lines = "ACME 5.00\nBOLT 7.50\nCRAB 5.00"
+    assert accepts(tokenizer, by_line, lines, {"receipts": [{"shop": "ACME", "total": 5}, {"shop": "CRAB", "total": 5}]})
+    assert not accepts(tokenizer, by_line, lines, {"receipts": [{"shop": "ACME", "total": 7.5}]})
+    from fucina_jobs.grounding.declaration import GroundingError, grounded_fields
+
+    bad = json.loads(json.dumps(BY_PARAGRAPH).replace('{"items": "paragraph"}', '{"items": "page"}'))
+    with pytest.raises(GroundingError, match=r'properties/receipts: x-grounded on an array takes \{"items": "paragraph"\}'):
+        grounded_fields(bad)
