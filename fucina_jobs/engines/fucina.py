@@ -89,7 +89,7 @@ def prompt_overflow(engine: Any, p: Prompt) -> str | None:
     context = getattr(engine, "context", None)
     if context is None:
         return None
-    return context_overflow(len(encode_chat(engine.tokenizer, p.text, p.system)), p.max_tokens, context)
+    return context_overflow(len(encode_chat(engine.tokenizer, p.text, p.system, p.examples)), p.max_tokens, context)
 
 
 def completion_text(tokenizer: Any, tokens: list[int]) -> tuple[str, list[tuple[int, int]]]:

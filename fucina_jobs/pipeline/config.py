@@ -154,9 +154,10 @@ class DecodingConfig(_Section):
     min_p: float = Field(0.0, ge=0.0, lt=1.0, description="0 keeps every token")
     repeat_penalty: float = Field(1.0, gt=0.0, description="1 is none; llama.cpp's rule over the recent tokens")
     seed: int = Field(0, description="with the row's id, each record's seed: outputs do not depend on replicas, streams or speculation")
-    choice: Literal["greedy", "likelihood"] = Field("likelihood", description="grounded numbers, dates, enum members and "
+    choice: Literal["greedy", "likelihood"] = Field("greedy", description="grounded numbers, dates, enum members and "
                                                     "span: word and span: lines strings: likelihood scores each value the row allows "
-                                                    "as a whole and writes the likeliest (fucina engine); greedy writes them token by token")
+                                                    "as a whole and writes the likeliest (fucina engine; docs/ACCURACY.md: it measured "
+                                                    "worse); greedy writes them token by token")
     choice_options: int = Field(16, ge=2, le=256, description="most values scored at one choice; the likeliest first tokens are kept")
     samples: int = Field(1, ge=1, le=16, description="samples per row: more than 1 keeps each field's majority value (docs/VOTING.md)")
     vote_temperature: float = Field(0.7, gt=0.0, description="temperature of samples 2..k; sample 1 decodes with the settings above")

@@ -15,7 +15,6 @@ from collections import Counter
 import pytest
 
 from fucina_jobs.engines import FucinaEngine, Prompt
-from fucina_jobs.grounding.choices import grounded_choices
 from fucina_jobs.grounding.grammar import grounded_lark
 from fucina_jobs.models.loading import load_model
 from fucina_jobs.pipeline.config import RuntimeConfig, validate
@@ -118,8 +117,7 @@ def test_votes_are_each_fields_majority_over_samples_decoded_with_their_own_seed
     hot = dataclasses.replace(GREEDY, temperature=VOTE_TEMPERATURE)
     disagreed = 0
     for row_id, text in DOCS.items():
-        prompt = Prompt(row_id, text, SYSTEM, engine.constraint(lark=grounded_lark(SCHEMA, text)), record_seed(0, row_id), 48,
-                        choices=tuple(grounded_choices(SCHEMA, text)))  # as the job's decoding.choice=likelihood
+        prompt = Prompt(row_id, text, SYSTEM, engine.constraint(lark=grounded_lark(SCHEMA, text)), record_seed(0, row_id), 48)
         prompts = sample_prompts(prompt, 3, hot)
         decoded = {c.id: json.loads(c.text) for c in engine.generate(prompts)}
         samples = [decoded[p.id] for p in prompts]
