@@ -64,12 +64,26 @@ class Case:
         self.expected: list[str] | None = None  # the input's ids, where the dataset is no plain jsonl (else read from it)
 
     def start(self, *overrides: str) -> subprocess.Popen:
-        args = [f"dataset.path={self.dataset}", "dataset.limit=null", "decoding.max_tokens=8", "runtime.replicas=1",
-                "runtime.streams=2", "runtime.shard_size=2", f"output.dir={self.out}", *overrides]
+        args = [
+            f"dataset.path={self.dataset}",
+            "dataset.limit=null",
+            "decoding.max_tokens=8",
+            "runtime.replicas=1",
+            "runtime.streams=2",
+            "runtime.shard_size=2",
+            f"output.dir={self.out}",
+            *overrides,
+        ]
         log = open(self.out.parent / f"run-{self.started}.log", "w")
         self.started += 1
-        return subprocess.Popen([sys.executable, "-m", "fucina_jobs", "run", "conf=extract_invoices", *args], cwd=REPO,
-                                start_new_session=True, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_default_sigint)
+        return subprocess.Popen(
+            [sys.executable, "-m", "fucina_jobs", "run", "conf=extract_invoices", *args],
+            cwd=REPO,
+            start_new_session=True,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            preexec_fn=_default_sigint,
+        )
 
     def finish(self, proc: subprocess.Popen, timeout: float = 900) -> int:
         try:
@@ -286,8 +300,10 @@ def _stop(c: Case, point: str, ready: Callable[[], bool], sig: int = signal.SIGT
     code = c.finish(proc)
     log = (c.out.parent / "run-0.log").read_text(errors="replace")
     dumped = "received at time=" in log or "Traceback" in log  # a native stack dump or a Python traceback
-    c.note = (f"{signal.Signals(sig).name} {point} ({committed} of 4 shards committed, manifest then {c.manifest().get('status', '-')}, "
-              f"{'a dump or traceback' if dumped else 'no traceback'}, exit {code}): {_last_line(c.out.parent / 'run-0.log')}")
+    c.note = (
+        f"{signal.Signals(sig).name} {point} ({committed} of 4 shards committed, manifest then {c.manifest().get('status', '-')}, "
+        f"{'a dump or traceback' if dumped else 'no traceback'}, exit {code}): {_last_line(c.out.parent / 'run-0.log')}"
+    )
     c.run()
 
 
@@ -332,7 +348,7 @@ def _summary(c: Case, run: int, row: str = "shards") -> str:
     """The ``shards ...`` line (or another ``row``) of a run's closing table."""
     path = c.out.parent / f"run-{run}.log"
     lines = [line for line in path.read_text(errors="replace").splitlines() if line.startswith(row)] if path.exists() else []
-    return " ".join(lines[-1][len(row):].split()) if lines else "-"
+    return " ".join(lines[-1][len(row) :].split()) if lines else "-"
 
 
 def _last_line(path: Path) -> str:
@@ -345,8 +361,16 @@ def count(c: Case) -> Outcome:
     run_dir = RunDir.open(c.out)
     seen = collections.Counter(row_id for kind in ("records", "rejects") for row_id in run_dir.read(kind, ["row_id"]).column("row_id").to_pylist())
     manifest = c.manifest()
-    return Outcome(c.name, len(expected), sum(seen.values()), sum(n - 1 for n in seen.values() if n > 1),
-                   sum(1 for i in expected if i not in seen), c.exits, manifest.get("status", "-"), c.note)
+    return Outcome(
+        c.name,
+        len(expected),
+        sum(seen.values()),
+        sum(n - 1 for n in seen.values() if n > 1),
+        sum(1 for i in expected if i not in seen),
+        c.exits,
+        manifest.get("status", "-"),
+        c.note,
+    )
 
 
 def dataset(path: Path) -> Path:

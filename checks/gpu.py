@@ -68,8 +68,10 @@ def random_model(shape: str, vocab: int) -> LlamaForCausalLM:
 
 def requests(tokenizer, n: int, max_tokens: int, constraint=None) -> list[Request]:
     text = "Invoice INV-{i} from Acme Tools to Nordlicht Bakery, total EUR {i}00.00. " * 4
-    return [Request(str(i), encode_chat(tokenizer, text.format(i=i)), constraint.clone() if constraint else None, seed=i, max_tokens=max_tokens)
-            for i in range(n)]
+    return [
+        Request(str(i), encode_chat(tokenizer, text.format(i=i)), constraint.clone() if constraint else None, seed=i, max_tokens=max_tokens)
+        for i in range(n)
+    ]
 
 
 def decode(model, device, tokenizer, streams: int, spec: SpecConfig | None, n: int, max_tokens: int, compile: bool = False, constraint=None):
@@ -140,8 +142,12 @@ def main(argv: list[str] | None = None) -> int:
     tokenizer = load_tokenizer(args.tokenizer)
     shape = "dry-run" if args.dry_run else args.shape
     model = random_model(shape, len(tokenizer))
-    log.info("model: %s shape, %.0fM parameters; %s", shape, sum(p.numel() for p in model.parameters()) / 1e6,
-             torch.cuda.get_device_name() if device.type == "cuda" else "CPU")
+    log.info(
+        "model: %s shape, %.0fM parameters; %s",
+        shape,
+        sum(p.numel() for p in model.parameters()) / 1e6,
+        torch.cuda.get_device_name() if device.type == "cuda" else "CPU",
+    )
     ok = check_against_reference(model, device, tokenizer, args.check_steps)
     model.to(device)
     if device.type == "cuda":

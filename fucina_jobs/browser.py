@@ -21,8 +21,19 @@ from pathlib import Path
 from typing import Any
 
 #: Off the network and quiet: no sync, no component or safe-browsing fetches, no first-run pages.
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-         "--disable-sync", "--no-first-run", "--disable-quic", "--disable-extensions", "--mute-audio", "--hide-scrollbars"]
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-quic",
+    "--disable-extensions",
+    "--mute-audio",
+    "--hide-scrollbars",
+]
 
 
 class BrowserError(RuntimeError):
@@ -50,8 +61,12 @@ class Chromium:
         replies, from_browser = os.pipe()
         args = [binary, *FLAGS, f"--user-data-dir={self.profile}", f"--window-size={width},{height}", "--remote-debugging-pipe", "about:blank"]
         # bash puts the two pipe ends at descriptors 3 and 4, whatever numbers they have here.
-        self.process = subprocess.Popen(["bash", "-c", f'exec "$0" "$@" 3<&{to_browser} 4>&{from_browser}', *args],
-                                        pass_fds=(to_browser, from_browser), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.process = subprocess.Popen(
+            ["bash", "-c", f'exec "$0" "$@" 3<&{to_browser} 4>&{from_browser}', *args],
+            pass_fds=(to_browser, from_browser),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         os.close(to_browser)
         os.close(from_browser)
         self._commands, self._replies = commands, replies

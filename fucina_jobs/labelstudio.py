@@ -78,12 +78,18 @@ def schema_fields(schema: Mapping[str, Any], grounded: list[Grounded]) -> list[F
 def labeling_config(fields: list[Field]) -> str:
     """The labelling config: one label per marked field over the text, one text box per typed field."""
     labels = "\n".join(f'    <Label value={quoteattr(f.path)} background="{_COLOURS[i % len(_COLOURS)]}"/>' for i, f in enumerate(fields) if f.marked)
-    boxes = "\n".join(f'  <Header value={quoteattr(_prompt(f))} size="6"/>\n'
-                      f'  <TextArea name={quoteattr(TYPED + f.path)} toName="{TEXT}" maxSubmissions="1" editable="true" showSubmitButton="false"/>'
-                      for f in fields if f.typed)
-    return (f'<View>\n  <Header value="Mark each value in the text with its field" size="5"/>\n'
-            f'  <Labels name="{LABELS}" toName="{TEXT}">\n{labels}\n  </Labels>\n  <Text name="{TEXT}" value="${TEXT}"/>\n'
-            + (boxes + "\n" if boxes else "") + "</View>\n")
+    boxes = "\n".join(
+        f'  <Header value={quoteattr(_prompt(f))} size="6"/>\n'
+        f'  <TextArea name={quoteattr(TYPED + f.path)} toName="{TEXT}" maxSubmissions="1" editable="true" showSubmitButton="false"/>'
+        for f in fields
+        if f.typed
+    )
+    return (
+        f'<View>\n  <Header value="Mark each value in the text with its field" size="5"/>\n'
+        f'  <Labels name="{LABELS}" toName="{TEXT}">\n{labels}\n  </Labels>\n  <Text name="{TEXT}" value="${TEXT}"/>\n'
+        + (boxes + "\n" if boxes else "")
+        + "</View>\n"
+    )
 
 
 def _prompt(f: Field) -> str:
@@ -95,8 +101,15 @@ def _prompt(f: Field) -> str:
 # -- export -------------------------------------------------------------------------
 
 
-def tasks(records: Iterable[Mapping[str, Any]], rejects: Iterable[Mapping[str, Any]], texts: Mapping[str, str], fields: list[Field],
-          model_version: str, schema_path: str, changed: set[str] = frozenset()) -> list[dict[str, Any]]:
+def tasks(
+    records: Iterable[Mapping[str, Any]],
+    rejects: Iterable[Mapping[str, Any]],
+    texts: Mapping[str, str],
+    fields: list[Field],
+    model_version: str,
+    schema_path: str,
+    changed: set[str] = frozenset(),
+) -> list[dict[str, Any]]:
     """One task per row; a record's task carries its prediction, a reject's none (its reason is in ``data``).
 
     ``data.schema`` names the job's schema file, where ``import labelstudio`` finds how to read each value."""
@@ -106,12 +119,25 @@ def tasks(records: Iterable[Mapping[str, Any]], rejects: Iterable[Mapping[str, A
         text = texts.get(row_id, "")
         result = _regions(record, text, fields) if row_id not in changed else []
         result += _typed(record, fields)
-        out.append({"data": {TEXT: text, "row_id": row_id, "record_id": record["record_id"], "schema": schema_path},
-                    "predictions": [{"model_version": model_version, "score": record.get("record_confidence"), "result": result}]})
+        out.append(
+            {
+                "data": {TEXT: text, "row_id": row_id, "record_id": record["record_id"], "schema": schema_path},
+                "predictions": [{"model_version": model_version, "score": record.get("record_confidence"), "result": result}],
+            }
+        )
     for reject in rejects:
         row_id = str(reject["row_id"])
-        out.append({"data": {TEXT: texts.get(row_id, ""), "row_id": row_id, "record_id": reject["record_id"], "schema": schema_path,
-                             "reject": reject.get("reason")}})
+        out.append(
+            {
+                "data": {
+                    TEXT: texts.get(row_id, ""),
+                    "row_id": row_id,
+                    "record_id": reject["record_id"],
+                    "schema": schema_path,
+                    "reject": reject.get("reason"),
+                }
+            }
+        )
     return out
 
 
@@ -123,8 +149,17 @@ def _regions(record: Mapping[str, Any], text: str, fields: list[Field]) -> list[
         label = _schema_path(path)
         if label not in labels or not 0 <= start < end <= len(text):
             continue
-        regions.append({"id": f"r{len(regions)}", "from_name": LABELS, "to_name": TEXT, "type": "labels", "origin": "prediction",
-                        "value": {"start": start, "end": end, "text": text[start:end], "labels": [label]}, "score": confidence.get(path)})
+        regions.append(
+            {
+                "id": f"r{len(regions)}",
+                "from_name": LABELS,
+                "to_name": TEXT,
+                "type": "labels",
+                "origin": "prediction",
+                "value": {"start": start, "end": end, "text": text[start:end], "labels": [label]},
+                "score": confidence.get(path),
+            }
+        )
     return regions
 
 
@@ -135,8 +170,16 @@ def _typed(record: Mapping[str, Any], fields: list[Field]) -> list[dict[str, Any
     for f in fields:
         if f.typed and isinstance(value, dict) and value.get(f.path) is not None and f.path not in spans:
             shown = value[f.path] if isinstance(value[f.path], str) else json.dumps(value[f.path])
-            results.append({"id": f"t{len(results)}", "from_name": TYPED + f.path, "to_name": TEXT, "type": "textarea", "origin": "prediction",
-                            "value": {"text": [shown]}})
+            results.append(
+                {
+                    "id": f"t{len(results)}",
+                    "from_name": TYPED + f.path,
+                    "to_name": TEXT,
+                    "type": "textarea",
+                    "origin": "prediction",
+                    "value": {"text": [shown]},
+                }
+            )
     return results
 
 
@@ -184,7 +227,7 @@ def _label(result: list[Mapping[str, Any]], text: str, fields: list[Field]) -> t
         if item.get("type") == "labels" and value.get("labels"):
             regions.setdefault(value["labels"][0], []).append(value)
         elif item.get("type") == "textarea" and str(item.get("from_name", "")).startswith(TYPED):
-            typed[item["from_name"][len(TYPED):]] = "\n".join(value.get("text") or [])
+            typed[item["from_name"][len(TYPED) :]] = "\n".join(value.get("text") or [])
     label: dict[str, Any] = {}
     problems: list[str] = []
     for f in fields:
@@ -271,8 +314,10 @@ def export_command(argv: list[str]) -> int:
     from .pipeline.config import ConfigError, locate
     from .pipeline.storage import write_json
 
-    parser = ArgumentParser(prog="python -m fucina_jobs export labelstudio",
-                            description="Write a run as Label Studio tasks with predictions (one task per row), and its labelling config.")
+    parser = ArgumentParser(
+        prog="python -m fucina_jobs export labelstudio",
+        description="Write a run as Label Studio tasks with predictions (one task per row), and its labelling config.",
+    )
     parser.add_argument("run_dir", type=Path)
     parser.add_argument("out", type=Path, metavar="OUT.json")
     parser.add_argument("--config", type=Path, help="where to write the labelling config (default: labelstudio.xml beside OUT.json)")
@@ -314,12 +359,17 @@ def import_command(argv: list[str]) -> int:
     from .eval.arguments import ArgumentParser
     from .grounding.declaration import GroundingError, grounded_fields
 
-    parser = ArgumentParser(prog="python -m fucina_jobs import labelstudio",
-                            description="Turn a Label Studio JSON export's submitted annotations into gold JSONL for `eval eval.gold=...`.")
+    parser = ArgumentParser(
+        prog="python -m fucina_jobs import labelstudio",
+        description="Turn a Label Studio JSON export's submitted annotations into gold JSONL for `eval eval.gold=...`.",
+    )
     parser.add_argument("export", type=Path, metavar="EXPORT.json")
     parser.add_argument("gold", type=Path, metavar="GOLD.jsonl")
-    parser.add_argument("--schema", type=Path, help="the job's JSON schema, whose types and grounding say how to read each value "
-                                                    "(default: the file the tasks name, data.schema)")
+    parser.add_argument(
+        "--schema",
+        type=Path,
+        help="the job's JSON schema, whose types and grounding say how to read each value (default: the file the tasks name, data.schema)",
+    )
     args = parser.parse_args(argv)
     try:
         export = json.loads(args.export.read_text(encoding="utf-8"))
@@ -333,6 +383,9 @@ def import_command(argv: list[str]) -> int:
         log.warning("%s", warning)
     args.gold.parent.mkdir(parents=True, exist_ok=True)
     args.gold.write_text("".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines), encoding="utf-8")
-    sys.stdout.write(f"wrote {args.gold}: {len(lines)} annotated rows of {len(export)} tasks"
-                     + (f"; {len(warnings)} value(s) could not be read as written (see the warnings)" if warnings else "") + "\n")
+    sys.stdout.write(
+        f"wrote {args.gold}: {len(lines)} annotated rows of {len(export)} tasks"
+        + (f"; {len(warnings)} value(s) could not be read as written (see the warnings)" if warnings else "")
+        + "\n"
+    )
     return 0

@@ -47,8 +47,7 @@ def main() -> None:
     model = load_model("default", "cpu", args.dtype).model
     if args.widths:
         return widths(HFRunner(model), args.rounds)
-    arms = {"kernel": HFRunner(model), "per sequence": HFRunner(model, batched_attention=False),
-            "batched": HFRunner(model, batched_attention=True)}
+    arms = {"kernel": HFRunner(model), "per sequence": HFRunner(model, batched_attention=False), "batched": HFRunner(model, batched_attention=True)}
     if args.compile:
         arms["compiled"] = HFRunner(model, compile=True)
     generator = torch.Generator().manual_seed(0)
@@ -76,14 +75,16 @@ def main() -> None:
     times: dict[str, list[tuple[float, float]]] = {name: [] for name in arms}
     names = list(arms)
     for r in range(args.rounds):
-        for name in names[r % len(names):] + names[: r % len(names)]:
+        for name in names[r % len(names) :] + names[: r % len(names)]:
             times[name].append(step(name)[:2])
     print(f"8 streams, {sum(COUNTS)} rows, {args.dtype}, {args.threads} threads, median of {args.rounds} rounds")
     for name in arms:
         diff = max((a - b).abs().max().item() for a, b in zip(first[name][2], reference))
         wall = statistics.median(t[0] for t in times[name])
         cpu = statistics.median(t[1] for t in times[name])
-        print(f"{name:>12}: wall {1e3 * wall:7.1f} ms  cpu {1e3 * cpu:7.1f} ms  first call {first[name][0]:6.1f} s  max |logit diff| {diff:.1e}  prefill {prefill[name]:5.0f} tok/s")
+        print(
+            f"{name:>12}: wall {1e3 * wall:7.1f} ms  cpu {1e3 * cpu:7.1f} ms  first call {first[name][0]:6.1f} s  max |logit diff| {diff:.1e}  prefill {prefill[name]:5.0f} tok/s"
+        )
 
 
 def widths(runner: HFRunner, rounds: int) -> None:

@@ -56,20 +56,44 @@ def build_run(folder: Path, n: int) -> Path:
         rows.append({"id": row_id, "text": doc["text"]})
         label = gold[doc["id"]]
         if i % 50 == 49:
-            rejects.append({"record_id": f"r{i}", "row_id": row_id, "reason": "ungrounded", "error": "not found in text: total=1608",
-                            "text": json.dumps({**label, "total": 1608}), "relaxations": []})
+            rejects.append(
+                {
+                    "record_id": f"r{i}",
+                    "row_id": row_id,
+                    "reason": "ungrounded",
+                    "error": "not found in text: total=1608",
+                    "text": json.dumps({**label, "total": 1608}),
+                    "relaxations": [],
+                }
+            )
             continue
         confidence = {k: round(rng.betavariate(8, 1), 4) for k in label}
-        records.append({"record_id": f"r{i}", "row_id": row_id, "text": json.dumps(label, separators=(",", ":")), "finish_reason": "stop",
-                        "prompt_tokens": 400, "generated_tokens": 90, "flags": [], "relaxations": [], "record_confidence": min(confidence.values()),
-                        "field_confidence_min": confidence, "field_confidence_mean": confidence,
-                        "field_spans": {p: list(s) for p, s in value_spans(label, fields, doc["text"]).items()}})
+        records.append(
+            {
+                "record_id": f"r{i}",
+                "row_id": row_id,
+                "text": json.dumps(label, separators=(",", ":")),
+                "finish_reason": "stop",
+                "prompt_tokens": 400,
+                "generated_tokens": 90,
+                "flags": [],
+                "relaxations": [],
+                "record_confidence": min(confidence.values()),
+                "field_confidence_min": confidence,
+                "field_confidence_mean": confidence,
+                "field_spans": {p: list(s) for p, s in value_spans(label, fields, doc["text"]).items()},
+            }
+        )
     (folder / "inputs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     run = folder / "run"
     write_table(run / "records" / "shard-00000.parquet", pa.Table.from_pylist(records, schema=pa.schema(META_FIELDS)))
     write_table(run / "rejects" / "shard-00000.parquet", pa.Table.from_pylist(rejects, schema=REJECT_SCHEMA))
-    config = {"name": "bench_review", "constraint": {"json_schema": str(REPO / "schemas/invoice.json")},
-              "dataset": {"path": str(folder / "inputs.jsonl")}, "output": {"dir": str(run)}}
+    config = {
+        "name": "bench_review",
+        "constraint": {"json_schema": str(REPO / "schemas/invoice.json")},
+        "dataset": {"path": str(folder / "inputs.jsonl")},
+        "output": {"dir": str(run)},
+    }
     write_json(run / "manifest.json", {"name": "bench_review", "status": "complete", "version": "bench", "config": config})
     return run
 
@@ -90,8 +114,15 @@ def measure(n: int, opens: int) -> list:
                 heap.append(browser.evaluate("performance.memory ? performance.memory.usedJSHeapSize : null"))
                 cards = browser.evaluate("document.querySelectorAll('.card').length")
                 assert cards == min(20, n), cards
-        return [f"{n:,}", f"{size / 1e6:.2f}", f"{statistics.median(open_ms) / 1000:.2f}", f"{max(open_ms) / 1000:.2f}", f"{statistics.median(parse_ms) / 1000:.2f}",
-                f"{statistics.median(filter_ms):.0f}", f"{statistics.median(heap) / 1e6:.0f}" if heap[0] else "-"]
+        return [
+            f"{n:,}",
+            f"{size / 1e6:.2f}",
+            f"{statistics.median(open_ms) / 1000:.2f}",
+            f"{max(open_ms) / 1000:.2f}",
+            f"{statistics.median(parse_ms) / 1000:.2f}",
+            f"{statistics.median(filter_ms):.0f}",
+            f"{statistics.median(heap) / 1e6:.0f}" if heap[0] else "-",
+        ]
 
 
 def main() -> None:

@@ -31,8 +31,7 @@ def local_ray():
     """A private 2-CPU Ray with two model slots, for one module's end-to-end jobs."""
     import ray
 
-    ray.init(address="local", num_cpus=2, resources={"replica": 2}, include_dashboard=False,
-             object_store_memory=150 * 2**20, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, resources={"replica": 2}, include_dashboard=False, object_store_memory=150 * 2**20, log_to_driver=False)
     yield
     ray.shutdown()
 

@@ -232,8 +232,9 @@ def invoice_rows(ids: list[str]) -> list[dict]:
 
 def small_job(out: Path, data: Path, **sections) -> dict:
     """The invoice job on the dataset file ``data``, tiny: 8 tokens per row, one replica, two streams (``sections`` update the job's)."""
-    raw = job_dict(out, dataset={"path": str(data), "limit": None}, decoding={"max_tokens": 8},
-                   runtime={"replicas": 1, "streams": 2, "shard_size": 2})
+    raw = job_dict(
+        out, dataset={"path": str(data), "limit": None}, decoding={"max_tokens": 8}, runtime={"replicas": 1, "streams": 2, "shard_size": 2}
+    )
     for key, value in sections.items():
         raw[key] = {**raw.get(key, {}), **value}
     return raw

@@ -116,7 +116,14 @@ def test_decode_text_table(tiny_model, capsys):
     argv = ["decode", "-q", "--model", str(tiny_model), "--dtype", "float64", "--device", "cpu", "--no-warmup"]
     assert main(argv + ["--docs", "1", "--max-tokens", "8", "--repeats", "1"]) == 0
     out = capsys.readouterr().out
-    for label in ("plain unconstrained", "plain constrained", "spec, no grammar drafting", "spec + grammar drafting", "mask overhead", "grounded grammar per row"):
+    for label in (
+        "plain unconstrained",
+        "plain constrained",
+        "spec, no grammar drafting",
+        "spec + grammar drafting",
+        "mask overhead",
+        "grounded grammar per row",
+    ):
         assert label in out
 
 

@@ -16,20 +16,37 @@ def spans_of(text: str) -> dict[str, str]:
 
 
 def test_leaves_of_tricky_json():
-    text = json.dumps({
-        "quote": 'say "hi"\\ there',
-        "newline": "a\nb\tc",
-        "unicode": "Zürich 日本 🧾",
-        "escaped": "\u00e9",
-        "items": [{"name": "bolt", "qty": 12}, {"name": "nut", "tags": ["a", "b"]}],
-        "nested": {"deep": {"x": -1.5e-3, "ok": True, "none": None}},
-        "empty": "",
-        "nothing": {},
-        "no_items": [],
-    }, ensure_ascii=False, separators=(",", ":"))
+    text = json.dumps(
+        {
+            "quote": 'say "hi"\\ there',
+            "newline": "a\nb\tc",
+            "unicode": "Zürich 日本 🧾",
+            "escaped": "\u00e9",
+            "items": [{"name": "bolt", "qty": 12}, {"name": "nut", "tags": ["a", "b"]}],
+            "nested": {"deep": {"x": -1.5e-3, "ok": True, "none": None}},
+            "empty": "",
+            "nothing": {},
+            "no_items": [],
+        },
+        ensure_ascii=False,
+        separators=(",", ":"),
+    )
     found = spans_of(text)
-    assert list(found) == ["quote", "newline", "unicode", "escaped", "items[0].name", "items[0].qty", "items[1].name",
-                           "items[1].tags[0]", "items[1].tags[1]", "nested.deep.x", "nested.deep.ok", "nested.deep.none", "empty"]
+    assert list(found) == [
+        "quote",
+        "newline",
+        "unicode",
+        "escaped",
+        "items[0].name",
+        "items[0].qty",
+        "items[1].name",
+        "items[1].tags[0]",
+        "items[1].tags[1]",
+        "nested.deep.x",
+        "nested.deep.ok",
+        "nested.deep.none",
+        "empty",
+    ]
     parsed = json.loads(text)
     assert json.loads(found["quote"]) == parsed["quote"] and json.loads(found["unicode"]) == parsed["unicode"]
     assert found["newline"] == '"a\\nb\\tc"' and found["items[0].qty"] == "12" and found["nested.deep.x"] == "-0.0015"

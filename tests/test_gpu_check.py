@@ -13,8 +13,14 @@ REPO = Path(__file__).resolve().parents[1]
 @pytest.mark.slow
 def test_gpu_check_dry_run_passes_reference_and_prints_table():
     env = dict(os.environ, PYTHON=sys.executable)
-    run = subprocess.run(["bash", "checks/gpu.sh", "--dry-run", "--streams", "1,2", "--max-tokens", "8", "--check-steps", "4"],
-                         cwd=REPO, capture_output=True, text=True, timeout=300, env=env)
+    run = subprocess.run(
+        ["bash", "checks/gpu.sh", "--dry-run", "--streams", "1,2", "--max-tokens", "8", "--check-steps", "4"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
     assert run.returncode == 0, run.stderr[-2000:]
     lines = run.stdout.strip().splitlines()
     assert lines[0].split() == ["streams", "arm", "forward", "tok/s", "tok/fwd", "ms/step", "fwd%", "proc%"]

@@ -86,8 +86,9 @@ def installed(tmp_path_factory):
     venv = work / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=300, env=env)
     python = venv / "bin" / "python"
-    purelib = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                             check=True, capture_output=True, text=True, env=env).stdout.strip()
+    purelib = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], check=True, capture_output=True, text=True, env=env
+    ).stdout.strip()
     Path(purelib, "_dependencies.pth").write_text("".join(f"{path}\n" for path in site.getsitepackages()))
     (wheel,) = (work / "dist").glob("fucina_jobs-*.whl")
     # --ignore-installed: the running environment may hold the package too (an editable install), reachable through the .pth
@@ -118,8 +119,7 @@ def test_the_wheel_runs_a_starter_job_and_a_shipped_job_from_a_folder_of_ones_ow
     assert {r["reason"] for r in rejects} == {"schema_violation"}  # "{}" is no invoice
 
     # A shipped job by name, its schema, prompts and rows read from the package, on the default model.
-    run(bin_dir / "python", "-m", "fucina_jobs", "run", "conf=extract_invoices", "dataset.limit=2", "runtime.replicas=1",
-        "output.dir=shipped")
+    run(bin_dir / "python", "-m", "fucina_jobs", "run", "conf=extract_invoices", "dataset.limit=2", "runtime.replicas=1", "output.dir=shipped")
     out = RunDir.open(project / "shipped")
     ids = [r["row_id"] for kind in ("records", "rejects") for r in out.read(kind).to_pylist()]
     assert sorted(ids) == ["inv-001", "inv-002"] and out.read_manifest()["status"] == "complete"

@@ -34,11 +34,31 @@ MAY_IMPORT: dict[str, set[str]] = {
     "fucina_jobs.decoding.runner": set(),
     "fucina_jobs.models": {"fucina_jobs.models", "fucina_jobs.native", "fucina_jobs.cache"},
     "fucina_jobs.pipeline.config": set(),  # every setting and its default: below the engines, which build their options from it
-    "fucina_jobs.engines": {"fucina_jobs.engines", "fucina_jobs.decoding", "fucina_jobs.models", "fucina_jobs.confidence", "fucina_jobs.pipeline.config"},
+    "fucina_jobs.engines": {
+        "fucina_jobs.engines",
+        "fucina_jobs.decoding",
+        "fucina_jobs.models",
+        "fucina_jobs.confidence",
+        "fucina_jobs.pipeline.config",
+    },
     "fucina_jobs.engines.vllm": {FACADE, "fucina_jobs.engines.base", "fucina_jobs.pipeline.config"},
     "fucina_jobs.engines.canned": {FACADE, "fucina_jobs.engines.base", "fucina_jobs.pipeline.config"},
-    "fucina_jobs.pipeline": {"fucina_jobs.pipeline", FACADE, "fucina_jobs.grounding", "fucina_jobs.rules", "fucina_jobs.confidence", "fucina_jobs.run_info"},
-    "fucina_jobs.eval": {"fucina_jobs.eval", "fucina_jobs.pipeline", FACADE, "fucina_jobs.grounding", "fucina_jobs.confidence", "fucina_jobs.run_info"},
+    "fucina_jobs.pipeline": {
+        "fucina_jobs.pipeline",
+        FACADE,
+        "fucina_jobs.grounding",
+        "fucina_jobs.rules",
+        "fucina_jobs.confidence",
+        "fucina_jobs.run_info",
+    },
+    "fucina_jobs.eval": {
+        "fucina_jobs.eval",
+        "fucina_jobs.pipeline",
+        FACADE,
+        "fucina_jobs.grounding",
+        "fucina_jobs.confidence",
+        "fucina_jobs.run_info",
+    },
 }
 #: Libraries a layer must not import: the decoder is a library the pipeline uses, not the other way round.
 MAY_NOT_IMPORT: dict[str, set[str]] = {
@@ -104,17 +124,20 @@ def test_no_layer_imports_upward():
     assert not found, "layer rules broken (docs/ARCHITECTURE.md):\n" + "\n".join(found)
 
 
-@pytest.mark.parametrize("module, source", [
-    ("fucina_jobs.decoding.batch", "from ..pipeline.config import JobConfig"),
-    ("fucina_jobs.decoding.batch", "def f():\n    import ray"),
-    ("fucina_jobs.decoding.constraint", "from .drafting import Draft"),
-    ("fucina_jobs.native", "from ..models.loading import load_model"),
-    ("fucina_jobs.pipeline.replica", "from ..decoding.sampler import Sampler"),
-    ("fucina_jobs.pipeline.driver", "from ..engines.fucina import FucinaEngine"),
-    ("fucina_jobs.eval.maskbench", "from ..models import loading"),
-    ("fucina_jobs.engines.vllm", "from ..decoding.batch import StreamStats"),
-    ("fucina_jobs.pipeline.config", "from ..engines import SpecConfig"),
-])
+@pytest.mark.parametrize(
+    "module, source",
+    [
+        ("fucina_jobs.decoding.batch", "from ..pipeline.config import JobConfig"),
+        ("fucina_jobs.decoding.batch", "def f():\n    import ray"),
+        ("fucina_jobs.decoding.constraint", "from .drafting import Draft"),
+        ("fucina_jobs.native", "from ..models.loading import load_model"),
+        ("fucina_jobs.pipeline.replica", "from ..decoding.sampler import Sampler"),
+        ("fucina_jobs.pipeline.driver", "from ..engines.fucina import FucinaEngine"),
+        ("fucina_jobs.eval.maskbench", "from ..models import loading"),
+        ("fucina_jobs.engines.vllm", "from ..decoding.batch import StreamStats"),
+        ("fucina_jobs.pipeline.config", "from ..engines import SpecConfig"),
+    ],
+)
 def test_the_rules_catch_an_upward_import(module, source):
     assert violations(module, source)
 

@@ -62,7 +62,8 @@ def test_the_readme_config_table_is_the_pydantic_models_own():
         "README.md's config table differs from fucina_jobs/pipeline/config.py (key, default, description, choices, bounds).\n"
         + ("Add (or replace with) these rows, in this order among the others:\n" + "\n".join(missing) + "\n" if missing else "")
         + ("Remove these rows:\n" + "\n".join(stale) + "\n" if stale else "")
-        + "The whole table body, in order:\n" + "\n".join(expected.values())
+        + "The whole table body, in order:\n"
+        + "\n".join(expected.values())
     )
     assert list(written) == list(expected), "README.md's config table: one row per setting, in the models' order"
 

@@ -112,8 +112,7 @@ def acceptance(completions: Sequence[Any]) -> dict[str, dict[str, float]]:
         for src, n in c.stats.accepted.items():
             accepted[src] = accepted.get(src, 0) + n
     return {
-        src: {"accepted": accepted.get(src, 0), "drafted": n, "rate": accepted.get(src, 0) / n if n else 0.0}
-        for src, n in sorted(drafted.items())
+        src: {"accepted": accepted.get(src, 0), "drafted": n, "rate": accepted.get(src, 0) / n if n else 0.0} for src, n in sorted(drafted.items())
     }
 
 

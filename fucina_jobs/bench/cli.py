@@ -71,15 +71,21 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--max-tokens", type=_positive, default=DecodingConfig().max_tokens,
-                        help="generation cap per request (default: a job's decoding.max_tokens, %(default)s)")
+    common.add_argument(
+        "--max-tokens",
+        type=_positive,
+        default=DecodingConfig().max_tokens,
+        help="generation cap per request (default: a job's decoding.max_tokens, %(default)s)",
+    )
     common.add_argument("--json", action="store_true", help="print one JSON object instead of the text tables")
     common.add_argument("--save", type=Path, metavar="FILE", help="also write the JSON object to FILE")
     common.add_argument("--model", default="default", help="model source: 'default' (SmolLM2-135M-Instruct), a model directory or a hub id")
     common.add_argument("--dtype", default="float32", choices=["float32", "float64", "bfloat16", "float16"], help="model dtype (default float32)")
     common.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="model device (default auto)")
     common.add_argument("--threads", type=_positive, default=2, help="torch intra-op threads (default 2)")
-    common.add_argument("--job", type=Path, default=DEFAULT_JOB, help="job directory with inputs.jsonl, system.txt, template.txt (default: jobs/invoices)")
+    common.add_argument(
+        "--job", type=Path, default=DEFAULT_JOB, help="job directory with inputs.jsonl, system.txt, template.txt (default: jobs/invoices)"
+    )
     common.add_argument("--schema", type=Path, default=DEFAULT_SCHEMA, help="JSON schema that constrains the output (default: schemas/invoice.json)")
     common.add_argument("--no-warmup", dest="warmup", action="store_false", help="skip the short untimed generation per arm")
     common.add_argument("-q", "--quiet", action="store_true", help="only warnings on stderr")
@@ -162,4 +168,3 @@ def main(argv: list[str] | None = None) -> int:
     else:
         sys.stdout.write(text(result))
     return 0
-

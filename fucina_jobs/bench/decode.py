@@ -90,7 +90,9 @@ def run_decode(args: argparse.Namespace) -> dict[str, Any]:
                 "wall_s_repeats": arm.walls,
                 "wall_ratio": wall / ref_wall if ref_wall else None,
                 "ms_per_token": 1000 * wall / tokens if tokens else None,
-                "identical_to_plain_constrained": None if not arm.constrained else all(same(rep, reference.completions[0]) for rep in arm.completions),
+                "identical_to_plain_constrained": None
+                if not arm.constrained
+                else all(same(rep, reference.completions[0]) for rep in arm.completions),
                 "stable_across_repeats": stable,
                 "finish_reasons": finish,
                 "time_split_s": {
@@ -115,7 +117,9 @@ def run_decode(args: argparse.Namespace) -> dict[str, Any]:
         "processor_us_p99": 1e6 * percentile(all_proc, 99) if all_proc else None,
         "processor_calls": len(all_proc),
         "plain_constrained_wall_ms_per_forward": 1000 * ref_row["wall_s"] / ref_row["forwards"] if ref_row["forwards"] else None,
-        "plain_constrained_decode_forward_ms": 1000 * sum(reference.decode) / max(1, sum(c.stats.forwards for rep in reference.completions for c in rep)),
+        "plain_constrained_decode_forward_ms": 1000
+        * sum(reference.decode)
+        / max(1, sum(c.stats.forwards for rep in reference.completions for c in rep)),
         "plain_constrained_overhead_pct": 100 * sum(reference.processor) / sum(reference.walls) if sum(reference.walls) else None,
     }
     return {
@@ -149,8 +153,12 @@ def _grounded_compile(engine: Any, schema_path: Path, job: Path, docs: list[Doc]
         start = time.perf_counter()
         engine.constraint(lark=grounded_lark(schema, texts[d.id]))
         seconds.append(time.perf_counter() - start)
-    return {"rows": len(seconds), "ms_mean": 1000 * statistics.fmean(seconds), "ms_max": 1000 * max(seconds),
-            "share_of_plain_constrained_wall": sum(seconds) / decode_wall_s if decode_wall_s else None}
+    return {
+        "rows": len(seconds),
+        "ms_mean": 1000 * statistics.fmean(seconds),
+        "ms_max": 1000 * max(seconds),
+        "share_of_plain_constrained_wall": sum(seconds) / decode_wall_s if decode_wall_s else None,
+    }
 
 
 def _acc_cell(acc: dict[str, dict[str, float]], source: str) -> str:
@@ -223,6 +231,9 @@ def format_decode(result: dict[str, Any]) -> str:
             f"processor = {o['plain_constrained_overhead_pct']:.2f}% of plain constrained wall",
         ]
     if g := result.get("grounded_compile"):
-        out += ["", f"grounded grammar per row (build + compile): {g['ms_mean']:.1f} ms mean, {g['ms_max']:.1f} ms max over {g['rows']} rows; "
-                    f"{100 * g['share_of_plain_constrained_wall']:.2f}% of plain constrained wall"]
+        out += [
+            "",
+            f"grounded grammar per row (build + compile): {g['ms_mean']:.1f} ms mean, {g['ms_max']:.1f} ms max over {g['rows']} rows; "
+            f"{100 * g['share_of_plain_constrained_wall']:.2f}% of plain constrained wall",
+        ]
     return "\n".join(out) + "\n"

@@ -96,8 +96,16 @@ def _prompts(engine: Any, settings: dict[str, Any], docs: list[dict], max_tokens
 
 def _summary(completion: Any) -> dict[str, Any]:
     s = completion.stats
-    return {"id": completion.id, "text": completion.text, "tokens": len(completion.tokens), "finish": completion.finish_reason,
-            "committed": s.committed, "forwards": s.forwards, "drafted": sum(s.drafted.values()), "accepted": sum(s.accepted.values())}
+    return {
+        "id": completion.id,
+        "text": completion.text,
+        "tokens": len(completion.tokens),
+        "finish": completion.finish_reason,
+        "committed": s.committed,
+        "forwards": s.forwards,
+        "drafted": sum(s.drafted.values()),
+        "accepted": sum(s.accepted.values()),
+    }
 
 
 def _fucina(arms: list[ArmSpec], settings: dict[str, Any]) -> dict[str, Callable]:
@@ -157,13 +165,30 @@ def _transformers(arms: list[ArmSpec], settings: dict[str, Any]) -> dict[str, Ca
             input_ids = torch.tensor([[tokenizer.pad_token_id or 0] * (width - len(t)) + t for t in ids])
             mask = torch.tensor([[0] * (width - len(t)) + [1] * len(t) for t in ids])
             processor = _LLGuidanceProcessor([llguidance.LLMatcher(bridge, grammars[d["id"]]) for d in batch], bridge.vocab_size)
-            out = model.generate(input_ids=input_ids, attention_mask=mask, max_new_tokens=max_tokens, do_sample=False,
-                                 logits_processor=[processor], eos_token_id=stops, pad_token_id=tokenizer.pad_token_id or 0)
+            out = model.generate(
+                input_ids=input_ids,
+                attention_mask=mask,
+                max_new_tokens=max_tokens,
+                do_sample=False,
+                logits_processor=[processor],
+                eos_token_id=stops,
+                pad_token_id=tokenizer.pad_token_id or 0,
+            )
             for doc, row in zip(batch, out[:, width:].tolist()):
                 finish = "stop" if any(t in stops for t in row) else "length"
                 tokens = row[: min((row.index(t) for t in stops if t in row), default=len(row))]
-                outputs.append({"id": doc["id"], "text": tokenizer.decode(tokens), "tokens": len(tokens), "finish": finish,
-                                "committed": len(tokens) + (finish == "stop"), "forwards": None, "drafted": 0, "accepted": 0})
+                outputs.append(
+                    {
+                        "id": doc["id"],
+                        "text": tokenizer.decode(tokens),
+                        "tokens": len(tokens),
+                        "finish": finish,
+                        "committed": len(tokens) + (finish == "stop"),
+                        "forwards": None,
+                        "drafted": 0,
+                        "accepted": 0,
+                    }
+                )
         return outputs
 
     return {arm.key: run}
@@ -198,7 +223,10 @@ class _LLGuidanceProcessor:
 
 
 _FAMILIES: dict[str, Callable[[list[ArmSpec], dict[str, Any]], dict[str, Callable]]] = {
-    "fucina": _fucina, "vllm-structured": _vllm, "vllm-ngram": _vllm, "transformers": _transformers,
+    "fucina": _fucina,
+    "vllm-structured": _vllm,
+    "vllm-ngram": _vllm,
+    "transformers": _transformers,
 }
 
 
@@ -214,9 +242,18 @@ def run_engines(args: argparse.Namespace, system: str, docs: list[Any]) -> dict[
 
         log.warning("no vLLM arms: %s", INSTALL_HINT.format(python=sys.executable))
     arms = arm_specs(args.streams, with_vllm)
-    settings = {"model": args.model, "device": args.device, "dtype": args.dtype, "threads": args.threads, "warmup": args.warmup,
-                "schema": str(args.schema), "system": system, "docs": [{"id": d.id, "user": d.user, "text": d.text} for d in docs],
-                "max_tokens": args.max_tokens, "vllm_draft": args.vllm_draft}
+    settings = {
+        "model": args.model,
+        "device": args.device,
+        "dtype": args.dtype,
+        "threads": args.threads,
+        "warmup": args.warmup,
+        "schema": str(args.schema),
+        "system": system,
+        "docs": [{"id": d.id, "user": d.user, "text": d.text} for d in docs],
+        "max_tokens": args.max_tokens,
+        "vllm_draft": args.vllm_draft,
+    }
     workers = _start_workers(arms, settings)
     runs: dict[str, list[dict]] = {arm.key: [] for arm in arms}
     try:
@@ -233,9 +270,13 @@ def run_engines(args: argparse.Namespace, system: str, docs: list[Any]) -> dict[
     rows = [_row(arm, runs[arm.key], schema) for arm in arms]
     reference = REFERENCE if with_vllm else FALLBACK_REFERENCE
     _add_ratios(rows, reference)
-    return {"command": "engines", "settings": {k: v for k, v in settings.items() if k not in ("docs", "system", "_constraints")} | {
-        "docs": len(docs), "streams": args.streams, "repeats": args.repeats, "sampling": "greedy", "reference": reference},
-        "environment": _versions(), "rows": rows}
+    return {
+        "command": "engines",
+        "settings": {k: v for k, v in settings.items() if k not in ("docs", "system", "_constraints")}
+        | {"docs": len(docs), "streams": args.streams, "repeats": args.repeats, "sampling": "greedy", "reference": reference},
+        "environment": _versions(),
+        "rows": rows,
+    }
 
 
 def _start_workers(arms: list[ArmSpec], settings: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
@@ -266,11 +307,21 @@ def _row(arm: ArmSpec, runs: list[dict], schema: dict) -> dict[str, Any]:
             valid += o["finish"] == "stop" and jsonschema.Draft202012Validator(schema).is_valid(json.loads(o["text"]))
         except json.JSONDecodeError:
             pass
-    return {"arm": arm.key, "label": arm.label, "streams": arm.streams, "speculative": arm.speculative, "requests": len(outputs),
-            "tokens": tokens, "wall_s": wall, "wall_s_repeats": [r["wall_s"] for r in runs], "tokens_per_s": tokens / wall,
-            "tokens_per_forward": sum(o["committed"] for o in outputs) / forwards if forwards else None,
-            "acceptance": sum(o["accepted"] for o in outputs) / drafted if drafted else None,
-            "valid": valid / len(outputs), "texts": [o["text"] for o in outputs]}
+    return {
+        "arm": arm.key,
+        "label": arm.label,
+        "streams": arm.streams,
+        "speculative": arm.speculative,
+        "requests": len(outputs),
+        "tokens": tokens,
+        "wall_s": wall,
+        "wall_s_repeats": [r["wall_s"] for r in runs],
+        "tokens_per_s": tokens / wall,
+        "tokens_per_forward": sum(o["committed"] for o in outputs) / forwards if forwards else None,
+        "acceptance": sum(o["accepted"] for o in outputs) / drafted if drafted else None,
+        "valid": valid / len(outputs),
+        "texts": [o["text"] for o in outputs],
+    }
 
 
 def _add_ratios(rows: list[dict], reference: str) -> None:
@@ -295,12 +346,24 @@ def format_engines(result: dict[str, Any]) -> str:
 
     s = result["settings"]
     ref = next(r["label"] for r in result["rows"] if r["arm"] == s["reference"])
-    head = (f"bench engines: {s['docs']} invoice docs, {s['streams']} streams, greedy, {s['dtype']}, median of {s['repeats']} "
-            f"(vLLM n-gram k={s['vllm_draft']}); ref = {ref}")
+    head = (
+        f"bench engines: {s['docs']} invoice docs, {s['streams']} streams, greedy, {s['dtype']}, median of {s['repeats']} "
+        f"(vLLM n-gram k={s['vllm_draft']}); ref = {ref}"
+    )
     table = format_table(
         ["arm", "streams", "tok/s", "tok/fwd", "acceptance", "valid", "same text as ref", "tok/s vs ref"],
-        [[r["label"], r["streams"], f"{r['tokens_per_s']:.1f}", num(r["tokens_per_forward"], ".2f"), pct(r["acceptance"]),
-          pct(r["valid"]), pct(r["same_text_as_reference"]), f"{r['ratio_vs_reference']:.2f}x"]
-         for r in result["rows"]],
+        [
+            [
+                r["label"],
+                r["streams"],
+                f"{r['tokens_per_s']:.1f}",
+                num(r["tokens_per_forward"], ".2f"),
+                pct(r["acceptance"]),
+                pct(r["valid"]),
+                pct(r["same_text_as_reference"]),
+                f"{r['ratio_vs_reference']:.2f}x",
+            ]
+            for r in result["rows"]
+        ],
     )
     return f"{head}\n\n{table}\n"

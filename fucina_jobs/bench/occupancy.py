@@ -24,9 +24,11 @@ from typing import Any
 from .inputs import DEFAULT_JOB
 from .tables import format_table
 
+
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("occupancy", help="stream occupancy per shard, one shard held per replica vs two",
-                       description=__doc__.split("\n\n")[1].replace("\n", " "))
+    p = sub.add_parser(
+        "occupancy", help="stream occupancy per shard, one shard held per replica vs two", description=__doc__.split("\n\n")[1].replace("\n", " ")
+    )
     p.add_argument("--rows", type=int, default=24, help="rows: the 24 shipped invoices, cycled under new ids past 24 (default 24)")
     p.add_argument("--held", default="1,2", help="runtime.shards_in_flight values, one arm each (default 1,2)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
@@ -46,9 +48,19 @@ def run_occupancy(args: argparse.Namespace) -> dict[str, Any]:
             summary = _job(data, out, held).run()
             wall = time.perf_counter() - start
             shards = _occupancies(out)
-            arms.append({"held": held, "shards": len(shards), "occupancy_mean": sum(shards) / len(shards), "occupancy_min": min(shards),
-                         "occupancy_per_shard": shards, "wall_s": wall, "records": summary.records, "rejects": summary.rejects,
-                         "content_hash": content_hash(read_run(out))[:12]})
+            arms.append(
+                {
+                    "held": held,
+                    "shards": len(shards),
+                    "occupancy_mean": sum(shards) / len(shards),
+                    "occupancy_min": min(shards),
+                    "occupancy_per_shard": shards,
+                    "wall_s": wall,
+                    "records": summary.records,
+                    "rejects": summary.rejects,
+                    "content_hash": content_hash(read_run(out))[:12],
+                }
+            )
         return {"rows": args.rows, "arms": arms}
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -80,9 +92,20 @@ def _occupancies(out: Path) -> list[float]:
 
 def format_occupancy(result: dict[str, Any]) -> str:
     header = ["shards held", "shards", "occupancy mean", "min", "per shard", "wall s", "records", "rejects", "content hash"]
-    rows = [[a["held"], a["shards"], f"{a['occupancy_mean']:.3f}", f"{a['occupancy_min']:.3f}",
-             " ".join(f"{o:.2f}" for o in a["occupancy_per_shard"]), f"{a['wall_s']:.1f}", a["records"], a["rejects"], a["content_hash"]]
-            for a in result["arms"]]
+    rows = [
+        [
+            a["held"],
+            a["shards"],
+            f"{a['occupancy_mean']:.3f}",
+            f"{a['occupancy_min']:.3f}",
+            " ".join(f"{o:.2f}" for o in a["occupancy_per_shard"]),
+            f"{a['wall_s']:.1f}",
+            a["records"],
+            a["rejects"],
+            a["content_hash"],
+        ]
+        for a in result["arms"]
+    ]
     return f"bench occupancy: the invoice job, {result['rows']} rows, 4 streams, shards of 8\n\n" + format_table(header, rows)
 
 

@@ -36,16 +36,21 @@ _JOB = SHIPPED / "jobs" / "invoices"
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("pipeline", help="the data path alone (canned engine): rows/s, driver RSS, files per kind",
-                       description=__doc__.split("\n\n")[1].replace("\n", " "), formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser(
+        "pipeline",
+        help="the data path alone (canned engine): rows/s, driver RSS, files per kind",
+        description=__doc__.split("\n\n")[1].replace("\n", " "),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--rows", type=int, default=100_000, help="generated jsonl rows (default 100,000)")
     p.add_argument("--replicas", type=int, default=2, help="runtime.replicas (default 2)")
     p.add_argument("--shard-size", type=int, default=None, help="runtime.shard_size (default: the job's default)")
     p.add_argument("--dir", type=Path, default=None, help="where the input and the run go (default: a temporary directory, deleted after)")
     p.add_argument("--kills", type=int, default=0, help="kill -9 the driver this many times at random points, then finish the run")
     p.add_argument("--seed", type=int, default=0, help="where the kills strike (default 0)")
-    p.add_argument("--grounded", action="store_true",
-                   help="keep the schema's x-grounded fields: each row then builds a grammar and checks its values")
+    p.add_argument(
+        "--grounded", action="store_true", help="keep the schema's x-grounded fields: each row then builds a grammar and checks its values"
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
 
 
@@ -105,10 +110,16 @@ def run_pipeline(args: argparse.Namespace) -> dict[str, Any]:
         summary = Job(cfg, work).run()
         wall = time.perf_counter() - start
         return {
-            "rows": args.rows, "replicas": args.replicas, "shard_size": cfg.runtime.shard_size, "grounded": args.grounded,
-            "wall_s": round(wall, 1), "rows_per_s": round(args.rows / wall, 1),
+            "rows": args.rows,
+            "replicas": args.replicas,
+            "shard_size": cfg.runtime.shard_size,
+            "grounded": args.grounded,
+            "wall_s": round(wall, 1),
+            "rows_per_s": round(args.rows / wall, 1),
             "driver_peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
-            "files": _files(out), "records": summary.records, "rejects": summary.rejects,
+            "files": _files(out),
+            "records": summary.records,
+            "rejects": summary.rejects,
             "exactly_once": _exactly_once(out, args.rows),
         }
     finally:
@@ -158,9 +169,15 @@ def _killed_runs(args: argparse.Namespace, raw: dict[str, Any], work: Path) -> d
     now = _committed(out)
     redone = [path for path, mtime in committed.items() if now.get(path) != mtime]
     return {
-        "rows": args.rows, "shards": shards, "killed_after_commits": points, "committed_before_last_run": len(committed),
-        "last_run_exit": final.returncode, "last_run_s": round(time.perf_counter() - start, 1),
-        "committed_shards_redone": len(redone), "files": _files(out), "exactly_once": _exactly_once(out, args.rows),
+        "rows": args.rows,
+        "shards": shards,
+        "killed_after_commits": points,
+        "committed_before_last_run": len(committed),
+        "last_run_exit": final.returncode,
+        "last_run_s": round(time.perf_counter() - start, 1),
+        "committed_shards_redone": len(redone),
+        "files": _files(out),
+        "exactly_once": _exactly_once(out, args.rows),
     }
 
 

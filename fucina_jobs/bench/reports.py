@@ -42,8 +42,12 @@ FIELDS = ("company", "date", "total")
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("reports", help="long documents: chunked reports vs the same receipts as rows (accuracy, length, tok/s)",
-                       description=__doc__.split("\n\n")[1].replace("\n", " "), formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser(
+        "reports",
+        help="long documents: chunked reports vs the same receipts as rows (accuracy, length, tok/s)",
+        description=__doc__.split("\n\n")[1].replace("\n", " "),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--dev", type=Path, required=True, help="receipts folder: inputs.jsonl ({id, text}) and gold.jsonl ({id, label})")
     p.add_argument("--reports", type=int, default=3, help="reports to build and decode (default 3)")
     p.add_argument("--receipts", default="30-45", help="receipts per report, a range (default 30-45)")
@@ -75,7 +79,7 @@ def build_reports(dev: Path, count: int, sizes: tuple[int, int], seed: int) -> l
     reports, at = [], 0
     for n in range(count):
         size = rng.randint(*sizes)
-        ids = usable[at:at + size]
+        ids = usable[at : at + size]
         if len(ids) < size:
             raise SystemExit(f"--dev {dev}: {len(usable)} usable receipts are not enough for {count} reports of {sizes[0]}-{sizes[1]}")
         at += size
@@ -130,11 +134,25 @@ class Arm:
             self.duplicates[name] += duplicates
 
     def figures(self) -> dict[str, Any]:
-        rates = {f"recall_{k}": _rate(v, self.gold) for k, v in self.matched.items()} | {f"precision_{k}": _rate(v, self.items) for k, v in self.matched.items()}
-        return {"arm": self.name, "gold": self.gold, "items": self.items, "matched": self.matched, **rates, "duplicates": self.duplicates,
-                "rows": self.rows, "rejects": self.rejects, "doc_tokens": self.doc_tokens, "generated_tokens": self.generated,
-                "wall_s": round(self.wall_s, 1), "doc_tok_s": _rate(self.doc_tokens, self.wall_s), "gen_tok_s": _rate(self.generated, self.wall_s),
-                "chunking": self.chunking}
+        rates = {f"recall_{k}": _rate(v, self.gold) for k, v in self.matched.items()} | {
+            f"precision_{k}": _rate(v, self.items) for k, v in self.matched.items()
+        }
+        return {
+            "arm": self.name,
+            "gold": self.gold,
+            "items": self.items,
+            "matched": self.matched,
+            **rates,
+            "duplicates": self.duplicates,
+            "rows": self.rows,
+            "rejects": self.rejects,
+            "doc_tokens": self.doc_tokens,
+            "generated_tokens": self.generated,
+            "wall_s": round(self.wall_s, 1),
+            "doc_tok_s": _rate(self.doc_tokens, self.wall_s),
+            "gen_tok_s": _rate(self.generated, self.wall_s),
+            "chunking": self.chunking,
+        }
 
 
 def _rate(n: float, total: float) -> float | None:
@@ -185,8 +203,13 @@ def run_reports(args: argparse.Namespace) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="fucina-bench-reports-")) if args.dir is None else args.dir
     tokenizer = load_tokenizer(resolve_source("default"))
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    ray.init(address="local", resources={"replica": 1}, include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"OMP_WAIT_POLICY": "PASSIVE", "RAY_AUTH_MODE": "disabled"}})
+    ray.init(
+        address="local",
+        resources={"replica": 1},
+        include_dashboard=False,
+        log_to_driver=False,
+        runtime_env={"env_vars": {"OMP_WAIT_POLICY": "PASSIVE", "RAY_AUTH_MODE": "disabled"}},
+    )
     chunked, rows = Arm("report, chunked"), Arm("receipts as rows")
     per_report = []
     try:
@@ -200,21 +223,29 @@ def run_reports(args: argparse.Namespace) -> dict[str, Any]:
             found = _arm_run(chunked, *result, items=lambda record: record.get("receipts") or [])
             chunked.add(report.gold, found)
             data = _write(work / report.id / "receipts.jsonl", report.receipts)
-            result = _run(JOB, data, work / report.id / "receipts-out", [*args.override, "runtime.shard_size=1000"])  # one shard: its wall is the arm's
+            result = _run(
+                JOB, data, work / report.id / "receipts-out", [*args.override, "runtime.shard_size=1000"]
+            )  # one shard: its wall is the arm's
             rows.doc_tokens += sum(_tokens(tokenizer, r["text"]) for r in report.receipts)
             order = {r["id"]: i for i, r in enumerate(report.receipts)}
             result[0].sort(key=lambda record: order[record["row_id"]])  # items in the report's order
             rows.add(report.gold, _arm_run(rows, *result, items=lambda record: record.get("receipts") or []))
-            per_report.append({"report": report.id, "receipts": len(report.receipts), "tokens": tokens, "seconds": round(time.perf_counter() - started)})
+            per_report.append(
+                {"report": report.id, "receipts": len(report.receipts), "tokens": tokens, "seconds": round(time.perf_counter() - started)}
+            )
             print(f"{report.id}: {len(report.receipts)} receipts, {tokens} tokens, done in {per_report[-1]['seconds']}s", file=sys.stderr, flush=True)
     finally:
         ray.shutdown()
         if args.dir is None:
             shutil.rmtree(work, ignore_errors=True)
     a, b = chunked.figures(), rows.figures()
-    return {"reports": per_report, "arms": [a, b], "plan": plan(args, tokenizer),
-            "ratios": {k: _rate(a[k], b[k]) for k in ("recall_all", "precision_all", "recall_date+total", "precision_date+total")}
-            | {"tok_s_rows_over_chunked": _rate(b["doc_tok_s"], a["doc_tok_s"])}}
+    return {
+        "reports": per_report,
+        "arms": [a, b],
+        "plan": plan(args, tokenizer),
+        "ratios": {k: _rate(a[k], b[k]) for k in ("recall_all", "precision_all", "recall_date+total", "precision_date+total")}
+        | {"tok_s_rows_over_chunked": _rate(b["doc_tok_s"], a["doc_tok_s"])},
+    }
 
 
 def plan(args: argparse.Namespace, tokenizer: Any) -> dict[str, Any]:
@@ -236,10 +267,16 @@ def plan(args: argparse.Namespace, tokenizer: Any) -> dict[str, Any]:
     document = "\n\n".join(parts)
     chunker = Chunker(cfg.dataset.chunking, tokenizer, context, system, template, cfg.dataset.text_field, cfg.decoding.max_tokens)
     chunks = chunker.chunks({"text": document})
-    prompts = [len(encode_chat(tokenizer, template.format(text=document[c.start:c.end]), system)) for c in chunks]
-    return {"document_tokens": _tokens(tokenizer, document), "contexts": round(_tokens(tokenizer, document) / context, 1), "chunks": len(chunks),
-            "longest_prompt": max(prompts), "max_tokens": cfg.decoding.max_tokens, "context": context,
-            "fits": max(prompts) + cfg.decoding.max_tokens <= context}
+    prompts = [len(encode_chat(tokenizer, template.format(text=document[c.start : c.end]), system)) for c in chunks]
+    return {
+        "document_tokens": _tokens(tokenizer, document),
+        "contexts": round(_tokens(tokenizer, document) / context, 1),
+        "chunks": len(chunks),
+        "longest_prompt": max(prompts),
+        "max_tokens": cfg.decoding.max_tokens,
+        "context": context,
+        "fits": max(prompts) + cfg.decoding.max_tokens <= context,
+    }
 
 
 def _jsonl(path: Path) -> list[dict[str, Any]]:
@@ -254,21 +291,33 @@ def _write(path: Path, rows: list[dict[str, Any]]) -> Path:
 
 def format_reports(result: dict[str, Any]) -> str:
     arms = result["arms"]
-    lines = ["| arm | gold receipts | items | matched (all 3) | recall | precision | matched (date+total) | recall | precision | duplicates | rejects |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines = [
+        "| arm | gold receipts | items | matched (all 3) | recall | precision | matched (date+total) | recall | precision | duplicates | rejects |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
     for a in arms:
-        lines.append(f"| {a['arm']} | {a['gold']} | {a['items']} | {a['matched']['all']} | {a['recall_all']} | {a['precision_all']} | "
-                     f"{a['matched']['date+total']} | {a['recall_date+total']} | {a['precision_date+total']} | "
-                     f"{a['duplicates']['all']} ({a['duplicates']['date+total']}) | {a['rejects'] or 0} |")
-    lines += ["", "| arm | rows | document tokens | generated tokens | shard wall s | document tok/s | generated tok/s |",
-              "| --- | --- | --- | --- | --- | --- | --- |"]
+        lines.append(
+            f"| {a['arm']} | {a['gold']} | {a['items']} | {a['matched']['all']} | {a['recall_all']} | {a['precision_all']} | "
+            f"{a['matched']['date+total']} | {a['recall_date+total']} | {a['precision_date+total']} | "
+            f"{a['duplicates']['all']} ({a['duplicates']['date+total']}) | {a['rejects'] or 0} |"
+        )
+    lines += [
+        "",
+        "| arm | rows | document tokens | generated tokens | shard wall s | document tok/s | generated tok/s |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
     for a in arms:
-        lines.append(f"| {a['arm']} | {a['rows']} | {a['doc_tokens']} | {a['generated_tokens']} | {a['wall_s']} | {a['doc_tok_s']} | {a['gen_tok_s']} |")
+        lines.append(
+            f"| {a['arm']} | {a['rows']} | {a['doc_tokens']} | {a['generated_tokens']} | {a['wall_s']} | {a['doc_tok_s']} | {a['gen_tok_s']} |"
+        )
     c = arms[0]["chunking"]
-    lines += ["", f"chunked rows {c.get('chunked_rows', 0)}, chunks {c.get('chunks', 0)}, merge conflicts {c.get('merge_conflicts', 0)}, "
-              f"overlap duplicates dropped {c.get('overlap_duplicates', 0)}",
-              "ratios (chunked / rows): " + ", ".join(f"{k} {v}" for k, v in result["ratios"].items()),
-              "plan: " + ", ".join(f"{k} {v}" for k, v in result["plan"].items())]
+    lines += [
+        "",
+        f"chunked rows {c.get('chunked_rows', 0)}, chunks {c.get('chunks', 0)}, merge conflicts {c.get('merge_conflicts', 0)}, "
+        f"overlap duplicates dropped {c.get('overlap_duplicates', 0)}",
+        "ratios (chunked / rows): " + ", ".join(f"{k} {v}" for k, v in result["ratios"].items()),
+        "plan: " + ", ".join(f"{k} {v}" for k, v in result["plan"].items()),
+    ]
     return "\n".join(lines) + "\n"
 
 

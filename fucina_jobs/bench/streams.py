@@ -101,22 +101,24 @@ def run_streams(args: argparse.Namespace) -> dict[str, Any]:
         )
     for row in rows:
         row["ratio_vs_base"] = row["tokens_per_s"] / base_tps if base_tps else None
-    return add_decode_rates({
-        "command": "streams",
-        "settings": {
-            "docs": len(docs),
-            "requests": len(requests),
-            "streams": widths,
-            "repeats": args.repeats,
-            "max_tokens": args.max_tokens,
-            "sampling": "greedy",
-            "constrained": True,
-            "schema": str(args.schema),
-            "base": base.key,
-        },
-        "environment": environment(args, loaded),
-        "rows": rows,
-    })
+    return add_decode_rates(
+        {
+            "command": "streams",
+            "settings": {
+                "docs": len(docs),
+                "requests": len(requests),
+                "streams": widths,
+                "repeats": args.repeats,
+                "max_tokens": args.max_tokens,
+                "sampling": "greedy",
+                "constrained": True,
+                "schema": str(args.schema),
+                "base": base.key,
+            },
+            "environment": environment(args, loaded),
+            "rows": rows,
+        }
+    )
 
 
 def add_decode_rates(result: dict[str, Any]) -> dict[str, Any]:
@@ -151,7 +153,22 @@ def format_streams(result: dict[str, Any]) -> str:
         f"wall = median over repeats; ratios = against {s['streams'][0]} stream(s) without speculation",
         "",
         format_table(
-            ["streams", "spec", "tokens", "batched fwd", "tok/batch fwd", "tok/fwd", "acceptance", "wall s", "prefill s", "tok/s", "ratio", "decode tok/s", "decode ratio", "identical"],
+            [
+                "streams",
+                "spec",
+                "tokens",
+                "batched fwd",
+                "tok/batch fwd",
+                "tok/fwd",
+                "acceptance",
+                "wall s",
+                "prefill s",
+                "tok/s",
+                "ratio",
+                "decode tok/s",
+                "decode ratio",
+                "identical",
+            ],
             [
                 [
                     r["streams"],

@@ -311,7 +311,5 @@ def _check_unshared(live: list[Stream], newcomers: list[Request]) -> None:
         if request.processor is None:
             continue
         if id(request.processor) in seen:
-            raise SharedBatchProcessor(
-                f"request {request.id} shares its processor with another live stream; give each request its own clone()"
-            )
+            raise SharedBatchProcessor(f"request {request.id} shares its processor with another live stream; give each request its own clone()")
         seen.add(id(request.processor))

@@ -34,8 +34,9 @@ from .processor import ContinuationScorer, LogitProcessor
 from .runner import ModelRunner
 
 
-def continuation_logprobs(runner: ModelRunner, state: Any, history: Sequence[int], row: torch.Tensor,
-                          continuations: Sequence[Sequence[int]]) -> list[float]:
+def continuation_logprobs(
+    runner: ModelRunner, state: Any, history: Sequence[int], row: torch.Tensor, continuations: Sequence[Sequence[int]]
+) -> list[float]:
     """The ``ContinuationScorer`` of a stream whose cache ``state`` holds ``history``: one forward for all continuations.
 
     The continuations but their last tokens grow one token tree over the cache
@@ -59,8 +60,14 @@ def continuation_logprobs(runner: ModelRunner, state: Any, history: Sequence[int
 class LikelihoodChoice(LogitProcessor):
     """``inner``, except at each of ``choices``: (text written before it, option texts) pairs, in output order."""
 
-    def __init__(self, inner: LogitProcessor, choices: Sequence[tuple[str, Sequence[str]]], encode: Callable[[str], list[int]],
-                 decode: Callable[[list[int]], str], max_options: int = 16):
+    def __init__(
+        self,
+        inner: LogitProcessor,
+        choices: Sequence[tuple[str, Sequence[str]]],
+        encode: Callable[[str], list[int]],
+        decode: Callable[[list[int]], str],
+        max_options: int = 16,
+    ):
         self.inner = inner
         self.has_structure = inner.has_structure
         self.choices = [(after, tuple(options)) for after, options in choices]
@@ -120,8 +127,10 @@ class LikelihoodChoice(LogitProcessor):
             return
         text = self.decode(self.generated)
         # The first choice whose text is written: one whose value the output left out (an optional key) is passed over.
-        found, j = next(((text.find(a, self.searched), j) for j, (a, _) in enumerate(self.choices[self.due :], self.due)
-                         if text.find(a, self.searched) >= 0), (-1, -1))
+        found, j = next(
+            ((text.find(a, self.searched), j) for j, (a, _) in enumerate(self.choices[self.due :], self.due) if text.find(a, self.searched) >= 0),
+            (-1, -1),
+        )
         if found < 0:
             return
         after, options = self.choices[j]

@@ -51,8 +51,19 @@ _UNRELAXABLE = (
 
 # Where JSON Schema keeps subschemas: maps of them, single ones, lists of them.
 _SCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas", "dependencies")
-_SCHEMA_ONE = ("items", "additionalProperties", "additionalItems", "not", "if", "then", "else", "contains",
-               "propertyNames", "unevaluatedProperties", "unevaluatedItems")
+_SCHEMA_ONE = (
+    "items",
+    "additionalProperties",
+    "additionalItems",
+    "not",
+    "if",
+    "then",
+    "else",
+    "contains",
+    "propertyNames",
+    "unevaluatedProperties",
+    "unevaluatedItems",
+)
 _SCHEMA_LISTS = ("allOf", "anyOf", "oneOf", "prefixItems", "items")
 
 
@@ -118,8 +129,9 @@ def relax(schema: dict[str, Any], error: str) -> tuple[dict[str, Any], list[Rela
     return None
 
 
-def compile_json_schema(schema: dict[str, Any] | bool, *, whitespace_flexible: bool = False, relax_schema: bool = True,
-                        name: str = "<schema>") -> Compiled:
+def compile_json_schema(
+    schema: dict[str, Any] | bool, *, whitespace_flexible: bool = False, relax_schema: bool = True, name: str = "<schema>"
+) -> Compiled:
     """Compile ``schema`` strictly; on a refusal a relaxation handles (``relax_schema``), relax and retry.
 
     Raises ``GrammarError`` naming the schema and the cause left when the schema does not compile."""

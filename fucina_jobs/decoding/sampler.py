@@ -80,8 +80,14 @@ def _runs(rows: Sequence[torch.Tensor]) -> list[torch.Tensor]:
 
 def _follows(a: torch.Tensor, b: torch.Tensor) -> bool:
     """``b`` starts where ``a`` ends, in the same tensor (views of one base: a storage lookup costs more)."""
-    return (a._base is not None and a._base is b._base and a.numel() == b.numel() and a.is_contiguous() and b.is_contiguous()
-            and b.storage_offset() == a.storage_offset() + a.numel())
+    return (
+        a._base is not None
+        and a._base is b._base
+        and a.numel() == b.numel()
+        and a.is_contiguous()
+        and b.is_contiguous()
+        and b.storage_offset() == a.storage_offset() + a.numel()
+    )
 
 
 class Sampler:

@@ -78,8 +78,10 @@ def context_overflow(prompt_tokens: int, max_tokens: int, context: int | None) -
     """
     if context is None or prompt_tokens + max_tokens <= context:
         return None
-    return (f"the prompt is {prompt_tokens} tokens: with max_tokens={max_tokens} it exceeds the model's context of "
-            f"{context} tokens; shorten the document or lower decoding.max_tokens")
+    return (
+        f"the prompt is {prompt_tokens} tokens: with max_tokens={max_tokens} it exceeds the model's context of "
+        f"{context} tokens; shorten the document or lower decoding.max_tokens"
+    )
 
 
 def prompt_overflow(engine: Any, p: Prompt) -> str | None:
@@ -162,8 +164,14 @@ class FucinaEngine:
 
     def constraint(self, *, json_schema: Any = None, lark: Any = None, regex: Any = None, whitespace_flexible: bool = False) -> Constraint:
         """Compile one constraint for this model's vocab and stop token (compact JSON by default)."""
-        return compile_constraint(self.tokenizer, vocab_size=self.runner.vocab_size, json_schema=json_schema, lark=lark, regex=regex,
-                                  whitespace_flexible=whitespace_flexible)
+        return compile_constraint(
+            self.tokenizer,
+            vocab_size=self.runner.vocab_size,
+            json_schema=json_schema,
+            lark=lark,
+            regex=regex,
+            whitespace_flexible=whitespace_flexible,
+        )
 
     def processor(self, p: Prompt) -> LogitProcessor | None:
         """The prompt's own processor: a clone of its constraint, with its likelihood choices layered over it."""

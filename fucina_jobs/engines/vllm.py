@@ -20,8 +20,26 @@ import sys
 from typing import Any, Callable, Iterable, Iterator
 
 from ..pipeline.config import DecodingConfig, ModelConfig, RuntimeConfig, SpeculativeConfig, VLLMEngineConfig
-from . import (DEFAULT_MODEL, NGRAM, BatchSession, Completion, EngineUnavailable, Prompt, StreamStats, compile_constraint, completion_text,
-               constraint_kind, context_overflow, encode_chat, load_tokenizer, read_schema, read_source, resolve_source, sampling_params, stop_tokens)
+from . import (
+    DEFAULT_MODEL,
+    NGRAM,
+    BatchSession,
+    Completion,
+    EngineUnavailable,
+    Prompt,
+    StreamStats,
+    compile_constraint,
+    completion_text,
+    constraint_kind,
+    context_overflow,
+    encode_chat,
+    load_tokenizer,
+    read_schema,
+    read_source,
+    resolve_source,
+    sampling_params,
+    stop_tokens,
+)
 
 log = logging.getLogger(__name__)
 

@@ -39,8 +39,15 @@ def reliability(scores: Sequence[float], correct: Sequence[bool], bins: int = BI
     for b in range(bins):
         inside = index == b
         n = int(inside.sum())
-        table.append({"low": b / bins, "high": (b + 1) / bins, "fields": n,
-                      "mean_confidence": float(s[inside].mean()) if n else None, "accuracy": float(y[inside].mean()) if n else None})
+        table.append(
+            {
+                "low": b / bins,
+                "high": (b + 1) / bins,
+                "fields": n,
+                "mean_confidence": float(s[inside].mean()) if n else None,
+                "accuracy": float(y[inside].mean()) if n else None,
+            }
+        )
     return table
 
 

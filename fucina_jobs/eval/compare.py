@@ -54,7 +54,11 @@ def record_diff(a: Run, b: Run) -> list[tuple[str, dict | None, dict | None]]:
     diff = [(k, rows_a.get(k), rows_b.get(k)) for k in sorted(set(rows_a) | set(rows_b)) if rows_a.get(k) != rows_b.get(k)]
     verdicts_a = {(v["file"], v["instance"]): v for v in a.verdicts}
     verdicts_b = {(v["file"], v["instance"]): v for v in b.verdicts}
-    diff += [(f"{k[0]}#{k[1]}", verdicts_a.get(k), verdicts_b.get(k)) for k in sorted(set(verdicts_a) | set(verdicts_b)) if verdicts_a.get(k) != verdicts_b.get(k)]
+    diff += [
+        (f"{k[0]}#{k[1]}", verdicts_a.get(k), verdicts_b.get(k))
+        for k in sorted(set(verdicts_a) | set(verdicts_b))
+        if verdicts_a.get(k) != verdicts_b.get(k)
+    ]
     return diff
 
 
@@ -80,8 +84,13 @@ def _short(row: dict | None, width: int = 100) -> str:
 
 
 def format_comparison(c: Comparison, a: str | Path, b: str | Path, limit: int = 20) -> str:
-    lines = [f"A: {a}", f"B: {b}", f"content hash A {c.hash_a}", f"content hash B {c.hash_b}",
-             "identical outputs" if c.identical else f"DIFFERENT outputs: {len(c.records)} output(s) differ (records, rejects or verdicts)"]
+    lines = [
+        f"A: {a}",
+        f"B: {b}",
+        f"content hash A {c.hash_a}",
+        f"content hash B {c.hash_b}",
+        "identical outputs" if c.identical else f"DIFFERENT outputs: {len(c.records)} output(s) differ (records, rejects or verdicts)",
+    ]
     if c.scores:
         lines.append(f"scores that differ ({len(c.scores)}):")
         lines += [f"  {k}: {va!r} -> {vb!r}" for k, va, vb in c.scores[:limit]]

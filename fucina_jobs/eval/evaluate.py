@@ -86,6 +86,7 @@ def _run_config(run: Run, cfg: JobConfig) -> JobConfig:
 
 def _check_same_job(run: Run, recorded: dict[str, Any], cfg: JobConfig) -> None:
     """Refuse a run of another job (another dataset or constraint): its rows are not what this command's gold labels."""
+
     def job(dataset: Any, constraint: Any) -> tuple:
         dataset, constraint = dataset or {}, constraint or {}
         kind = next((k for k in ("json_schema", "lark", "regex") if constraint.get(k)), None)
@@ -95,8 +96,10 @@ def _check_same_job(run: Run, recorded: dict[str, Any], cfg: JobConfig) -> None:
     ours = job(cfg.dataset.model_dump(), cfg.constraint.model_dump())
     if theirs != ours:
         describe = lambda j: f"dataset {j[0]}, " + (f"constraint.{j[2]}={j[3]}" if j[2] else f"schemas from {j[1]}")  # noqa: E731
-        raise ConfigError(f"eval.run_dir={cfg.eval.run_dir} holds a run of another job, {recorded.get('name')!r} ({describe(theirs)}), "
-                          f"not of {cfg.name!r} ({describe(ours)}); give that job's conf=, or a run of this one")
+        raise ConfigError(
+            f"eval.run_dir={cfg.eval.run_dir} holds a run of another job, {recorded.get('name')!r} ({describe(theirs)}), "
+            f"not of {cfg.name!r} ({describe(ours)}); give that job's conf=, or a run of this one"
+        )
 
 
 def generate_scores(run: Run, cfg: JobConfig, base: Path) -> dict[str, Any]:
@@ -149,7 +152,7 @@ def load_gold(path: Path) -> dict[str, dict[str, Any]]:
             entry = json.loads(line)
             gold[str(entry["id"])] = dict(entry["label"])
         except (json.JSONDecodeError, KeyError, TypeError, ValueError) as err:
-            raise ConfigError(f"eval.gold: {path.name}:{line_no}: expected {{\"id\": ..., \"label\": {{...}}}} ({err})") from None
+            raise ConfigError(f'eval.gold: {path.name}:{line_no}: expected {{"id": ..., "label": {{...}}}} ({err})') from None
     return gold
 
 
@@ -176,12 +179,21 @@ def _grammar(cfg: JobConfig, base: Path, resolved: dict[str, Any] | None) -> Eva
     for old in out.list(out.join(VERDICTS)):
         out.delete(old)
     out.write_table(out.join(VERDICTS, "verdicts.parquet"), pa.Table.from_pylist(report["verdicts"], schema=VERDICT_SCHEMA))
-    out.write_json(out.join("manifest.json"), {
-        "name": cfg.name, "mode": "grammar", "fingerprint": fingerprint(cfg), "config": resolved or cfg.model_dump(),
-        "hashes": {"dataset": file_hash(suite), "tokenizer": _tokenizer_hash(Path(model_path)) if Path(model_path).is_dir() else model_path},
-        "versions": package_versions(("fucina_jobs", "llguidance", "transformers", "tokenizers")),
-        "started": started, "ended": utc_now(), "status": "complete", "totals": {"files": report["files"], "instances": report["instances"]},
-    })
+    out.write_json(
+        out.join("manifest.json"),
+        {
+            "name": cfg.name,
+            "mode": "grammar",
+            "fingerprint": fingerprint(cfg),
+            "config": resolved or cfg.model_dump(),
+            "hashes": {"dataset": file_hash(suite), "tokenizer": _tokenizer_hash(Path(model_path)) if Path(model_path).is_dir() else model_path},
+            "versions": package_versions(("fucina_jobs", "llguidance", "transformers", "tokenizers")),
+            "started": started,
+            "ended": utc_now(),
+            "status": "complete",
+            "totals": {"files": report["files"], "instances": report["instances"]},
+        },
+    )
     run = read_run(cfg.output.dir, base)
     scores = _header(run, cfg, "grammar")
     scores["grammar"] = scoring.grammar_scores(report, KNOWN_LIMITATIONS)
@@ -219,9 +231,23 @@ def _header(run: Run, cfg: JobConfig, mode: str) -> dict[str, Any]:
     if mode == "grammar":  # no model runs: only its tokenizer matters
         setup |= {"tokenizer": cfg.model.source, "baseline": cfg.eval.baseline}
     else:
-        setup |= {"model": cfg.model.source, "dtype": cfg.model.dtype, "gold": cfg.eval.gold, "temperature": d.temperature, "seed": d.seed,
-                  "max_tokens": d.max_tokens, "replicas": r.replicas, "streams": r.streams, "speculative": d.speculative.enabled}
+        setup |= {
+            "model": cfg.model.source,
+            "dtype": cfg.model.dtype,
+            "gold": cfg.eval.gold,
+            "temperature": d.temperature,
+            "seed": d.seed,
+            "max_tokens": d.max_tokens,
+            "replicas": r.replicas,
+            "streams": r.streams,
+            "speculative": d.speculative.enabled,
+        }
     return {
-        "name": cfg.name, "mode": mode, "run_dir": run.path, "content_hash": content_hash(run),
-        "fingerprint": manifest.get("fingerprint"), "status": manifest.get("status"), "config": setup,
+        "name": cfg.name,
+        "mode": mode,
+        "run_dir": run.path,
+        "content_hash": content_hash(run),
+        "fingerprint": manifest.get("fingerprint"),
+        "status": manifest.get("status"),
+        "config": setup,
     }

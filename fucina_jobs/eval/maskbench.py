@@ -37,8 +37,20 @@ INVALID_PASSES = "invalid passes post-validation"
 POST_REJECTED = "valid rejected by post-validation"
 UNCHECKABLE = "schema cannot be checked"
 #: Keywords llguidance does not implement; relaxation drops them.
-UNIMPLEMENTED_KEYWORDS = ("not", "dependencies", "uniqueItems", "if/then/else", "propertyNames", "contains", "dependentRequired",
-                          "dependentSchemas", "unevaluatedProperties", "unevaluatedItems", "minContains", "maxContains")
+UNIMPLEMENTED_KEYWORDS = (
+    "not",
+    "dependencies",
+    "uniqueItems",
+    "if/then/else",
+    "propertyNames",
+    "contains",
+    "dependentRequired",
+    "dependentSchemas",
+    "unevaluatedProperties",
+    "unevaluatedItems",
+    "minContains",
+    "maxContains",
+)
 
 #: Causes of failure (``relaxation.cause`` for compile errors, ``verdict_cause``
 #: for wrong verdicts) that are the grammar engine's, not ours. Keyed by cause,
@@ -135,8 +147,16 @@ def run_suite(files: Sequence[Path], tokenizer: Any, stop_token: int | None = No
     of a wrong verdict at either stage.
     """
     report: dict[str, Any] = {
-        "files": 0, "instances": 0, "valid": 0, "invalid": 0, "skipped": 0,
-        "compile_errors": {}, "relaxations": {}, "features": {}, "tests": {}, "compile_s": {},
+        "files": 0,
+        "instances": 0,
+        "valid": 0,
+        "invalid": 0,
+        "skipped": 0,
+        "compile_errors": {},
+        "relaxations": {},
+        "features": {},
+        "tests": {},
+        "compile_s": {},
         "mask_s": array("d"),  # millions of masks at 10,000 schemas: 8 bytes each, not a float object
         "verdicts": [],
     }
@@ -159,8 +179,18 @@ def _judge_file(path: Path, tokenizer: Any, stop_token: int | None, relax: bool,
     except GrammarError as err:
         report["compile_errors"][path.name] = str(err).splitlines()[0][:300]
         report["skipped"] += len(suite["tests"])
-        report["verdicts"].append({"file": path.name, "instance": -1, "expected": None, "accepted": None, "final": None, "cause": None,
-                                   "compile_error": report["compile_errors"][path.name], "relaxations": []})
+        report["verdicts"].append(
+            {
+                "file": path.name,
+                "instance": -1,
+                "expected": None,
+                "accepted": None,
+                "final": None,
+                "cause": None,
+                "compile_error": report["compile_errors"][path.name],
+                "relaxations": [],
+            }
+        )
         return
     report["compile_s"][path.name] = time.perf_counter() - start
     relaxations = [str(r) for r in compiled.relaxations]
@@ -175,11 +205,18 @@ def _judge_file(path: Path, tokenizer: Any, stop_token: int | None, relax: bool,
         rejected = rejected_at(base, tokens, report["mask_s"])
         failure = schema_failure(validator, test["data"]) if rejected is None else None
         at_key = rejected is not None and _at_key(tokenizer, tokens, rejected, text)
-        report["verdicts"].append({
-            "file": path.name, "instance": i, "expected": bool(test["valid"]), "accepted": rejected is None,
-            "final": rejected is None and failure is None, "cause": verdict_cause(bool(test["valid"]), rejected, failure, bool(relaxations), at_key),
-            "compile_error": None, "relaxations": relaxations,
-        })
+        report["verdicts"].append(
+            {
+                "file": path.name,
+                "instance": i,
+                "expected": bool(test["valid"]),
+                "accepted": rejected is None,
+                "final": rejected is None and failure is None,
+                "cause": verdict_cause(bool(test["valid"]), rejected, failure, bool(relaxations), at_key),
+                "compile_error": None,
+                "relaxations": relaxations,
+            }
+        )
 
 
 def _at_key(tokenizer: Any, tokens: Sequence[int], index: int, text: str) -> bool:

@@ -77,125 +77,242 @@ def build(scores: dict[str, Any]) -> list[Section]:
 
 
 def _overview(scores: dict[str, Any]) -> Section:
-    rows = [["mode", scores.get("mode")], ["run", scores.get("run_dir")], ["status", scores.get("status")],
-            ["content hash", scores.get("content_hash")], ["fingerprint", scores.get("fingerprint")]]
+    rows = [
+        ["mode", scores.get("mode")],
+        ["run", scores.get("run_dir")],
+        ["status", scores.get("status")],
+        ["content hash", scores.get("content_hash")],
+        ["fingerprint", scores.get("fingerprint")],
+    ]
     rows += [[k, v] for k, v in (scores.get("config") or {}).items()]
     return Section(f"Evaluation: {scores.get('name')}", tables=[(["", "value"], rows)])
 
 
 def _conformance(scores: dict[str, Any]) -> Section:
     c = scores["conformance"]
-    section = Section("Conformance", tables=[(
-        ["rows", "parse", "validate", "rejects"], [[c["rows"], pct(c["parse_rate"]), pct(c["validate_rate"]), c["rejects"]]],
-    )])
+    section = Section(
+        "Conformance",
+        tables=[
+            (
+                ["rows", "parse", "validate", "rejects"],
+                [[c["rows"], pct(c["parse_rate"]), pct(c["validate_rate"]), c["rejects"]]],
+            )
+        ],
+    )
     if c["rejects_by_reason"]:
         section.tables.append((["reject reason", "rows"], [[k, v] for k, v in c["rejects_by_reason"].items()]))
     relaxed = c.get("relaxed") or {}
     if relaxed.get("rows"):
         reasons = ", ".join(f"{k} {v}" for k, v in relaxed["rejects_by_reason"].items()) or "none"
         causes = ", ".join(f"{k} {v}" for k, v in relaxed["rows_by_cause"].items())
-        section.notes.append(f"Rows decoded under a relaxed schema: {relaxed['rows']} ({causes}); {relaxed['records']} validated against the "
-                             f"original schema; rejects: {reasons}.")
+        section.notes.append(
+            f"Rows decoded under a relaxed schema: {relaxed['rows']} ({causes}); {relaxed['records']} validated against the "
+            f"original schema; rejects: {reasons}."
+        )
     if "schema_coverage" in scores:
         s = scores["schema_coverage"]
         section.notes.append(f"Schemas compiled: {s['compiled']} of {s['schemas']} ({pct(s['coverage'])}).")
     if scores.get("by_feature"):
         table = _top(scores["by_feature"], "rows")
-        section.tables.append(([f"schema feature (top {len(table)} of {len(scores['by_feature'])})", "rows", "valid", "valid %"],
-                               [[k, v["rows"], v["valid"], pct(v["valid_rate"])] for k, v in table.items()]))
-        section.plots.append(Plot("conformance_by_feature", f"Valid outputs, top {len(table)} schema features", list(table),
-                                  [v["valid_rate"] or 0.0 for v in table.values()], "valid", horizontal=True, limit=1.0))
+        section.tables.append(
+            (
+                [f"schema feature (top {len(table)} of {len(scores['by_feature'])})", "rows", "valid", "valid %"],
+                [[k, v["rows"], v["valid"], pct(v["valid_rate"])] for k, v in table.items()],
+            )
+        )
+        section.plots.append(
+            Plot(
+                "conformance_by_feature",
+                f"Valid outputs, top {len(table)} schema features",
+                list(table),
+                [v["valid_rate"] or 0.0 for v in table.values()],
+                "valid",
+                horizontal=True,
+                limit=1.0,
+            )
+        )
     return section
 
 
 def _accuracy(a: dict[str, Any]) -> Section:
     fields = a["fields"]
     all_ok = a["all_fields_correct"]
-    section = Section("Accuracy against gold", notes=[
-        f"All fields correct: {all_ok['correct']} of {all_ok['total']} records ({pct(all_ok['rate'])}); "
-        f"numbers match within {a['numeric_tolerance']}; rejects count as wrong on every field.",
-        f"Gold rows not in the run: {a['gold_not_in_run']}; run rows without gold: {a['run_rows_without_gold']}.",
-    ])
+    section = Section(
+        "Accuracy against gold",
+        notes=[
+            f"All fields correct: {all_ok['correct']} of {all_ok['total']} records ({pct(all_ok['rate'])}); "
+            f"numbers match within {a['numeric_tolerance']}; rejects count as wrong on every field.",
+            f"Gold rows not in the run: {a['gold_not_in_run']}; run rows without gold: {a['run_rows_without_gold']}.",
+        ],
+    )
     mean = a.get("mean") or {}
-    section.notes.append(f"Mean over the fields: exact match {pct(mean.get('rate'))}, spacing-insensitive {pct(mean.get('spacing_rate'))}, "
-                         f"token F1 of the text fields {num(mean.get('f1'))}. Spacing-insensitive strings also match with a space "
-                         "more or less beside a punctuation mark (`NO.3,` and `NO. 3,`); token F1 counts words and punctuation marks.")
-    section.tables.append((["field", "correct", "total", "exact match", "spacing-insensitive", "token F1"],
-                           [[k, v["correct"], v["total"], pct(v["rate"]), pct(v.get("spacing_rate")), num(v.get("f1"))] for k, v in fields.items()]))
+    section.notes.append(
+        f"Mean over the fields: exact match {pct(mean.get('rate'))}, spacing-insensitive {pct(mean.get('spacing_rate'))}, "
+        f"token F1 of the text fields {num(mean.get('f1'))}. Spacing-insensitive strings also match with a space "
+        "more or less beside a punctuation mark (`NO.3,` and `NO. 3,`); token F1 counts words and punctuation marks."
+    )
+    section.tables.append(
+        (
+            ["field", "correct", "total", "exact match", "spacing-insensitive", "token F1"],
+            [[k, v["correct"], v["total"], pct(v["rate"]), pct(v.get("spacing_rate")), num(v.get("f1"))] for k, v in fields.items()],
+        )
+    )
     if a["wrong_fields"]:
         section.tables.append((["row", "wrong fields"], [[k, ", ".join(v)] for k, v in sorted(a["wrong_fields"].items())]))
-    section.plots.append(Plot("accuracy_per_field", "Exact match per field", list(fields), [v["rate"] or 0.0 for v in fields.values()],
-                              "exact match", horizontal=True, limit=1.0))
+    section.plots.append(
+        Plot(
+            "accuracy_per_field",
+            "Exact match per field",
+            list(fields),
+            [v["rate"] or 0.0 for v in fields.values()],
+            "exact match",
+            horizontal=True,
+            limit=1.0,
+        )
+    )
     return section
 
 
 def _confidence(c: dict[str, Any]) -> Section:
-    section = Section("Confidence calibration", notes=[
-        f"A field's confidence is the mean probability of its value's tokens. Over {c['fields_scored']} gold fields of records: "
-        f"AUROC for field correctness {num(c['auroc'])} (0.5 is chance; the lowest token probability gives {num(c['auroc_of_min'])}), "
-        f"expected calibration error {num(c['expected_calibration_error'])}. Rejects have no confidence and are left out."
-        + (f" The share of samples that agreed on the value (decoding.samples) gives AUROC {num(c['auroc_of_agreement'])}."
-           if c.get("auroc_of_agreement") is not None else ""),
-    ])
+    section = Section(
+        "Confidence calibration",
+        notes=[
+            f"A field's confidence is the mean probability of its value's tokens. Over {c['fields_scored']} gold fields of records: "
+            f"AUROC for field correctness {num(c['auroc'])} (0.5 is chance; the lowest token probability gives {num(c['auroc_of_min'])}), "
+            f"expected calibration error {num(c['expected_calibration_error'])}. Rejects have no confidence and are left out."
+            + (
+                f" The share of samples that agreed on the value (decoding.samples) gives AUROC {num(c['auroc_of_agreement'])}."
+                if c.get("auroc_of_agreement") is not None
+                else ""
+            ),
+        ],
+    )
     bins = [b for b in c["bins"] if b["fields"]]
     labels = [f"{b['low']:.1f}-{b['high']:.1f}" for b in bins]
-    section.tables.append((["confidence", "fields", "mean confidence", "accuracy"],
-                           [[label, b["fields"], num(b["mean_confidence"]), pct(b["accuracy"])] for label, b in zip(labels, bins)]))
-    section.tables.append((["field", "fields", "mean confidence", "accuracy"],
-                           [[k, v["fields"], num(v["mean_confidence"]), pct(v["accuracy"])] for k, v in c["per_field"].items()]))
-    section.plots.append(Plot("calibration", "Accuracy by confidence bin", labels, [b["accuracy"] for b in bins], "field confidence", limit=1.0,
-                              reference=[b["mean_confidence"] for b in bins], reference_label="mean confidence (calibrated: bar reaches it)"))
+    section.tables.append(
+        (
+            ["confidence", "fields", "mean confidence", "accuracy"],
+            [[label, b["fields"], num(b["mean_confidence"]), pct(b["accuracy"])] for label, b in zip(labels, bins)],
+        )
+    )
+    section.tables.append(
+        (
+            ["field", "fields", "mean confidence", "accuracy"],
+            [[k, v["fields"], num(v["mean_confidence"]), pct(v["accuracy"])] for k, v in c["per_field"].items()],
+        )
+    )
+    section.plots.append(
+        Plot(
+            "calibration",
+            "Accuracy by confidence bin",
+            labels,
+            [b["accuracy"] for b in bins],
+            "field confidence",
+            limit=1.0,
+            reference=[b["mean_confidence"] for b in bins],
+            reference_label="mean confidence (calibrated: bar reaches it)",
+        )
+    )
     return section
 
 
 def _efficiency(e: dict[str, Any]) -> Section:
     acc = e["acceptance"]
     section = Section("Efficiency")
-    section.tables.append((
-        ["generated tokens", "tokens / record", "tokens / forward", "tok/s", "mask µs p50", "mask µs p99", "wall s"],
-        [[e["generated_tokens"], num(e["tokens_per_record"], 1), num(e["tokens_per_forward"]), num(e["tok_s"], 1),
-          num(e["mask_us_p50"], 1), num(e["mask_us_p99"], 1), num(e["wall_s"], 1)]],
-    ))
-    section.tables.append((["draft source", "drafted", "accepted", "acceptance"], [[k, v["drafted"], v["accepted"], pct(v["rate"])] for k, v in acc.items()]))
+    section.tables.append(
+        (
+            ["generated tokens", "tokens / record", "tokens / forward", "tok/s", "mask µs p50", "mask µs p99", "wall s"],
+            [
+                [
+                    e["generated_tokens"],
+                    num(e["tokens_per_record"], 1),
+                    num(e["tokens_per_forward"]),
+                    num(e["tok_s"], 1),
+                    num(e["mask_us_p50"], 1),
+                    num(e["mask_us_p99"], 1),
+                    num(e["wall_s"], 1),
+                ]
+            ],
+        )
+    )
+    section.tables.append(
+        (["draft source", "drafted", "accepted", "acceptance"], [[k, v["drafted"], v["accepted"], pct(v["rate"])] for k, v in acc.items()])
+    )
     shards = e["per_shard"]
-    section.tables.append((
-        ["shard", "replica", "rows", "acceptance", "tok/s", "tokens / forward", "mask µs p50", "mask µs p99", "wall s"],
-        [[s["shard"], s["replica"], s["rows"], pct(s["acceptance"]), num(s["tok_s"], 1), num(s["tokens_per_forward"]),
-          num(s["mask_us_p50"], 1), num(s["mask_us_p99"], 1), num(s["wall_s"], 1)] for s in shards],
-    ))
+    section.tables.append(
+        (
+            ["shard", "replica", "rows", "acceptance", "tok/s", "tokens / forward", "mask µs p50", "mask µs p99", "wall s"],
+            [
+                [
+                    s["shard"],
+                    s["replica"],
+                    s["rows"],
+                    pct(s["acceptance"]),
+                    num(s["tok_s"], 1),
+                    num(s["tokens_per_forward"]),
+                    num(s["mask_us_p50"], 1),
+                    num(s["mask_us_p99"], 1),
+                    num(s["wall_s"], 1),
+                ]
+                for s in shards
+            ],
+        )
+    )
     labels = [str(s["shard"]) for s in shards]
     section.plots += [
         Plot("acceptance_per_shard", "Draft acceptance per shard", labels, [s["acceptance"] or 0.0 for s in shards], "shard", limit=1.0),
         Plot("tok_s_per_shard", "Tokens per second per shard", labels, [s["tok_s"] or 0.0 for s in shards], "shard"),
     ]
-    section.notes.append("tok/s is per replica (tokens over the shard's own wall time); the run's mask µs p50 is the median "
-                         "of the shards' p50s and its p99 the worst shard's p99.")
+    section.notes.append(
+        "tok/s is per replica (tokens over the shard's own wall time); the run's mask µs p50 is the median "
+        "of the shards' p50s and its p99 the worst shard's p99."
+    )
     return section
 
 
 def _grammar(scores: dict[str, Any]) -> Section:
     g, timing = scores["grammar"], scores.get("timing", {})
-    section = Section("Grammar-only conformance (MaskBench protocol)", notes=[
-        f"{g['files']} schemas, {g['compiled']} compiled ({pct(g['coverage'])}), {g['relaxed']} of them relaxed; {g['instances']} instances "
-        f"judged ({g['valid']} valid, {g['invalid']} invalid), {g['skipped']} skipped with their schema.",
-        "Grammar verdict: the mask walk alone. Final verdict: the grammar accepts the instance and it validates against the original "
-        "schema, as every record of a job must.",
-        f"Unexplained causes: {len(g['unexplained'])}" + (f" ({', '.join(g['unexplained'][:TOP_CAUSES])}{', …' if len(g['unexplained']) > TOP_CAUSES else ''})"
-                                                           if g["unexplained"] else "") + ". Per-instance detail: verdicts/verdicts.parquet.",
-    ])
-    section.tables.append((["stage", "wrong verdicts", "valid rejected", "invalid accepted"],
-                           [[name, s["wrong"], s["valid_rejected"], s["invalid_accepted"]] for name, s in g["stages"].items()]))
-    section.tables.append((["", "p50", "p99"], [
-        ["compile ms", num((timing.get("compile_ms") or {}).get("p50")), num((timing.get("compile_ms") or {}).get("p99"))],
-        ["mask µs", num((timing.get("mask_us") or {}).get("p50"), 1), num((timing.get("mask_us") or {}).get("p99"), 1)],
-    ]))
+    section = Section(
+        "Grammar-only conformance (MaskBench protocol)",
+        notes=[
+            f"{g['files']} schemas, {g['compiled']} compiled ({pct(g['coverage'])}), {g['relaxed']} of them relaxed; {g['instances']} instances "
+            f"judged ({g['valid']} valid, {g['invalid']} invalid), {g['skipped']} skipped with their schema.",
+            "Grammar verdict: the mask walk alone. Final verdict: the grammar accepts the instance and it validates against the original "
+            "schema, as every record of a job must.",
+            f"Unexplained causes: {len(g['unexplained'])}"
+            + (f" ({', '.join(g['unexplained'][:TOP_CAUSES])}{', …' if len(g['unexplained']) > TOP_CAUSES else ''})" if g["unexplained"] else "")
+            + ". Per-instance detail: verdicts/verdicts.parquet.",
+        ],
+    )
+    section.tables.append(
+        (
+            ["stage", "wrong verdicts", "valid rejected", "invalid accepted"],
+            [[name, s["wrong"], s["valid_rejected"], s["invalid_accepted"]] for name, s in g["stages"].items()],
+        )
+    )
+    section.tables.append(
+        (
+            ["", "p50", "p99"],
+            [
+                ["compile ms", num((timing.get("compile_ms") or {}).get("p50")), num((timing.get("compile_ms") or {}).get("p99"))],
+                ["mask µs", num((timing.get("mask_us") or {}).get("p50"), 1), num((timing.get("mask_us") or {}).get("p99"), 1)],
+            ],
+        )
+    )
     if g["compile_errors"]:
-        section.tables.append((["compile error cause", "schemas", "known limitation", "examples"],
-                               [[k, v["count"], v["known"] or "no", _examples(v)] for k, v in _causes(g["compile_errors"])]))
+        section.tables.append(
+            (
+                ["compile error cause", "schemas", "known limitation", "examples"],
+                [[k, v["count"], v["known"] or "no", _examples(v)] for k, v in _causes(g["compile_errors"])],
+            )
+        )
     if g["relaxations"]:
         section.tables.append((["relaxation", "schemas", "examples"], [[k, v["count"], _examples(v)] for k, v in _causes(g["relaxations"])]))
-    wrong = [[stage, k, v["count"], v.get("known") or ("–" if stage == "grammar" else "no"), _examples(v)]
-             for stage, groups in g["wrong_verdicts"].items() for k, v in _causes(groups)]
+    wrong = [
+        [stage, k, v["count"], v.get("known") or ("–" if stage == "grammar" else "no"), _examples(v)]
+        for stage, groups in g["wrong_verdicts"].items()
+        for k, v in _causes(groups)
+    ]
     if wrong:
         section.tables.append((["stage", "wrong verdict cause", "instances", "known limitation", "examples"], wrong))
     if "regressions" in scores:
@@ -204,12 +321,30 @@ def _grammar(scores: dict[str, Any]) -> Section:
         if r["by_cause"]:
             section.tables.append((["regression", "count", "examples"], [[k, v["count"], _examples(v)] for k, v in _causes(r["by_cause"])]))
     features = _top(g["by_feature"], "files")
-    section.tables.append(([f"schema feature (top {len(features)} of {len(g['by_feature'])})", "schemas", "compile errors", "relaxed",
-                            "instances", "final correct %"],
-                           [[k, v["files"], v["compile_errors"], v["relaxed"], v["instances"], pct(v["correct_rate"])] for k, v in features.items()]))
-    section.plots.append(Plot("conformance_by_feature", f"Correct final verdicts, top {len(features)} schema features", list(features),
-                              [v["correct_rate"] if v["correct_rate"] is not None else 0.0 for v in features.values()], "correct final verdicts",
-                              horizontal=True, limit=1.0))
+    section.tables.append(
+        (
+            [
+                f"schema feature (top {len(features)} of {len(g['by_feature'])})",
+                "schemas",
+                "compile errors",
+                "relaxed",
+                "instances",
+                "final correct %",
+            ],
+            [[k, v["files"], v["compile_errors"], v["relaxed"], v["instances"], pct(v["correct_rate"])] for k, v in features.items()],
+        )
+    )
+    section.plots.append(
+        Plot(
+            "conformance_by_feature",
+            f"Correct final verdicts, top {len(features)} schema features",
+            list(features),
+            [v["correct_rate"] if v["correct_rate"] is not None else 0.0 for v in features.values()],
+            "correct final verdicts",
+            horizontal=True,
+            limit=1.0,
+        )
+    )
     return section
 
 

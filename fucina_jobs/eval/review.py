@@ -63,12 +63,16 @@ def review_command(argv: list[str]) -> int:
     from .arguments import ArgumentParser, positive_int
     from ..pipeline.config import ConfigError
 
-    parser = ArgumentParser(prog="python -m fucina_jobs review",
-                            description="List a run's least certain values first: confidence, record, field, value. "
-                                        "RUN_DIR is a run's output.dir, a local folder or a URI (s3://...).")
+    parser = ArgumentParser(
+        prog="python -m fucina_jobs review",
+        description="List a run's least certain values first: confidence, record, field, value. "
+        "RUN_DIR is a run's output.dir, a local folder or a URI (s3://...).",
+    )
     parser.add_argument("run_dir")
     parser.add_argument("--limit", type=positive_int, default=20, help="show at most this many values (default 20)")
-    parser.add_argument("--html", type=Path, metavar="OUT.html", help="write the review page instead: every row, its source text with its values highlighted")
+    parser.add_argument(
+        "--html", type=Path, metavar="OUT.html", help="write the review page instead: every row, its source text with its values highlighted"
+    )
     parser.add_argument("--base", type=Path, default=Path.cwd(), help=BASE_HELP)
     args = parser.parse_args(argv)
     try:

@@ -41,9 +41,17 @@ def page_data(run: Run, sources: Sources) -> dict[str, Any]:
     rejects = sorted(run.rejects, key=lambda r: (str(r.get("reason")), str(r["row_id"])))
     manifest = run.manifest or {}
     return {
-        "run": {"name": manifest.get("name"), "path": str(run.path), "version": manifest.get("version"), "status": manifest.get("status"),
-                "ended": manifest.get("ended"), "model": sources.config.model.source, "dataset": sources.config.dataset.path,
-                "records": len(run.records), "rejects": len(run.rejects)},
+        "run": {
+            "name": manifest.get("name"),
+            "path": str(run.path),
+            "version": manifest.get("version"),
+            "status": manifest.get("status"),
+            "ended": manifest.get("ended"),
+            "model": sources.config.model.source,
+            "dataset": sources.config.dataset.path,
+            "records": len(run.records),
+            "rejects": len(run.rejects),
+        },
         "cards": [_reject_card(r, sources) for r in rejects] + [_record_card(r, sources) for r in records],
     }
 
@@ -60,14 +68,26 @@ def _record_card(record: Mapping[str, Any], sources: Sources) -> dict[str, Any]:
         if path in spans and spans[path][1] <= len(text):
             value["s"], value["e"] = (units[i] for i in spans[path]) if units else spans[path]
         values.append(value)
-    return {"id": row_id, "conf": _rounded(record.get("record_confidence")), "flags": list(record.get("flags") or []), "text": text, "values": values,
-            "changed": row_id in sources.changed}
+    return {
+        "id": row_id,
+        "conf": _rounded(record.get("record_confidence")),
+        "flags": list(record.get("flags") or []),
+        "text": text,
+        "values": values,
+        "changed": row_id in sources.changed,
+    }
 
 
 def _reject_card(reject: Mapping[str, Any], sources: Sources) -> dict[str, Any]:
     row_id = str(reject["row_id"])
-    return {"id": row_id, "conf": None, "flags": [], "text": sources.texts.get(row_id, ""), "values": [],
-            "reject": {"reason": reject.get("reason"), "error": reject.get("error"), "raw": reject.get("text") or ""}}
+    return {
+        "id": row_id,
+        "conf": None,
+        "flags": [],
+        "text": sources.texts.get(row_id, ""),
+        "values": [],
+        "reject": {"reason": reject.get("reason"), "error": reject.get("error"), "raw": reject.get("text") or ""},
+    }
 
 
 def _rounded(confidence: float | None) -> float | None:

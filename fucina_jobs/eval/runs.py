@@ -21,13 +21,18 @@ from ..pipeline.sink import META_FIELDS
 #: Written by ``eval.mode=grammar`` in place of records and rejects: one row per instance
 #: (instance -1 for a schema that did not compile), the per-file detail the report leaves out.
 VERDICTS = "verdicts"
-VERDICT_SCHEMA = pa.schema([
-    ("file", pa.string()), ("instance", pa.int64()), ("expected", pa.bool_()),
-    ("accepted", pa.bool_()),  # the grammar verdict
-    ("final", pa.bool_()),  # accepted and valid against the original schema
-    ("cause", pa.string()),  # why a verdict is wrong at either stage
-    ("compile_error", pa.string()), ("relaxations", pa.list_(pa.string())),
-])
+VERDICT_SCHEMA = pa.schema(
+    [
+        ("file", pa.string()),
+        ("instance", pa.int64()),
+        ("expected", pa.bool_()),
+        ("accepted", pa.bool_()),  # the grammar verdict
+        ("final", pa.bool_()),  # accepted and valid against the original schema
+        ("cause", pa.string()),  # why a verdict is wrong at either stage
+        ("compile_error", pa.string()),
+        ("relaxations", pa.list_(pa.string())),
+    ]
+)
 _CONTENT_KEYS = ("row_id", "text", "reason", "finish_reason")
 _VERDICT_KEYS = tuple(VERDICT_SCHEMA.names)
 

@@ -203,9 +203,12 @@ def conformance(records: Sequence[Mapping[str, Any]], rejects: Sequence[Mapping[
         "validate_rate": _rate(len(records), total),
         "rejects": len(rejects),
         "rejects_by_reason": dict(sorted(reasons.items())),
-        "relaxed": {"rows": sum(bool(r.get("relaxations")) for r in records) + sum(relaxed_rejects.values()),
-                    "records": sum(bool(r.get("relaxations")) for r in records), "rejects_by_reason": dict(sorted(relaxed_rejects.items())),
-                    "rows_by_cause": dict(relaxed_causes.most_common())},
+        "relaxed": {
+            "rows": sum(bool(r.get("relaxations")) for r in records) + sum(relaxed_rejects.values()),
+            "records": sum(bool(r.get("relaxations")) for r in records),
+            "rejects_by_reason": dict(sorted(relaxed_rejects.items())),
+            "rows_by_cause": dict(relaxed_causes.most_common()),
+        },
     }
 
 
@@ -257,8 +260,11 @@ def efficiency(stats: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         drafted, accepted = total(f"drafted_{source}"), total(f"accepted_{source}")
         acceptance[source] = {"drafted": int(drafted), "accepted": int(accepted), "rate": accepted / drafted if drafted else None}
     drafted_all = sum(a["drafted"] for a in acceptance.values())
-    acceptance["all"] = {"drafted": drafted_all, "accepted": sum(a["accepted"] for a in acceptance.values()),
-                         "rate": sum(a["accepted"] for a in acceptance.values()) / drafted_all if drafted_all else None}
+    acceptance["all"] = {
+        "drafted": drafted_all,
+        "accepted": sum(a["accepted"] for a in acceptance.values()),
+        "rate": sum(a["accepted"] for a in acceptance.values()) / drafted_all if drafted_all else None,
+    }
     p50s = [s["mask_us_p50"] for s in shards if s.get("mask_us_p50")]
     p99s = [s["mask_us_p99"] for s in shards if s.get("mask_us_p99")]
     return {
@@ -325,10 +331,14 @@ def grammar_scores(report: Mapping[str, Any], known: Mapping[str, str]) -> dict[
         "stages": {name: _stage(judged, key) for name, key in (("grammar", "accepted"), ("final", "final"))},
         "compile_errors": compile_errors,
         "relaxations": relaxations,
-        "wrong_verdicts": {"grammar": by_cause((v["cause"], label(v)) for v in grammar_wrong),
-                           "final": by_cause(((v["cause"], label(v)) for v in final_wrong), known)},
+        "wrong_verdicts": {
+            "grammar": by_cause((v["cause"], label(v)) for v in grammar_wrong),
+            "final": by_cause(((v["cause"], label(v)) for v in final_wrong), known),
+        },
         "by_feature": _grammar_by_feature(report, judged),
-        "unexplained": sorted({c for c, e in compile_errors.items() if not e["known"]} | {v["cause"] for v in final_wrong if v["cause"] not in known}),
+        "unexplained": sorted(
+            {c for c, e in compile_errors.items() if not e["known"]} | {v["cause"] for v in final_wrong if v["cause"] not in known}
+        ),
     }
 
 
@@ -382,8 +392,9 @@ def grammar_timing(report: Mapping[str, Any]) -> dict[str, Any]:
 # -- spans ----------------------------------------------------------------------
 
 
-def span_exactness(records: Sequence[Mapping[str, Any]], texts: Mapping[str, str], fields: list, changed: set[str] = frozenset(),
-                   examples: int = 20) -> dict[str, Any]:
+def span_exactness(
+    records: Sequence[Mapping[str, Any]], texts: Mapping[str, str], fields: list, changed: set[str] = frozenset(), examples: int = 20
+) -> dict[str, Any]:
     """Do the records' ``field_spans`` point at their values? ``text[start:end]``, read on its own, must write the value.
 
     ``fields`` are the job schema's grounded fields; rows whose source changed
@@ -398,5 +409,11 @@ def span_exactness(records: Sequence[Mapping[str, Any]], texts: Mapping[str, str
         check = check_spans(json.loads(record["text"]), fields, texts[row_id], dict(record.get("field_spans") or []))
         check.mismatched = [f"{row_id}: {m}" for m in check.mismatched]
         total.add(check)
-    return {"values": total.values, "located": total.located, "allowed_unwritten": total.unwritten, "mismatched": len(total.mismatched),
-            "rows_changed": len(changed), "examples": total.mismatched[:examples]}
+    return {
+        "values": total.values,
+        "located": total.located,
+        "allowed_unwritten": total.unwritten,
+        "mismatched": len(total.mismatched),
+        "rows_changed": len(changed),
+        "examples": total.mismatched[:examples],
+    }

@@ -56,8 +56,10 @@ def read_sources(run: Run, base: Path, cfg: JobConfig | None = None) -> Sources:
     try:
         rows = read_rows(cfg.dataset, base)
     except (ConfigError, OSError) as err:
-        raise ConfigError(f"the run's dataset (dataset.path={cfg.dataset.path}) cannot be read from {base}: {err}; "
-                          "run this from the directory the job ran in, or pass --base") from None
+        raise ConfigError(
+            f"the run's dataset (dataset.path={cfg.dataset.path}) cannot be read from {base}: {err}; "
+            "run this from the directory the job ran in, or pass --base"
+        ) from None
     digests = _committed_digests(run)
     sources = Sources(cfg, schema, fields)
     for row in rows:

@@ -105,11 +105,17 @@ def _arrays(node: dict[str, Any], path: tuple[str, ...]) -> dict[tuple[str, ...]
     found = {}
     if _is_array(node) and node.get(KEYWORD) not in (None, False):
         options = node[KEYWORD]
-        if (not isinstance(options, dict) or not {"items"} <= set(options) <= {"items", "every"} or options["items"] not in ITEM_UNITS
-                or not isinstance(options.get("every", False), bool)):
-            raise GroundingError(f"{_where(path)}: {KEYWORD} on an array takes {{\"items\": \"paragraph\"}} or {{\"items\": \"line\"}} "
-                                 f"(each item read from one paragraph or line of the text, in text order) and \"every\": true "
-                                 f"(an item for every one), not {options!r}")
+        if (
+            not isinstance(options, dict)
+            or not {"items"} <= set(options) <= {"items", "every"}
+            or options["items"] not in ITEM_UNITS
+            or not isinstance(options.get("every", False), bool)
+        ):
+            raise GroundingError(
+                f'{_where(path)}: {KEYWORD} on an array takes {{"items": "paragraph"}} or {{"items": "line"}} '
+                f'(each item read from one paragraph or line of the text, in text order) and "every": true '
+                f"(an item for every one), not {options!r}"
+            )
         found[path] = (node, Units(options["items"], options.get("every", False)))
     for key, sub in (node.get("properties") or {}).items():
         if isinstance(sub, dict):
@@ -176,8 +182,12 @@ def _declared(node: dict[str, Any], path: tuple[str, ...]) -> Grounded:
     members = node.get("enum", [])
     if kind == "enum" and not set(allow) <= set(members):
         raise GroundingError(f"{where}: {KEYWORD}.allow must list members of the enum, not {allow!r}")
-    if spellings and (kind != "enum" or not isinstance(spellings, dict) or not set(spellings) <= set(members)
-                      or not all(isinstance(v, list) and all(isinstance(w, str) and w for w in v) for v in spellings.values())):
+    if spellings and (
+        kind != "enum"
+        or not isinstance(spellings, dict)
+        or not set(spellings) <= set(members)
+        or not all(isinstance(v, list) and all(isinstance(w, str) and w for w in v) for v in spellings.values())
+    ):
         raise GroundingError(f"{where}: {KEYWORD}.spellings must map enum members to lists of non-empty strings")
     return Grounded(path, kind, node, whitespace, case, span, tuple(allow), amount, {k: tuple(v) for k, v in spellings.items()})
 

@@ -52,8 +52,12 @@ class NothingToGround(ValueError):
     """The text writes nothing that a grounded field could hold, and the field may not be null."""
 
 
-def grounded_lark(schema: dict[str, Any], text: str, exclude: Mapping[tuple[str, ...], Collection[Any]] | None = None,
-                  pinned: Mapping[tuple[str, ...], Any] | None = None) -> str:
+def grounded_lark(
+    schema: dict[str, Any],
+    text: str,
+    exclude: Mapping[tuple[str, ...], Collection[Any]] | None = None,
+    pinned: Mapping[tuple[str, ...], Any] | None = None,
+) -> str:
     """The Lark grammar for one row: ``schema``'s JSON with its grounded fields held to ``text``.
 
     ``exclude`` maps a grounded field's path to values it may not take. An
@@ -78,8 +82,14 @@ def field_values(g: Grounded, text: str) -> list[Any] | None:
 
 
 class _Builder:
-    def __init__(self, schema: dict[str, Any], text: str, exclude: Mapping[tuple[str, ...], Collection[Any]], pinned: Mapping[tuple[str, ...], Any],
-                 rules: list[str] | None = None):
+    def __init__(
+        self,
+        schema: dict[str, Any],
+        text: str,
+        exclude: Mapping[tuple[str, ...], Collection[Any]],
+        pinned: Mapping[tuple[str, ...], Any],
+        rules: list[str] | None = None,
+    ):
         self.root, self.text, self.exclude, self.pinned = schema, text, exclude, pinned
         self.fields = {g.path: g for g in grounded_fields(schema)}
         self.arrays = grounded_arrays(schema)
@@ -193,7 +203,9 @@ class _Builder:
         name = f"SPAN{len(self.rules)}"
         trimmed = _TRIMMED if g.whitespace == "normalize" else f"{_TRIMMED} & {_NO_ESCAPED_BREAK_AT_AN_END}"
         banned = [term for v in excluded if isinstance(v, str) for term in _same_thing(v)]
-        self.rules.append(f"{name}: {self.sources[key]} & {trimmed}{self.length(g)}" + (f" & ~({' | '.join(dict.fromkeys(banned))})" if banned else ""))
+        self.rules.append(
+            f"{name}: {self.sources[key]} & {trimmed}{self.length(g)}" + (f" & ~({' | '.join(dict.fromkeys(banned))})" if banned else "")
+        )
         return name
 
     @staticmethod

@@ -119,7 +119,7 @@ class _Locator:
 
     def units(self, items: list[Any], path: str, schema_path: tuple[str, ...], window: Span) -> None:
         """Each item inside the first unit after the previous item's that writes all its values (the grammar's rule)."""
-        text = self.source.text[window[0]:window[1]]
+        text = self.source.text[window[0] : window[1]]
         units = [(window[0] + a, window[0] + b) for a, b in unit_spans(text, self.arrays[schema_path].unit)]
         at = 0
         for i, item in enumerate(items):

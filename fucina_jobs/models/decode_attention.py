@@ -55,9 +55,22 @@ def attend(out: torch.Tensor, query: torch.Tensor, keys: torch.Tensor, values: t
     if query.stride(-1) != 1:
         query = query.contiguous()
     status = _kernel(query.dtype)(
-        out.data_ptr(), out.stride(0), out.stride(1), query.data_ptr(), query.stride(1), query.stride(0),
-        keys.data_ptr(), values.data_ptr(), heads, keys.shape[1], keys.shape[2], dim,
-        spans.data_ptr(), len(spans), scale, torch.get_num_threads(),
+        out.data_ptr(),
+        out.stride(0),
+        out.stride(1),
+        query.data_ptr(),
+        query.stride(1),
+        query.stride(0),
+        keys.data_ptr(),
+        values.data_ptr(),
+        heads,
+        keys.shape[1],
+        keys.shape[2],
+        dim,
+        spans.data_ptr(),
+        len(spans),
+        scale,
+        torch.get_num_threads(),
     )
     if status:
         raise ValueError(f"decode attention kernel: head dim {dim} is not one of {_HEAD_DIMS}")

@@ -156,8 +156,9 @@ def _slotted_attention(
         return _attend_in_slots(module, query, key, value, scaling, slot_step)
 
 
-def _attend_in_slots(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scaling: float,
-                     slot_step: _Step) -> tuple[torch.Tensor, None]:
+def _attend_in_slots(
+    module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scaling: float, slot_step: _Step
+) -> tuple[torch.Tensor, None]:
     """One ``index_copy_`` per tensor writes every sequence's new entries (CPU advanced-index assignment takes
     eight times longer); then each span attends on its own and the grid in one call."""
     keys, values = slot_step.store.keys[module.layer_idx], slot_step.store.values[module.layer_idx]
@@ -170,15 +171,19 @@ def _attend_in_slots(module: torch.nn.Module, query: torch.Tensor, key: torch.Te
         q = query[:, :, s.start : s.start + s.count]
         if s.folded:
             q = q.reshape(1, keys.shape[1], -1, dim)
-        out[s.start : s.start + s.count] = F.scaled_dot_product_attention(
-            q,
-            keys[s.slot : s.slot + 1, :, : s.end],
-            values[s.slot : s.slot + 1, :, : s.end],
-            attn_mask=s.mask,
-            is_causal=s.mask is None and s.count > 1,
-            scale=scaling,
-            enable_gqa=not s.folded,
-        ).view(heads, s.count, dim).transpose(0, 1)
+        out[s.start : s.start + s.count] = (
+            F.scaled_dot_product_attention(
+                q,
+                keys[s.slot : s.slot + 1, :, : s.end],
+                values[s.slot : s.slot + 1, :, : s.end],
+                attn_mask=s.mask,
+                is_causal=s.mask is None and s.count > 1,
+                scale=scaling,
+                enable_gqa=not s.folded,
+            )
+            .view(heads, s.count, dim)
+            .transpose(0, 1)
+        )
     if slot_step.grid is not None:
         out.index_copy_(0, slot_step.grid.tokens, _grid_attention(query, keys, values, scaling, slot_step.grid))
     if slot_step.kernel is not None:
@@ -279,8 +284,7 @@ class _FusedLayer(LlamaDecoderLayer):
     transformers' own layer.
     """
 
-    def forward(self, hidden_states, attention_mask=None, position_ids=None, cache=None, use_cache=False,
-                position_embeddings=None, **kwargs):
+    def forward(self, hidden_states, attention_mask=None, position_ids=None, cache=None, use_cache=False, position_embeddings=None, **kwargs):
         step: _Step | None = kwargs.get("slot_step")
         if step is None or not step.fused:
             return super().forward(hidden_states, attention_mask, position_ids, cache, use_cache, position_embeddings, **kwargs)
@@ -403,8 +407,12 @@ class HFRunner:
         self.batched_attention = self.device.type == "cuda" if batched_attention is None else batched_attention
         config = model.config
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-        self._kernel = (batched_attention is None and self.device.type == "cpu" and decode_attention.supports(model.dtype, head_dim)
-                        and native.library() is not None)
+        self._kernel = (
+            batched_attention is None
+            and self.device.type == "cpu"
+            and decode_attention.supports(model.dtype, head_dim)
+            and native.library() is not None
+        )
         self._fused = self._kernel and layer_ops.supports(model.dtype)
         # CPU SDPA (without the kernel) runs reduced precisions one query head at a time, slowly; folded, it runs
         # them together (docs/history/BENCHMARKS.md). float32 and float64 keep the unfolded kernel: the float32

@@ -24,8 +24,11 @@ from .. import native
 
 _SUFFIX = {torch.float32: "f32", torch.bfloat16: "bf16"}
 _P, _I, _T = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
-_ARGS = {"rms_norm": [_P, _P, _I, _P, _I, _P, _I, _I, ctypes.c_double, _T], "rope": [_P, _I, _P, _P, _I, _I, _I, _T],
-         "silu_mul": [_P, _P, _I, _I, _I, _T]}
+_ARGS = {
+    "rms_norm": [_P, _P, _I, _P, _I, _P, _I, _I, ctypes.c_double, _T],
+    "rope": [_P, _I, _P, _P, _I, _I, _I, _T],
+    "silu_mul": [_P, _P, _I, _I, _I, _T],
+}
 
 
 def supports(dtype: torch.dtype) -> bool:
@@ -55,9 +58,18 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.
     rows = _rows(x)
     out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     res = _rows(residual) if residual is not None else None
-    _kernel("rms_norm", x.dtype)(out.data_ptr(), rows.data_ptr(), rows.stride(0), res.data_ptr() if res is not None else None,
-                                 res.stride(0) if res is not None else 0, weight.data_ptr(), rows.shape[0], rows.shape[1], eps,
-                                 torch.get_num_threads())
+    _kernel("rms_norm", x.dtype)(
+        out.data_ptr(),
+        rows.data_ptr(),
+        rows.stride(0),
+        res.data_ptr() if res is not None else None,
+        res.stride(0) if res is not None else 0,
+        weight.data_ptr(),
+        rows.shape[0],
+        rows.shape[1],
+        eps,
+        torch.get_num_threads(),
+    )
     return out
 
 
@@ -68,8 +80,9 @@ def rope_(x: torch.Tensor, heads: int, cos: torch.Tensor, sin: torch.Tensor) -> 
     ``cos`` and ``sin`` are ``[..., head_dim]``, a row for each of its rows.
     """
     rows, cos, sin = _rows(x), cos.contiguous(), sin.contiguous()
-    _kernel("rope", x.dtype)(rows.data_ptr(), rows.stride(0), cos.data_ptr(), sin.data_ptr(), rows.shape[0], heads,
-                             cos.shape[-1], torch.get_num_threads())
+    _kernel("rope", x.dtype)(
+        rows.data_ptr(), rows.stride(0), cos.data_ptr(), sin.data_ptr(), rows.shape[0], heads, cos.shape[-1], torch.get_num_threads()
+    )
 
 
 def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:

@@ -96,8 +96,10 @@ def resolve_source(source: str) -> str:
     if Path(source).expanduser().is_dir():
         folder = Path(source).expanduser()
         if not (folder / "config.json").is_file():
-            raise ModelNotFound(f"model.source {source!r} is a folder without config.json, not a transformers model directory; "
-                                "give a model's folder (as save_pretrained writes it), a hub id or 'default'")
+            raise ModelNotFound(
+                f"model.source {source!r} is a folder without config.json, not a transformers model directory; "
+                "give a model's folder (as save_pretrained writes it), a hub id or 'default'"
+            )
         return str(folder)
     if Path(source).expanduser().exists():
         raise ModelNotFound(f"model.source {source!r} is a file; point it at a transformers model directory")

@@ -44,8 +44,12 @@ def library() -> ctypes.CDLL | None:
         return ctypes.CDLL(str(_build(cxx)))
     except (OSError, subprocess.CalledProcessError) as err:
         detail = (getattr(err, "stderr", "") or str(err)).strip()
-        log.warning("CPU kernels not built with %s (%s): attention, the layers' element-wise ops and the token "
-                    "mask run on torch and numpy, slower; install a C++ compiler with OpenMP or set CXX to one", cxx, detail.splitlines()[-1] if detail else err)
+        log.warning(
+            "CPU kernels not built with %s (%s): attention, the layers' element-wise ops and the token "
+            "mask run on torch and numpy, slower; install a C++ compiler with OpenMP or set CXX to one",
+            cxx,
+            detail.splitlines()[-1] if detail else err,
+        )
         return None
 
 

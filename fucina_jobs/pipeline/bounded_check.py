@@ -62,8 +62,10 @@ def search(pattern: str, text: str) -> bool:
     try:
         return regex.search(pattern, text, timeout=_remaining(), concurrent=True) is not None
     except TimeoutError:
-        raise CheckTimeout(f"the pattern {pattern!r} ran past the {ROW_CHECK_SECONDS:g}s limit on a {len(text)}-character value: "
-                           "it backtracks catastrophically; rewrite it without nested quantifiers") from None
+        raise CheckTimeout(
+            f"the pattern {pattern!r} ran past the {ROW_CHECK_SECONDS:g}s limit on a {len(text)}-character value: "
+            "it backtracks catastrophically; rewrite it without nested quantifiers"
+        ) from None
 
 
 def _pattern(validator: Any, pattern: str, instance: Any, schema: dict) -> Iterator[ValidationError]:
@@ -91,7 +93,9 @@ def _additional_properties(validator: Any, extra: Any, instance: Any, schema: di
     elif extra is False and extras:
         names = ", ".join(repr(key) for key in sorted(extras))
         if patterns:
-            yield ValidationError(f"{names} {'does' if len(extras) == 1 else 'do'} not match any of the regexes: {', '.join(map(repr, sorted(patterns)))}")
+            yield ValidationError(
+                f"{names} {'does' if len(extras) == 1 else 'do'} not match any of the regexes: {', '.join(map(repr, sorted(patterns)))}"
+            )
         else:
             yield ValidationError(f"Additional properties are not allowed ({names} {'was' if len(extras) == 1 else 'were'} unexpected)")
 

@@ -74,8 +74,12 @@ def cut(text: str, token_starts: Sequence[int], budget: int, overlap: int) -> li
     while tokens.between(start, len(text)) > budget:
         limit = tokens.position(tokens.index(start) + budget)  # the furthest end within the budget
         quarter = tokens.position(tokens.index(start) + budget // 4)
-        end = (_strongest(boundaries, start + 1, limit, latest=True, floor=PARAGRAPH) or _strongest(boundaries, quarter, limit, latest=True)
-               or _strongest(boundaries, start + 1, quarter, latest=True) or limit)
+        end = (
+            _strongest(boundaries, start + 1, limit, latest=True, floor=PARAGRAPH)
+            or _strongest(boundaries, quarter, limit, latest=True)
+            or _strongest(boundaries, start + 1, quarter, latest=True)
+            or limit
+        )
         chunks.append(Chunk(len(chunks), start, end))
         strength = _strength(boundaries, end)
         back = max(tokens.position(tokens.index(end) - overlap), start + 1)
@@ -135,8 +139,17 @@ def _strongest(boundaries: tuple[list[int], list[int]], low: int, high: int, lat
 class Chunker:
     """One job's chunking: the text budget a row's prompt leaves, and the row's text cut within it."""
 
-    def __init__(self, cfg: ChunkingConfig, tokenizer: Any, context: int | None, system: str | None, template: str, text_field: str,
-                 max_tokens: int, examples: Sequence[tuple[str, str]] = ()):
+    def __init__(
+        self,
+        cfg: ChunkingConfig,
+        tokenizer: Any,
+        context: int | None,
+        system: str | None,
+        template: str,
+        text_field: str,
+        max_tokens: int,
+        examples: Sequence[tuple[str, str]] = (),
+    ):
         self.cfg, self.tokenizer, self.context = cfg, tokenizer, context
         self.system, self.template, self.text_field, self.max_tokens = system, template, text_field, max_tokens
         self.examples = examples  # worked examples are part of every chunk's prompt
@@ -148,9 +161,11 @@ class Chunker:
         bare = len(encode_chat(self.tokenizer, self.template.format_map({**fields, self.text_field: ""}), self.system, self.examples))
         room = self.context - bare - self.max_tokens - SLACK
         if room < MIN_BUDGET:
-            raise ChunkingError(f"the prompt without its {self.text_field} is {bare} tokens: with decoding.max_tokens={self.max_tokens} it leaves "
-                                f"{max(room, 0)} tokens of the model's context of {self.context} for the text; shorten the system prompt or "
-                                "template, or lower decoding.max_tokens")
+            raise ChunkingError(
+                f"the prompt without its {self.text_field} is {bare} tokens: with decoding.max_tokens={self.max_tokens} it leaves "
+                f"{max(room, 0)} tokens of the model's context of {self.context} for the text; shorten the system prompt or "
+                "template, or lower decoding.max_tokens"
+            )
         return min(room, self.cfg.max_tokens) if self.cfg.max_tokens else room
 
     def chunks(self, fields: dict[str, Any]) -> list[Chunk]:

@@ -48,7 +48,7 @@ def hydra_command(name: str, argv: list[str], task: Callable[[Any, dict[str, Any
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    argv = [f"--config-name={a[len('conf='):]}" if a.startswith("conf=") else a for a in argv]
+    argv = [f"--config-name={a[len('conf=') :]}" if a.startswith("conf=") else a for a in argv]
     search = config_search(argv)
     argv = search.argv
     if not any(a.startswith(("--config-name", "-cn")) for a in argv) and not {"--help", "-h", "--hydra-help"} & set(argv):

@@ -64,8 +64,10 @@ class ConstraintConfig(_Section):
     regex: str | None = Field(None, description="a regex file; its named groups become the records' columns")
     pydantic_model: str | None = Field(None, description="'module:Class' that records must also validate against")
     whitespace_flexible: bool = Field(False, description="JSON with any whitespace; false: compact JSON, fewer tokens")
-    relax: Literal["auto", "off"] = Field("auto", description="auto: a JSON schema llguidance refuses is widened until it compiles; "
-                                          "outputs are still validated against the original schema")
+    relax: Literal["auto", "off"] = Field(
+        "auto",
+        description="auto: a JSON schema llguidance refuses is widened until it compiles; outputs are still validated against the original schema",
+    )
 
     @model_validator(mode="after")
     def _at_most_one(self) -> "ConstraintConfig":
@@ -93,21 +95,28 @@ class ChunkingConfig(_Section):
     """Documents longer than the model's context, cut into overlapping chunks that decode side by side (docs/LONG_DOCUMENTS.md)."""
 
     enabled: bool = Field(False, description="cut a row's text_field into chunks when its prompt would not fit; off: such a row is a reject")
-    max_tokens: int | None = Field(None, ge=32, description="text tokens per chunk; null: what the context leaves after the prompt and decoding.max_tokens")
+    max_tokens: int | None = Field(
+        None, ge=32, description="text tokens per chunk; null: what the context leaves after the prompt and decoding.max_tokens"
+    )
     overlap_tokens: int = Field(256, ge=0, description="text tokens two consecutive chunks share, so a value cut at one edge is whole in the other")
 
     @model_validator(mode="after")
     def _overlap_leaves_progress(self) -> "ChunkingConfig":
         if self.max_tokens is not None and 2 * self.overlap_tokens > self.max_tokens:
-            raise ValueError(f"overlap_tokens={self.overlap_tokens} is more than half of max_tokens={self.max_tokens}; "
-                             "each chunk must move on by at least half its length")
+            raise ValueError(
+                f"overlap_tokens={self.overlap_tokens} is more than half of max_tokens={self.max_tokens}; "
+                "each chunk must move on by at least half its length"
+            )
         return self
 
 
 class DatasetConfig(_Section):
-    path: str = Field(description="a file, a glob (data/part-*.jsonl), a parquet folder or a folder of documents; local or a pyarrow.fs URI (s3://, gs://, file://)")
+    path: str = Field(
+        description="a file, a glob (data/part-*.jsonl), a parquet folder or a folder of documents; local or a pyarrow.fs URI (s3://, gs://, file://)"
+    )
     format: Literal["jsonl", "parquet", "csv", "text_dir", "maskbench"] = Field(
-        "jsonl", description="csv: UTF-8, a BOM is fine; text_dir: one row per UTF-8 file, id = its path without suffix; maskbench: MaskBench files")
+        "jsonl", description="csv: UTF-8, a BOM is fine; text_dir: one row per UTF-8 file, id = its path without suffix; maskbench: MaskBench files"
+    )
     id_field: str = Field("id", description="the field that names a row")
     text_field: str = Field("text", description="the field holding the document, which grounded values are checked against")
     schema_field: str | None = Field(None, description="a field holding each row's own JSON schema")
@@ -154,15 +163,23 @@ class DecodingConfig(_Section):
     min_p: float = Field(0.0, ge=0.0, lt=1.0, description="0 keeps every token")
     repeat_penalty: float = Field(1.0, gt=0.0, description="1 is none; llama.cpp's rule over the recent tokens")
     seed: int = Field(0, description="with the row's id, each record's seed: outputs do not depend on replicas, streams or speculation")
-    choice: Literal["greedy", "likelihood"] = Field("greedy", description="grounded numbers, dates, enum members and "
-                                                    "span: word and span: lines strings: likelihood scores each value the row allows "
-                                                    "as a whole and writes the likeliest (fucina engine; docs/ACCURACY.md: it measured "
-                                                    "worse); greedy writes them token by token")
+    choice: Literal["greedy", "likelihood"] = Field(
+        "greedy",
+        description="grounded numbers, dates, enum members and "
+        "span: word and span: lines strings: likelihood scores each value the row allows "
+        "as a whole and writes the likeliest (fucina engine; docs/ACCURACY.md: it measured "
+        "worse); greedy writes them token by token",
+    )
     choice_options: int = Field(16, ge=2, le=256, description="most values scored at one choice; the likeliest first tokens are kept")
     samples: int = Field(1, ge=1, le=16, description="samples per row: more than 1 keeps each field's majority value (docs/VOTING.md)")
     vote_temperature: float = Field(0.7, gt=0.0, description="temperature of samples 2..k; sample 1 decodes with the settings above")
-    repairs: int = Field(2, ge=0, le=8, description="re-decodes of a record that breaks one of its schema's x-rules, "
-                                                   "each with the doubtful values excluded, before it is rejected rule_violation (docs/RULES.md)")
+    repairs: int = Field(
+        2,
+        ge=0,
+        le=8,
+        description="re-decodes of a record that breaks one of its schema's x-rules, "
+        "each with the doubtful values excluded, before it is rejected rule_violation (docs/RULES.md)",
+    )
     speculative: SpeculativeConfig = SpeculativeConfig()
 
 
@@ -171,13 +188,19 @@ class RuntimeConfig(_Section):
     streams: int = Field(4, ge=1, le=256, description="rows each replica decodes at once, one batched forward per step")
     ray_address: str | None = Field(None, description="null starts a local Ray; 'auto' or host:port joins a cluster")
     shard_size: int = Field(1000, ge=1, description="rows per shard: one records, rejects and stats file each, and the unit of retry and resume")
-    shards_in_flight: int = Field(2, ge=1, description="shards each replica holds at once: 2 or more keep its decoder busy across shard boundaries; 1 drains it at each shard's end")
+    shards_in_flight: int = Field(
+        2,
+        ge=1,
+        description="shards each replica holds at once: 2 or more keep its decoder busy across shard boundaries; 1 drains it at each shard's end",
+    )
     max_retries: int = Field(2, ge=0, description="times a failed shard is retried before its rows become rejects")
     replica_timeout_s: float = Field(600.0, gt=0, description="seconds to wait for replicas to start")
 
 
 class OutputConfig(_Section):
-    dir: str = Field(description="a local path or a pyarrow.fs URI; an S3 endpoint: s3://b/p?endpoint_override=host:port&scheme=http, or AWS_ENDPOINT_URL")
+    dir: str = Field(
+        description="a local path or a pyarrow.fs URI; an S3 endpoint: s3://b/p?endpoint_override=host:port&scheme=http, or AWS_ENDPOINT_URL"
+    )
     fresh: bool = Field(False, description="decode every row again: delete this config's version in output.dir (other versions stay)")
 
     @field_validator("dir")
@@ -219,8 +242,10 @@ class JobConfig(_Section):
         if self.constraint.kind is None and self.dataset.schema_field is None:
             raise ValueError("set one of constraint.json_schema, constraint.lark, constraint.regex or dataset.schema_field")
         if self.decoding.samples > 1 and self.constraint.kind in ("lark", "regex"):
-            raise ValueError(f"decoding.samples={self.decoding.samples} votes per JSON field; a constraint.{self.constraint.kind} job's "
-                             "output has none: use a JSON schema, or decoding.samples=1")
+            raise ValueError(
+                f"decoding.samples={self.decoding.samples} votes per JSON field; a constraint.{self.constraint.kind} job's "
+                "output has none: use a JSON schema, or decoding.samples=1"
+            )
         return self
 
 

@@ -46,7 +46,19 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from .config import ConfigError, DatasetConfig
-from .dataset_files import COMPRESSED_SUFFIXES, HEAD, READ_ERRORS, decompress, open_ranged, open_stream, sniff, special_file, unreadable, walk, wide_encoding
+from .dataset_files import (
+    COMPRESSED_SUFFIXES,
+    HEAD,
+    READ_ERRORS,
+    decompress,
+    open_ranged,
+    open_stream,
+    sniff,
+    special_file,
+    unreadable,
+    walk,
+    wide_encoding,
+)
 from .storage import is_local, list_files, read_bytes, resolve, resolve_input
 
 
@@ -122,8 +134,17 @@ class RowIndex:
         return Slice(self.fs, self.root, files, locs.combine_chunks(), {f: self.problems[f] for f in files if f in self.problems})
 
 
-INDEX_SCHEMA = pa.schema([("id", pa.string()), ("digest", pa.string()), ("file", pa.int32()), ("start", pa.int64()),
-                          ("end", pa.int64()), ("line", pa.int64()), ("index", pa.int64())])
+INDEX_SCHEMA = pa.schema(
+    [
+        ("id", pa.string()),
+        ("digest", pa.string()),
+        ("file", pa.int32()),
+        ("start", pa.int64()),
+        ("end", pa.int64()),
+        ("line", pa.int64()),
+        ("index", pa.int64()),
+    ]
+)
 _BATCH = 65_536
 #: Deeper JSON is a reject, not a RecursionError (serde_json's default limit).
 MAX_DEPTH = 128
@@ -154,8 +175,14 @@ def read_rows(cfg: DatasetConfig, base: Path) -> list[Row]:
     files, problems = _files(cfg, fs, root)
     located = list(_located(cfg, fs, root, files, problems, None))
     rows = [row for _, row in located]
-    table = pa.table({"id": [r.id for r in rows], "index": [r.index for r in rows], "file": [loc.file for loc, _ in located],
-                      "line": [loc.line for loc, _ in located]})
+    table = pa.table(
+        {
+            "id": [r.id for r in rows],
+            "index": [r.index for r in rows],
+            "file": [loc.file for loc, _ in located],
+            "line": [loc.line for loc, _ in located],
+        }
+    )
     _check_unique(table, cfg, root, files)
     return rows
 
@@ -171,15 +198,24 @@ def read_slice(cfg: DatasetConfig, piece: Slice) -> list[Row]:
     try:
         rows = [_checked(cfg, where[loc.file], names[loc.file].format(line=loc.line), loc.index, item) for loc, item in _items_at(cfg, piece)]
     except FileNotFoundError as err:
-        raise DatasetChanged(f"a file of dataset.path {piece.root} is gone, moved or deleted during the run ({str(err).splitlines()[0]}); "
-                             "put it back and rerun the same command, or rerun to decode the dataset as it is now") from None
+        raise DatasetChanged(
+            f"a file of dataset.path {piece.root} is gone, moved or deleted during the run ({str(err).splitlines()[0]}); "
+            "put it back and rerun the same command, or rerun to decode the dataset as it is now"
+        ) from None
     expected = zip(piece.table.column("id").to_pylist(), piece.table.column("digest").to_pylist())
     for row, loc, (row_id, digest) in zip(rows, piece.locs, expected):
         if (row.id, row.digest) != (row_id, digest):
-            now = ("its content is not what the scan read" if row.id == row_id else
-                   f"now holds row {row.id!r}" if row.problem is None else f"now holds something else ({row.problem})")
-            raise DatasetChanged(f"dataset.path changed during the run: {_place(cfg, piece, loc)} held row {row_id!r} at the scan and "
-                                 f"{now}; rerun the same command to decode the dataset as it is now")
+            now = (
+                "its content is not what the scan read"
+                if row.id == row_id
+                else f"now holds row {row.id!r}"
+                if row.problem is None
+                else f"now holds something else ({row.problem})"
+            )
+            raise DatasetChanged(
+                f"dataset.path changed during the run: {_place(cfg, piece, loc)} held row {row_id!r} at the scan and "
+                f"{now}; rerun the same command to decode the dataset as it is now"
+            )
     return rows
 
 
@@ -200,14 +236,18 @@ def check_output_outside(cfg: DatasetConfig, output_dir: str, base: Path) -> Non
     real = os.path.realpath if is_local(fs) else (lambda path: path)
     if fs.get_file_info(root).type == pafs.FileType.Directory:
         if real(out) == real(root) or real(out).startswith(real(root).rstrip("/") + "/"):
-            raise ConfigError(f"output.dir {out} is inside dataset.path {root}: each run would read its own outputs (logs, manifest, "
-                              f"Parquet shards) back as rows; choose an output.dir outside {root}{_log_only(fs, out)}")
+            raise ConfigError(
+                f"output.dir {out} is inside dataset.path {root}: each run would read its own outputs (logs, manifest, "
+                f"Parquet shards) back as rows; choose an output.dir outside {root}{_log_only(fs, out)}"
+            )
         return
     pattern = _glob_pattern(fs, root)
     ours = ["cli.log", "logs/replica-0.log", "version=0/manifest.json", "version=0/records/run=0/shard-0.parquet"]
     if pattern and any(_glob_matches(pattern, f"{path}/{name}") for path in {out, real(out)} for name in ours):
-        raise ConfigError(f"output.dir {out} is reached by the glob dataset.path {cfg.path}: each run would read its own outputs "
-                          "back as rows; choose an output.dir the glob does not match")
+        raise ConfigError(
+            f"output.dir {out} is reached by the glob dataset.path {cfg.path}: each run would read its own outputs "
+            "back as rows; choose an output.dir the glob does not match"
+        )
 
 
 def _resolve(cfg: DatasetConfig, base: Path) -> tuple[pafs.FileSystem, str]:
@@ -220,7 +260,9 @@ def _resolve(cfg: DatasetConfig, base: Path) -> tuple[pafs.FileSystem, str]:
 
 def _log_only(fs: pafs.FileSystem, out: str) -> str:
     """A hint to delete an output.dir that holds nothing but the log the command line opened before the refusal."""
-    return f", and delete {out}, which holds only this command's cli.log" if [PurePosixPath(p).name for p in list_files(fs, out)] == ["cli.log"] else ""
+    return (
+        f", and delete {out}, which holds only this command's cli.log" if [PurePosixPath(p).name for p in list_files(fs, out)] == ["cli.log"] else ""
+    )
 
 
 def _batch(pending: list[tuple]) -> pa.RecordBatch:
@@ -245,8 +287,10 @@ def _files(cfg: DatasetConfig, fs: pafs.FileSystem, root: str) -> tuple[list[str
         return matches, {}
     special = special_file(root) if is_local(fs) else None
     if special:
-        raise ConfigError(f"dataset.path {root} is {special}, not a file: replicas read their rows back from the file by position, "
-                          "so a stream cannot be read; save it to a file first (e.g. cat > rows.jsonl) and give that file")
+        raise ConfigError(
+            f"dataset.path {root} is {special}, not a file: replicas read their rows back from the file by position, "
+            "so a stream cannot be read; save it to a file first (e.g. cat > rows.jsonl) and give that file"
+        )
     is_dir = kind == pafs.FileType.Directory
     if cfg.format in ("text_dir", "maskbench"):
         if not is_dir:
@@ -261,15 +305,17 @@ def _files(cfg: DatasetConfig, fs: pafs.FileSystem, root: str) -> tuple[list[str
             files = [name for name in files if "/" not in name and name.endswith(".json")]
         return files, {name: problems[name] for name in files if name in problems}
     if is_dir and cfg.format in ("jsonl", "csv"):
-        raise ConfigError(f"dataset.path {root} is a directory, but dataset.format={cfg.format} reads one file; "
-                          "give the file, a glob of files, or dataset.format=text_dir for a folder of documents")
+        raise ConfigError(
+            f"dataset.path {root} is a directory, but dataset.format={cfg.format} reads one file; "
+            "give the file, a glob of files, or dataset.format=text_dir for a folder of documents"
+        )
     if is_dir:
         return _parquet_files(fs, root), {}
     return [root], {}
 
 
 def _below(fs: pafs.FileSystem, root: str) -> list[str]:
-    return [path[len(root.rstrip("/")) + 1:] for path in list_files(fs, root)]
+    return [path[len(root.rstrip("/")) + 1 :] for path in list_files(fs, root)]
 
 
 def _parquet_files(fs: pafs.FileSystem, root: str) -> list[str]:
@@ -282,12 +328,18 @@ def _parquet_files(fs: pafs.FileSystem, root: str) -> list[str]:
             raise ConfigError(f"dataset.path {root}: {bad}")
     else:
         names = _below(fs, root)
-    found = [f"{root.rstrip('/')}/{name}" for name in names if name.endswith(".parquet") and not any(part.startswith(("_", ".")) for part in name.split("/"))]
+    found = [
+        f"{root.rstrip('/')}/{name}"
+        for name in names
+        if name.endswith(".parquet") and not any(part.startswith(("_", ".")) for part in name.split("/"))
+    ]
     if not found:
         holds = f"it holds {len(names)} files, e.g. {', '.join(names[:3])}" if names else "it is empty"
-        raise ConfigError(f"dataset.path {root} is a folder with no .parquet files ({holds}), but dataset.format=parquet; "
-                          "give a glob of the files and their format (dataset.path='<folder>/*.jsonl' dataset.format=jsonl), "
-                          "or dataset.format=text_dir for a folder of documents")
+        raise ConfigError(
+            f"dataset.path {root} is a folder with no .parquet files ({holds}), but dataset.format=parquet; "
+            "give a glob of the files and their format (dataset.path='<folder>/*.jsonl' dataset.format=jsonl), "
+            "or dataset.format=text_dir for a folder of documents"
+        )
     return found
 
 
@@ -322,6 +374,7 @@ def _fixed_prefix(pattern: str) -> str:
 
 def _glob_matches(pattern: str, path: str) -> bool:
     """Whether ``glob.glob(pattern, recursive=True)`` would list ``path``: ``*`` stays within a name, ``**`` spans folders."""
+
     def match(parts: list[str], names: list[str]) -> bool:
         if not parts:
             return not names
@@ -343,7 +396,7 @@ def _nameless(cfg: DatasetConfig, root: str, file: str) -> str:
     if cfg.format in ("text_dir", "maskbench"):
         return _document_id(file).replace("{", "{{").replace("}", "}}")
     below = _fixed_prefix(root.rstrip("/")).rstrip("/") + "/"
-    name = file[len(below):] if file.startswith(below) and file != root else PurePosixPath(file).name
+    name = file[len(below) :] if file.startswith(below) and file != root else PurePosixPath(file).name
     return name.replace("{", "{{").replace("}", "}}") + ":{line}"
 
 
@@ -391,15 +444,22 @@ def _items_at(cfg: DatasetConfig, piece: Slice) -> Iterator[tuple[Loc, Item]]:
             try:
                 table = pds.dataset(piece.files[f], format="parquet", filesystem=piece.fs).take(pa.array([loc.start for loc in locs]))
             except (pa.ArrowIndexError, pa.ArrowInvalid) as err:
-                raise DatasetChanged(f"dataset.path changed during the run: {piece.files[f]} no longer holds the rows the scan read "
-                                     f"({str(err).splitlines()[0]}); rerun the same command to decode the dataset as it is now") from None
+                raise DatasetChanged(
+                    f"dataset.path changed during the run: {piece.files[f]} no longer holds the rows the scan read "
+                    f"({str(err).splitlines()[0]}); rerun the same command to decode the dataset as it is now"
+                ) from None
             yield from zip(locs, table.to_pylist())
         return
     if cfg.format in ("text_dir", "maskbench"):
         reader = _READERS[cfg.format]
         for loc in locs:
             file = piece.files[loc.file]
-            yield loc, _problem_item(cfg, file, piece.problems[file]) if file in piece.problems else next(iter(reader(piece.fs, piece.root, file, cfg, None)))[3]
+            yield (
+                loc,
+                _problem_item(cfg, file, piece.problems[file])
+                if file in piece.problems
+                else next(iter(reader(piece.fs, piece.root, file, cfg, None)))[3],
+            )
         return
     handles: dict[int, Any] = {}
     names = [PurePosixPath(file).name for file in piece.files]
@@ -515,7 +575,7 @@ def _csv(fs: pafs.FileSystem, root: str, file: str, cfg: DatasetConfig, seen: Se
     except csv.Error as err:
         raise ConfigError(
             f"dataset.path {path}: line {line + 1}: malformed CSV ({err}); a quote that never closes "
-            "swallows the lines after it: close or escape it (\"\")"
+            'swallows the lines after it: close or escape it ("")'
         ) from None
 
 
@@ -560,10 +620,7 @@ def _text_dir(fs: pafs.FileSystem, root: str, file: str, cfg: DatasetConfig, see
         yield 0, 0, 0, ({cfg.id_field: row_id}, f"{where}: a binary file, not text (byte 0x{data[err.start]:02x} at offset {err.start} is not UTF-8)")
 
 
-MASKBENCH_PROMPT = (
-    "Reply with one JSON value that validates against the JSON schema below, and nothing else.\n\n"
-    "JSON schema:\n{schema}"
-)
+MASKBENCH_PROMPT = "Reply with one JSON value that validates against the JSON schema below, and nothing else.\n\nJSON schema:\n{schema}"
 
 
 def _maskbench(fs: pafs.FileSystem, root: str, file: str, cfg: DatasetConfig, seen: Seen) -> Iterator[tuple[int, int, int, Item]]:
@@ -581,12 +638,17 @@ def _maskbench(fs: pafs.FileSystem, root: str, file: str, cfg: DatasetConfig, se
         yield 0, 0, 0, f"{path.name}: not a MaskBench file (no 'schema' object)"
         return
     schema = suite["schema"]
-    yield 0, 0, 0, {
-        cfg.id_field: path.stem,
-        cfg.text_field: MASKBENCH_PROMPT.format(schema=json.dumps(schema, ensure_ascii=False)),
-        cfg.schema_field or "schema": schema if isinstance(schema, dict) else json.dumps(schema),
-        "features": list((suite.get("meta") or {}).get("features", [])),
-    }
+    yield (
+        0,
+        0,
+        0,
+        {
+            cfg.id_field: path.stem,
+            cfg.text_field: MASKBENCH_PROMPT.format(schema=json.dumps(schema, ensure_ascii=False)),
+            cfg.schema_field or "schema": schema if isinstance(schema, dict) else json.dumps(schema),
+            "features": list((suite.get("meta") or {}).get("features", [])),
+        },
+    )
 
 
 _READERS = {"jsonl": _jsonl, "parquet": _parquet, "csv": _csv, "text_dir": _text_dir, "maskbench": _maskbench}
@@ -665,8 +727,10 @@ def _check_unique(table: pa.Table, cfg: DatasetConfig, root: str, files: list[st
     nameless = [row["index"] for row in both if _nameless(cfg, root, files[row["file"]]).format(line=row["line"]) == row_id]
     if nameless and cfg.format not in ("text_dir", "maskbench"):
         other = second if nameless[0] == first else first
-        raise ConfigError(f"{name}: row {nameless[0]} has no id field {cfg.id_field!r}, so its reject would be named {row_id!r}, "
-                          f"which row {other} has as its id; give row {nameless[0]} an id")
+        raise ConfigError(
+            f"{name}: row {nameless[0]} has no id field {cfg.id_field!r}, so its reject would be named {row_id!r}, "
+            f"which row {other} has as its id; give row {nameless[0]} an id"
+        )
     raise ConfigError(
         f"{name}: rows {first} and {second} share the id {row_id!r} in field {cfg.id_field!r}; "
         "ids must be unique so that every row is accounted for exactly once"

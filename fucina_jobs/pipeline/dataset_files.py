@@ -122,8 +122,7 @@ def open_ranged(fs: pafs.FileSystem, path: str) -> Any:
 
 def unreadable(name: str, err: Exception) -> ConfigError:
     """A file that stops reading midway (a compressed file cut short or corrupt), as one line."""
-    return ConfigError(f"dataset.path {name}: cannot read it to the end ({str(err).splitlines()[0]}); "
-                       "a compressed file may be damaged or cut short")
+    return ConfigError(f"dataset.path {name}: cannot read it to the end ({str(err).splitlines()[0]}); a compressed file may be damaged or cut short")
 
 
 # -- what a file holds -----------------------------------------------------------
@@ -155,11 +154,14 @@ def sniff(head: bytes, name: str, fmt: str) -> None:
             f"(PowerShell: Get-Content {name} | Set-Content -Encoding utf8 out.{fmt}; or iconv -f {wide} -t UTF-8)"
         )
     if b"\x00" in head:
-        raise ConfigError(f"dataset.path {name} is not a text file (a NUL byte at offset {head.index(0)}); "
-                          f"dataset.format={fmt} reads UTF-8 text: check dataset.path and dataset.format")
+        raise ConfigError(
+            f"dataset.path {name} is not a text file (a NUL byte at offset {head.index(0)}); "
+            f"dataset.format={fmt} reads UTF-8 text: check dataset.path and dataset.format"
+        )
     if b"\n" not in head and sum(1 for part in head.split(b"\r") if part.strip()) > 1:
-        raise ConfigError(f"dataset.path {name} ends its lines with a lone CR (old Mac line ends): "
-                          f"convert them to LF, e.g. tr '\\r' '\\n' < {name} > fixed.{fmt}")
+        raise ConfigError(
+            f"dataset.path {name} ends its lines with a lone CR (old Mac line ends): convert them to LF, e.g. tr '\\r' '\\n' < {name} > fixed.{fmt}"
+        )
     lines = head.decode("utf-8-sig", "replace").split("\n")
     n = next((n for n, line in enumerate(lines) if line.strip()), None)
     if n is None:
@@ -172,8 +174,9 @@ def sniff(head: bytes, name: str, fmt: str) -> None:
 
 
 def _json_array(name: str) -> ConfigError:
-    return ConfigError(f"dataset.path {name} holds a JSON array of objects, not JSON Lines (one object per line): "
-                       f"convert it, e.g. jq -c '.[]' {name} > rows.jsonl")
+    return ConfigError(
+        f"dataset.path {name} holds a JSON array of objects, not JSON Lines (one object per line): convert it, e.g. jq -c '.[]' {name} > rows.jsonl"
+    )
 
 
 def _sniff_jsonl(first: str, name: str) -> None:
@@ -187,9 +190,11 @@ def _sniff_jsonl(first: str, name: str) -> None:
             raise _json_array(name)
         return
     if first in ("{", "[") or (first[0] in "{[" and first[-1] in "{[,"):
-        raise ConfigError(f"dataset.path {name} holds pretty-printed JSON (a value spread over lines), not JSON Lines "
-                          f"(one object per line): convert it, e.g. jq -c '{'.[]' if first[0] == '[' else '.'}' {name} > rows.jsonl")
-    if first[0] not in "{[\"" and ("," in first or "\t" in first):
+        raise ConfigError(
+            f"dataset.path {name} holds pretty-printed JSON (a value spread over lines), not JSON Lines "
+            f"(one object per line): convert it, e.g. jq -c '{'.[]' if first[0] == '[' else '.'}' {name} > rows.jsonl"
+        )
+    if first[0] not in '{["' and ("," in first or "\t" in first):
         raise ConfigError(f"dataset.path {name} looks like CSV (its first line is {first[:80]!r}), not JSON Lines: set dataset.format=csv")
 
 
@@ -300,8 +305,19 @@ def _utf8(name: str) -> bool:
 
 
 def _kind(mode: int) -> str:
-    return next((what for test, what in ((stat.S_ISFIFO, "a named pipe"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
-                                         (stat.S_ISBLK, "a block device")) if test(mode)), "not a file")
+    return next(
+        (
+            what
+            for test, what in (
+                (stat.S_ISFIFO, "a named pipe"),
+                (stat.S_ISSOCK, "a socket"),
+                (stat.S_ISCHR, "a character device"),
+                (stat.S_ISBLK, "a block device"),
+            )
+            if test(mode)
+        ),
+        "not a file",
+    )
 
 
 def special_file(path: str) -> str | None:

@@ -42,6 +42,7 @@ from .signals import deferred, stop_of
 
 log = logging.getLogger(__name__)
 
+
 @dataclass
 class JobSummary:
     rows: int = 0

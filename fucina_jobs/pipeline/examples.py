@@ -69,7 +69,7 @@ class _Checker:
         except json.JSONDecodeError as err:
             raise ConfigError(f"{where}: not JSON ({err.msg} at character {err.pos})") from None
         if not isinstance(entry, dict) or not isinstance(entry.get("text"), str) or not entry["text"].strip() or "label" not in entry:
-            raise ConfigError(f"{where}: expected {{\"text\": \"<the document>\", \"label\": <its answer>}}")
+            raise ConfigError(f'{where}: expected {{"text": "<the document>", "label": <its answer>}}')
         text, label = entry["text"], entry["label"]
         try:
             user = template.format_map({**entry, self.text_field: text})

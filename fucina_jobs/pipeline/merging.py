@@ -34,8 +34,11 @@ from ..confidence import ROOT, Confidence
 from .chunking import Chunk
 
 KEYWORD = "x-merge"
-RULES = {"object": ("fields", "first", "most_confident"), "array": ("concat", "all", "first", "most_confident"),
-         "scalar": ("most_confident", "first", "last")}
+RULES = {
+    "object": ("fields", "first", "most_confident"),
+    "array": ("concat", "all", "first", "most_confident"),
+    "scalar": ("most_confident", "first", "last"),
+}
 
 
 class MergeError(ValueError):
@@ -61,8 +64,12 @@ class Conflict:
 
     def as_row(self) -> dict[str, Any]:
         """The ``merge_conflicts`` column's form: values as JSON text."""
-        return {"path": self.path, "kept": _canonical(self.kept), "chunk": self.chunk,
-                "alternatives": [{"value": _canonical(v), "chunk": c, "confidence": p} for v, c, p in self.alternatives]}
+        return {
+            "path": self.path,
+            "kept": _canonical(self.kept),
+            "chunk": self.chunk,
+            "alternatives": [{"value": _canonical(v), "chunk": c, "confidence": p} for v, c, p in self.alternatives],
+        }
 
 
 @dataclass
@@ -82,8 +89,10 @@ def check_rules(schema: Any, where: str = "") -> None:
     if KEYWORD in schema:
         kind = _kind(schema)
         if schema[KEYWORD] not in RULES[kind]:
-            raise MergeError(f"{where or '<root>'}: {KEYWORD}={schema[KEYWORD]!r} does not apply to {'an' if kind[0] in 'ao' else 'a'} {kind}; "
-                             f"use one of {', '.join(RULES[kind])}")
+            raise MergeError(
+                f"{where or '<root>'}: {KEYWORD}={schema[KEYWORD]!r} does not apply to {'an' if kind[0] in 'ao' else 'a'} {kind}; "
+                f"use one of {', '.join(RULES[kind])}"
+            )
     for key, sub in (schema.get("properties") or {}).items():
         check_rules(sub, f"{where}/properties/{key}".lstrip("/"))
     if isinstance(schema.get("items"), dict):
@@ -186,7 +195,7 @@ class _Merge:
             if origin is None:
                 continue
             part, at = self.origins[origin]
-            source = at + path[len(origin):]
+            source = at + path[len(origin) :]
             chunks[path] = part.chunk.index
             if source in part.confidence.field_mean:
                 confidence.field_mean[path] = part.confidence.field_mean[source]
@@ -219,7 +228,7 @@ def _spans_below(c: _Candidate) -> set[tuple[str, int, int]]:
     out = set()
     for path, (start, end) in c.part.spans.items():
         if _below(path, c.path):
-            out.add((path[len(c.path):], c.part.chunk.start + start, c.part.chunk.start + end))
+            out.add((path[len(c.path) :], c.part.chunk.start + start, c.part.chunk.start + end))
     return out
 
 

@@ -36,15 +36,19 @@ def summary_table(summary: Any, out: str) -> str:
     lines = [
         f"{'rows':<16}{summary.rows}",
         f"{'records':<16}{summary.records}",
-        f"{'rejects':<16}{summary.rejects}" + (f"  ({', '.join(f'{k}: {v}' for k, v in sorted(summary.reasons.items()))})" if summary.reasons else ""),
+        f"{'rejects':<16}{summary.rejects}"
+        + (f"  ({', '.join(f'{k}: {v}' for k, v in sorted(summary.reasons.items()))})" if summary.reasons else ""),
         f"{'shards':<16}{summary.shards} ({summary.shards_resumed} resumed, {summary.shards_redone} redone, {summary.shards_failed} failed, {summary.retries} retries)",
         f"{'output':<16}{out}",
     ]
     chunked = summary.chunking.get("chunked_rows", 0)
     if chunked:
         c = summary.chunking
-        lines.insert(4, f"{'chunked rows':<16}{chunked} ({c['chunks']} chunks, {c['chunks'] / chunked:.1f} per row; "
-                        f"{c['merge_conflicts']} merge conflicts, {c['overlap_duplicates']} overlap duplicates dropped)")
+        lines.insert(
+            4,
+            f"{'chunked rows':<16}{chunked} ({c['chunks']} chunks, {c['chunks'] / chunked:.1f} per row; "
+            f"{c['merge_conflicts']} merge conflicts, {c['overlap_duplicates']} overlap duplicates dropped)",
+        )
     shares = summary.alarm.get("shares", {}) if summary.alarm else {}
     if shares:
         lines.append(f"{'alarm shares':<16}" + ", ".join(f"{k.replace('_', ' ')} {'n/a' if v is None else f'{v:.0%}'}" for k, v in shares.items()))

@@ -36,8 +36,7 @@ ACTOR_PREFIX = "fucina-replica-"
 
 
 class ReplicaPool:
-    def __init__(self, cfg: JobConfig, constraint: JobConstraint | None, model_path: str, base: str, out: RunDir, run_id: str,
-                 shards: int):
+    def __init__(self, cfg: JobConfig, constraint: JobConstraint | None, model_path: str, base: str, out: RunDir, run_id: str, shards: int):
         self.cfg = cfg
         self.args = (cfg.model_dump(), constraint, model_path, base, out, run_id)
         self.replicas = replica_count(cfg, model_path, shards)
@@ -50,9 +49,13 @@ class ReplicaPool:
         options = self._placement()
         worker = ray.remote(ShardWorker)
         self.actors = [
-            worker.options(name=f"{ACTOR_PREFIX}{i}", max_restarts=self.cfg.runtime.max_retries, max_task_retries=0,
-                           max_concurrency=self.cfg.runtime.shards_in_flight + 1, **options)  # + 1: ping answers while shards run
-            .remote(*self.args, i)
+            worker.options(
+                name=f"{ACTOR_PREFIX}{i}",
+                max_restarts=self.cfg.runtime.max_retries,
+                max_task_retries=0,
+                max_concurrency=self.cfg.runtime.shards_in_flight + 1,
+                **options,
+            ).remote(*self.args, i)  # + 1: ping answers while shards run
             for i in range(self.replicas)
         ]
         try:
@@ -82,8 +85,14 @@ class ReplicaPool:
             # A private local cluster needs no token; without this, a token left in
             # ~/.ray by another cluster on the host makes our workers fail to connect.
             os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-            ray.init(address="local", resources={"replica": self.replicas}, include_dashboard=False,
-                     runtime_env=env, logging_level=logging.WARNING, log_to_driver=False)
+            ray.init(
+                address="local",
+                resources={"replica": self.replicas},
+                include_dashboard=False,
+                runtime_env=env,
+                logging_level=logging.WARNING,
+                log_to_driver=False,
+            )
         else:
             ray.init(address=address, runtime_env=env, logging_level=logging.WARNING)
         self._started_ray = True
@@ -177,8 +186,13 @@ def replica_count(cfg: JobConfig, model_path: str, shards: int) -> int:
         free, each = available_memory(), replica_memory(cfg, model_path)
         fits = max(1, int(0.8 * free // each)) if free else count
         if fits < count:
-            log.warning("runtime.replicas=%d: starting %d, as many as this machine's free memory holds (%.1f GiB free, about %.1f GiB "
-                        "per replica)", wanted, fits, free / 2**30, each / 2**30)
+            log.warning(
+                "runtime.replicas=%d: starting %d, as many as this machine's free memory holds (%.1f GiB free, about %.1f GiB per replica)",
+                wanted,
+                fits,
+                free / 2**30,
+                each / 2**30,
+            )
             count = fits
     return count
 
@@ -219,7 +233,7 @@ def probe_cluster(address: str, timeout: float = 5.0) -> None:
         return
     key = f"runtime.ray_address={address}"
     if address.startswith("ray://"):
-        host, _, port = address[len("ray://"):].partition(":")
+        host, _, port = address[len("ray://") :].partition(":")
         target = f"{host}:{port or 10001}"
     else:
         from ray._private.services import canonicalize_bootstrap_address_or_die
@@ -229,19 +243,23 @@ def probe_cluster(address: str, timeout: float = 5.0) -> None:
         try:
             target = canonicalize_bootstrap_address_or_die(address)
         except (ConnectionError, ValueError) as err:
-            raise ConfigError(f"{key}: {' '.join(str(err).split())} (start one with `ray start --head`, or leave runtime.ray_address "
-                              "unset for a private local Ray)") from None
+            raise ConfigError(
+                f"{key}: {' '.join(str(err).split())} (start one with `ray start --head`, or leave runtime.ray_address unset for a private local Ray)"
+            ) from None
         finally:
             ray_log.setLevel(level)
     host, _, port = target.rpartition(":")
     try:
         answered = _speaks_http2(host, int(port), timeout)
     except (OSError, ValueError) as err:
-        raise ConfigError(f"{key}: no Ray cluster answers at {target} ({getattr(err, 'strerror', None) or err}); check the address and "
-                          "that the cluster is up (`ray status`)") from None
+        raise ConfigError(
+            f"{key}: no Ray cluster answers at {target} ({getattr(err, 'strerror', None) or err}); check the address and "
+            "that the cluster is up (`ray status`)"
+        ) from None
     if not answered:
-        raise ConfigError(f"{key}: {target} answers, but it is not a Ray cluster (no gRPC there); give the head node's GCS address "
-                          "(host:6379 by default)")
+        raise ConfigError(
+            f"{key}: {target} answers, but it is not a Ray cluster (no gRPC there); give the head node's GCS address (host:6379 by default)"
+        )
 
 
 def _speaks_http2(host: str, port: int, timeout: float) -> bool:

@@ -107,8 +107,10 @@ class ShardWorker:
         outputs = {}
         for row, prompt in pending:
             decoded = [by_id[s.id] for s in samples[prompt.id]]
-            found = [_as_dict(c, output_values(c.text, kind, pattern) if c.token_probs else None) | {"row_id": row.id, "relaxations": relaxed[row.id]}
-                     for c in decoded]
+            found = [
+                _as_dict(c, output_values(c.text, kind, pattern) if c.token_probs else None) | {"row_id": row.id, "relaxations": relaxed[row.id]}
+                for c in decoded
+            ]
             if len(found) == 1:
                 outputs[prompt.id] = found[0]
             else:
@@ -116,8 +118,9 @@ class ShardWorker:
                 outputs[prompt.id] = vote(found, [self.writer.judge(row, o)[0] for o in found], valid)
         return outputs, completions, occupancy
 
-    def _repair(self, pending: list[tuple[Row, Prompt]], outputs: dict[str, dict], relaxed: dict[str, list[str]],
-                grammar_s: float) -> tuple[int, list[Completion], float]:
+    def _repair(
+        self, pending: list[tuple[Row, Prompt]], outputs: dict[str, dict], relaxed: dict[str, list[str]], grammar_s: float
+    ) -> tuple[int, list[Completion], float]:
         """Decode the rows whose output breaks a rule again, up to ``decoding.repairs`` times, with the values
         ``rules.repair`` excludes (docs/RULES.md); each output gets its ``rule_failures`` and ``repair_attempts``.
 
@@ -213,7 +216,7 @@ class ShardWorker:
         source = str(row.fields.get(self.cfg.dataset.text_field, ""))
         prompts, seconds = [], 0.0
         for c in cut:  # each chunk grounded in its own text
-            prompt, problem, relaxations, spent = self._prompt(row, piece=(chunk_id(row.id, c.index), source[c.start:c.end]))
+            prompt, problem, relaxations, spent = self._prompt(row, piece=(chunk_id(row.id, c.index), source[c.start : c.end]))
             if problem:
                 reason, message = problem
                 return [], (reason, f"{message} (chunk {c.index + 1} of {len(cut)}, characters {c.start}-{c.end})"), [], 0.0
@@ -222,8 +225,9 @@ class ShardWorker:
         chunks.update((prompt.id, (row.id, c)) for prompt, c in zip(prompts, cut))
         return prompts, None, relaxations, seconds
 
-    def _prompt(self, row: Row, exclude: dict | None = None, pinned: dict | None = None,
-                piece: tuple[str, str] | None = None) -> tuple[Prompt | None, tuple[str, str] | None, list[str], float]:
+    def _prompt(
+        self, row: Row, exclude: dict | None = None, pinned: dict | None = None, piece: tuple[str, str] | None = None
+    ) -> tuple[Prompt | None, tuple[str, str] | None, list[str], float]:
         """The row's prompt (a chunk's, for ``piece``: its prompt id and text), or the (reject reason, message) that keeps it
         from being decoded; its schema's relaxations; grammar seconds. A repair's prompt holds ``exclude``'s values away and
         the ``pinned`` ones fixed (``_constraint``)."""
@@ -236,7 +240,12 @@ class ShardWorker:
         d = self.cfg.decoding
         overflow = prompt_overflow(self.engine, Prompt(prompt_id, text, self.system, max_tokens=d.max_tokens, examples=self.examples))
         if overflow:  # from the token count alone: a long document's grounded grammar takes minutes to build
-            return None, ("error", overflow + ("; or cut it into chunks that fit: dataset.chunking.enabled=true" if self.chunker is None else "")), [], 0.0
+            return (
+                None,
+                ("error", overflow + ("; or cut it into chunks that fit: dataset.chunking.enabled=true" if self.chunker is None else "")),
+                [],
+                0.0,
+            )
         start = time.perf_counter()
         try:
             constraint, relaxations, grounded = self._constraint(row, source, exclude, pinned)
@@ -258,8 +267,16 @@ class ShardWorker:
 
     def _chunker(self, model_path: str) -> Chunker:
         tokenizer = getattr(self.engine, "tokenizer", None) or load_tokenizer(model_path)  # an engine without a model (canned) has none
-        return Chunker(self.cfg.dataset.chunking, tokenizer, getattr(self.engine, "context", None), self.system, self.template,
-                       self.cfg.dataset.text_field, self.cfg.decoding.max_tokens, self.examples)
+        return Chunker(
+            self.cfg.dataset.chunking,
+            tokenizer,
+            getattr(self.engine, "context", None),
+            self.system,
+            self.template,
+            self.cfg.dataset.text_field,
+            self.cfg.decoding.max_tokens,
+            self.examples,
+        )
 
     def _constraint(self, row: Row, source: str, exclude: dict | None = None, pinned: dict | None = None) -> tuple[Any, list[str], bool]:
         """The row's own grounded grammar (over ``source``: its text or its chunk's) where its schema grounds fields (a repair's:
@@ -267,7 +284,7 @@ class ShardWorker:
         grounded or not."""
         field_name = self.cfg.dataset.schema_field
         schema = self._schema(row)
-        if (grounded_fields(schema) if field_name else self.grounded):
+        if grounded_fields(schema) if field_name else self.grounded:
             return self.engine.constraint(lark=grounded_lark(schema, source, exclude, pinned)), [], True
         return *(self._row_constraint(schema) if field_name else (self.constraint, self.relaxations)), False
 
@@ -301,8 +318,11 @@ def _kept_confidence(before: dict, after: dict) -> Confidence | None:
     record, previous = _parsed(after["text"]), _parsed(before["text"])
     kept = {name for name in record if name in previous and record[name] == previous[name]}
     same = lambda path: path.split(".")[0].split("[")[0] in kept  # noqa: E731
-    result = Confidence(None, {p: (old.field_min if same(p) and p in old.field_min else new.field_min)[p] for p in new.field_min},
-                        {p: (old.field_mean if same(p) and p in old.field_mean else new.field_mean)[p] for p in new.field_mean})
+    result = Confidence(
+        None,
+        {p: (old.field_min if same(p) and p in old.field_min else new.field_min)[p] for p in new.field_min},
+        {p: (old.field_mean if same(p) and p in old.field_mean else new.field_mean)[p] for p in new.field_mean},
+    )
     result.record = min(result.field_mean.values(), default=None)
     return result
 
@@ -316,9 +336,15 @@ def _parsed(text: str) -> dict:
 
 
 def _as_dict(c: Completion, values: list[Leaf] | None) -> dict[str, Any]:
-    return {"row_id": c.id, "text": c.text, "finish_reason": c.finish_reason, "error": c.error,
-            "prompt_tokens": c.stats.prompt_tokens, "generated_tokens": len(c.tokens),
-            "confidence": confidence(c.text, c.token_spans, c.token_probs, values)}
+    return {
+        "row_id": c.id,
+        "text": c.text,
+        "finish_reason": c.finish_reason,
+        "error": c.error,
+        "prompt_tokens": c.stats.prompt_tokens,
+        "generated_tokens": len(c.tokens),
+        "confidence": confidence(c.text, c.token_spans, c.token_probs, values),
+    }
 
 
 def shard_stats(completions: list[Completion], wall_s: float) -> dict[str, Any]:

@@ -167,15 +167,15 @@ class RunDir:
         """This version's shard files (and temporaries of killed writes), in every partition."""
         files = []
         for path in self.store.list(self.path):
-            parts = path[len(self.path) + 1:].split("/")
+            parts = path[len(self.path) + 1 :].split("/")
             if parts[0] not in KINDS or (kind and parts[0] != kind) or len(parts) not in (2, 3):
                 continue
-            run = parts[1][len(RUN):] if len(parts) == 3 and parts[1].startswith(RUN) else None
+            run = parts[1][len(RUN) :] if len(parts) == 3 and parts[1].startswith(RUN) else None
             name = parts[-1]
             if name.startswith(".shard-"):
                 files.append(ShardFile(parts[0], run, None, path))
             elif name.startswith("shard-") and name.endswith(".parquet"):
-                files.append(ShardFile(parts[0], run, name[len("shard-"):-len(".parquet")], path))
+                files.append(ShardFile(parts[0], run, name[len("shard-") : -len(".parquet")], path))
         return files
 
     def start_run(self) -> str:
@@ -237,7 +237,8 @@ class RunDir:
         foreign = [p for kind in (*KINDS, "logs") for p in store.list(store.join(kind))]
         ours = is_our_manifest(store.read_json(store.join(MANIFEST))) or any(
             i.type == pafs.FileType.Directory and i.base_name.startswith(VERSION)
-            for i in store.fs.get_file_info(pafs.FileSelector(store.root, allow_not_found=True)))
+            for i in store.fs.get_file_info(pafs.FileSelector(store.root, allow_not_found=True))
+        )
         if foreign and not ours:
             raise ConfigError(
                 f"output.dir {store.location} holds {len(foreign)} file(s) under records/, rejects/, stats/ or logs/ but no {MANIFEST} "

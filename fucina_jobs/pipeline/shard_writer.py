@@ -44,8 +44,12 @@ from .rundir import RunDir
 from .sink import Outcome, Validator, json_schema_fields, outcome_tables, record_schema
 
 #: Stats columns whose type a single None or empty value would hide.
-_STATS_TYPES = {"occupancy": pa.float64(), "record_digests": pa.list_(pa.int64()), "row_ids": pa.list_(pa.string()),
-                "row_digests": pa.list_(pa.string())}
+_STATS_TYPES = {
+    "occupancy": pa.float64(),
+    "record_digests": pa.list_(pa.int64()),
+    "row_ids": pa.list_(pa.string()),
+    "row_digests": pa.list_(pa.string()),
+}
 
 #: Stats columns of chunked rows (``dataset.chunking``), summed into the run's summary.
 CHUNK_STATS = ("chunked_rows", "chunks", "merge_conflicts", "overlap_duplicates")
@@ -82,7 +86,9 @@ class ShardWriter:
         self.rules = self._declared(rules_of)
         template = read_text_option(cfg.prompt.template, base)
         self.examples = load_examples(cfg, base, template, self.schema_source)  # checked here, before any model loads
-        self.prompt = alarm.prompt_text(read_text_option(cfg.prompt.system, base), template, [t for e in self.examples for t in (e.document, e.answer)])
+        self.prompt = alarm.prompt_text(
+            read_text_option(cfg.prompt.system, base), template, [t for e in self.examples for t in (e.document, e.answer)]
+        )
         self.validator = self._validator()
         self.record_schema = self._record_schema()
         self._check_chunking()
@@ -103,8 +109,10 @@ class ShardWriter:
         if not self.cfg.dataset.chunking.enabled:
             return
         if self.cfg.constraint.kind not in ("json_schema", None):
-            raise ConfigError(f"dataset.chunking merges chunk records as their JSON schema says; constraint.{self.cfg.constraint.kind} has none: "
-                              "use constraint.json_schema, or turn dataset.chunking.enabled off")
+            raise ConfigError(
+                f"dataset.chunking merges chunk records as their JSON schema says; constraint.{self.cfg.constraint.kind} has none: "
+                "use constraint.json_schema, or turn dataset.chunking.enabled off"
+            )
         try:
             check_rules(self.schema_source)
         except MergeError as err:
@@ -130,8 +138,16 @@ class ShardWriter:
 
     # -- one shard -------------------------------------------------------------
 
-    def write(self, key: str, shard: int, replica: int, rows: list[Row], completions: list[dict[str, Any]] | None,
-              stats: dict[str, Any], error: str | None = None) -> ShardSummary:
+    def write(
+        self,
+        key: str,
+        shard: int,
+        replica: int,
+        rows: list[Row],
+        completions: list[dict[str, Any]] | None,
+        stats: dict[str, Any],
+        error: str | None = None,
+    ) -> ShardSummary:
         """Write and commit a shard; ``completions`` None means it failed with ``error`` and every row is a reject."""
         outcomes = self._outcomes(rows, completions, error)
         records_table, rejects_table = outcome_tables(outcomes, self.record_schema, self._record_id)
@@ -140,8 +156,13 @@ class ShardWriter:
         counts, digests = alarm.shard_counts(self._judged(rows, outcomes), self.prompt)
         row = {"shard": shard, "replica": replica, "rows": len(rows), "records": records, "rejects": rejects} | stats | _rule_stats(outcomes)
         row |= _chunk_stats(outcomes)
-        row |= {"failed": completions is None, "row_ids": [r.id for r in rows], "row_digests": [r.digest for r in rows],
-                "alarm_counts": json.dumps(counts), "record_digests": digests}
+        row |= {
+            "failed": completions is None,
+            "row_ids": [r.id for r in rows],
+            "row_digests": [r.digest for r in rows],
+            "alarm_counts": json.dumps(counts),
+            "record_digests": digests,
+        }
         if self.dir.run_id() != self.run_id:
             raise RunSuperseded(f"{self.dir.path} belongs to another run now; shard {key} is left uncommitted")
         self.dir.commit(key, _stats_table(row))
@@ -165,9 +186,25 @@ class ShardWriter:
                 record, reason, message = self._ruled(row, record, c.get("repair_attempts", 0))
             flags = record_flags(record, self._source(row)) if record is not None else []
             spans = self._spans(row, record) if record is not None else {}
-            outcomes.append(Outcome(row.id, c["text"], c["finish_reason"], c.get("prompt_tokens", 0), c.get("generated_tokens", 0), record, reason, message,
-                                    flags=flags, relaxations=c.get("relaxations") or [], confidence=c.get("confidence"),
-                                    rule_failures=c.get("rule_failures") or [], repair_attempts=c.get("repair_attempts", 0), agreement=c.get("agreement"), spans=spans))
+            outcomes.append(
+                Outcome(
+                    row.id,
+                    c["text"],
+                    c["finish_reason"],
+                    c.get("prompt_tokens", 0),
+                    c.get("generated_tokens", 0),
+                    record,
+                    reason,
+                    message,
+                    flags=flags,
+                    relaxations=c.get("relaxations") or [],
+                    confidence=c.get("confidence"),
+                    rule_failures=c.get("rule_failures") or [],
+                    repair_attempts=c.get("repair_attempts", 0),
+                    agreement=c.get("agreement"),
+                    spans=spans,
+                )
+            )
         return outcomes
 
     def judge(self, row: Row, c: dict[str, Any], source: str | None = None) -> tuple[dict | None, str | None, str | None]:
@@ -222,12 +259,20 @@ class ShardWriter:
         parts, used = [], {k: sum(part.get(k, 0) for part in chunks) for k in ("prompt_tokens", "generated_tokens")}
         for part in chunks:
             chunk = part["chunk"]
-            text = source[chunk.start:chunk.end]
+            text = source[chunk.start : chunk.end]
             record, reason, message = self.judge(row, part, text)
             if record is None:
                 where = f"chunk {chunk.index + 1} of {len(chunks)} (characters {chunk.start}-{chunk.end})"
-                return Outcome(row.id, part["text"], part["finish_reason"], **used, reason=reason, error=f"{where}: {message}",
-                               relaxations=c.get("relaxations") or [], chunk_count=len(chunks))
+                return Outcome(
+                    row.id,
+                    part["text"],
+                    part["finish_reason"],
+                    **used,
+                    reason=reason,
+                    error=f"{where}: {message}",
+                    relaxations=c.get("relaxations") or [],
+                    chunk_count=len(chunks),
+                )
             value = json.loads(part["text"])
             parts.append(Part(chunk, value, part.get("confidence") or Confidence(), self._spans(row, value, text)))
         merged = merge(schema, parts)
@@ -236,10 +281,23 @@ class ShardWriter:
         if record is not None:
             record, reason, message = self._ruled(row, record, 0)
         flags = record_flags(record, source) if record is not None else []
-        return Outcome(row.id, text, "stop", **used, record=record, reason=reason, error=message and f"the merged record: {message}", flags=flags,
-                       relaxations=c.get("relaxations") or [], confidence=merged.confidence, spans=merged.spans if record is not None else {},
-                       chunk_count=len(chunks), field_chunks=merged.chunks, merge_conflicts=[k.as_row() for k in merged.conflicts],
-                       overlap_duplicates=merged.duplicates)
+        return Outcome(
+            row.id,
+            text,
+            "stop",
+            **used,
+            record=record,
+            reason=reason,
+            error=message and f"the merged record: {message}",
+            flags=flags,
+            relaxations=c.get("relaxations") or [],
+            confidence=merged.confidence,
+            spans=merged.spans if record is not None else {},
+            chunk_count=len(chunks),
+            field_chunks=merged.chunks,
+            merge_conflicts=[k.as_row() for k in merged.conflicts],
+            overlap_duplicates=merged.duplicates,
+        )
 
     def _judged(self, rows: list[Row], outcomes: list[Outcome]) -> Iterator[alarm.Output]:
         """What the run alarm judges: the records and the ``ungrounded`` rejects whose text is JSON."""
@@ -266,16 +324,22 @@ class ShardWriter:
 
 def _rule_stats(outcomes: list[Outcome]) -> dict[str, int]:
     """Rows that broke a rule at some decode, those kept after repair, and the re-decodes."""
-    return {"rule_broken_rows": sum(bool(o.rule_failures) for o in outcomes),
-            "repaired_rows": sum(bool(o.rule_failures) and o.record is not None for o in outcomes),
-            "repair_attempts": sum(o.repair_attempts for o in outcomes)}
+    return {
+        "rule_broken_rows": sum(bool(o.rule_failures) for o in outcomes),
+        "repaired_rows": sum(bool(o.rule_failures) and o.record is not None for o in outcomes),
+        "repair_attempts": sum(o.repair_attempts for o in outcomes),
+    }
 
 
 def _chunk_stats(outcomes: list[Outcome]) -> dict[str, int]:
     """``CHUNK_STATS``: chunked rows, their chunks, merge conflicts and items found twice in an overlap."""
     chunked = [o for o in outcomes if o.chunk_count > 1]
-    return {"chunked_rows": len(chunked), "chunks": sum(o.chunk_count for o in chunked),
-            "merge_conflicts": sum(len(o.merge_conflicts or []) for o in chunked), "overlap_duplicates": sum(o.overlap_duplicates for o in chunked)}
+    return {
+        "chunked_rows": len(chunked),
+        "chunks": sum(o.chunk_count for o in chunked),
+        "merge_conflicts": sum(len(o.merge_conflicts or []) for o in chunked),
+        "overlap_duplicates": sum(o.overlap_duplicates for o in chunked),
+    }
 
 
 def _stats_table(row: dict[str, Any]) -> pa.Table:

@@ -20,10 +20,16 @@ from ..confidence import Confidence
 from .bounded_check import CheckTimeout, bounded, time_limit
 
 #: A scalar that chunks of one row disagreed on (``merging.Conflict``): the value kept and the others, as JSON text.
-CONFLICT = pa.struct([
-    pa.field("path", pa.string()), pa.field("kept", pa.string()), pa.field("chunk", pa.int64()),
-    pa.field("alternatives", pa.list_(pa.struct([pa.field("value", pa.string()), pa.field("chunk", pa.int64()), pa.field("confidence", pa.float64())]))),
-])
+CONFLICT = pa.struct(
+    [
+        pa.field("path", pa.string()),
+        pa.field("kept", pa.string()),
+        pa.field("chunk", pa.int64()),
+        pa.field(
+            "alternatives", pa.list_(pa.struct([pa.field("value", pa.string()), pa.field("chunk", pa.int64()), pa.field("confidence", pa.float64())]))
+        ),
+    ]
+)
 META_FIELDS = [
     pa.field("record_id", pa.string()),
     pa.field("row_id", pa.string()),
@@ -145,7 +151,9 @@ class Validator:
         elif kind == "regex":
             self._regex = re.compile(source)
 
-    def __call__(self, text: str, finish_reason: str, error: str | None, row_schema: dict | None = None) -> tuple[dict | None, str | None, str | None]:
+    def __call__(
+        self, text: str, finish_reason: str, error: str | None, row_schema: dict | None = None
+    ) -> tuple[dict | None, str | None, str | None]:
         """Return (record, reject reason, message)."""
         if finish_reason == "length":
             return None, "length", "the token budget ran out before the output was complete"
@@ -226,15 +234,39 @@ def outcome_tables(outcomes: Iterable[Outcome], schema: pa.Schema, record_id: Ca
         rid = record_id(o.row_id)
         if o.record is not None:
             conf = o.confidence or Confidence()
-            meta = {"record_id": rid, "row_id": o.row_id, "text": o.text, "finish_reason": o.finish_reason,
-                    "prompt_tokens": o.prompt_tokens, "generated_tokens": o.generated_tokens, "flags": o.flags, "relaxations": o.relaxations,
-                    "rule_failures": o.rule_failures, "repair_attempts": o.repair_attempts,
-                    "record_confidence": conf.record, "field_confidence_min": conf.field_min, "field_confidence_mean": conf.field_mean,
-                    "record_agreement": min(o.agreement.values(), default=None) if o.agreement else None, "field_agreement": o.agreement,
-                    "field_spans": {path: list(span) for path, span in o.spans.items()},
-                    "chunk_count": o.chunk_count, "field_chunks": o.field_chunks, "merge_conflicts": o.merge_conflicts}
+            meta = {
+                "record_id": rid,
+                "row_id": o.row_id,
+                "text": o.text,
+                "finish_reason": o.finish_reason,
+                "prompt_tokens": o.prompt_tokens,
+                "generated_tokens": o.generated_tokens,
+                "flags": o.flags,
+                "relaxations": o.relaxations,
+                "rule_failures": o.rule_failures,
+                "repair_attempts": o.repair_attempts,
+                "record_confidence": conf.record,
+                "field_confidence_min": conf.field_min,
+                "field_confidence_mean": conf.field_mean,
+                "record_agreement": min(o.agreement.values(), default=None) if o.agreement else None,
+                "field_agreement": o.agreement,
+                "field_spans": {path: list(span) for path, span in o.spans.items()},
+                "chunk_count": o.chunk_count,
+                "field_chunks": o.field_chunks,
+                "merge_conflicts": o.merge_conflicts,
+            }
             records.append(meta | _typed(o.record, typed_fields))
         else:
-            rejects.append({"record_id": rid, "row_id": o.row_id, "reason": o.reason, "text": o.text, "error": o.error, "relaxations": o.relaxations,
-                            "rule_failures": o.rule_failures, "repair_attempts": o.repair_attempts})
+            rejects.append(
+                {
+                    "record_id": rid,
+                    "row_id": o.row_id,
+                    "reason": o.reason,
+                    "text": o.text,
+                    "error": o.error,
+                    "relaxations": o.relaxations,
+                    "rule_failures": o.rule_failures,
+                    "repair_attempts": o.repair_attempts,
+                }
+            )
     return pa.Table.from_pylist(records, schema=schema), pa.Table.from_pylist(rejects, schema=REJECT_SCHEMA)

@@ -29,6 +29,7 @@ import pyarrow.parquet as pq
 
 from .config import ConfigError, locate
 
+
 def resolve(location: str, base: Path) -> tuple[pafs.FileSystem, str]:
     """The filesystem and the path on it: a URI through ``from_uri``, anything else local below ``base``."""
     if "://" in location:
@@ -55,6 +56,7 @@ def probe(location: str, base: Path, timeout: float = PROBE_SECONDS) -> tuple[pa
 
     A store that refuses (no credentials, no access) or does not answer in time
     is a one-line ``ConfigError`` in seconds, before any model loads."""
+
     def ask() -> tuple[pafs.FileSystem, str, pafs.FileInfo]:
         fs, path = resolve(location, base)
         return fs, path, fs.get_file_info(path)

@@ -112,8 +112,9 @@ class _Checker:
     def type(self, node: ast.expr) -> str:
         method = getattr(self, f"_{type(node).__name__}", None)
         if method is None:
-            raise RuleError(f"{_show(node)!r} is not allowed: use fields, numbers, strings, + - * /, comparisons, "
-                            f"and/or/not and {', '.join(FUNCTIONS)}")
+            raise RuleError(
+                f"{_show(node)!r} is not allowed: use fields, numbers, strings, + - * /, comparisons, and/or/not and {', '.join(FUNCTIONS)}"
+            )
         return method(node)
 
     def _Constant(self, node: ast.Constant) -> str:

@@ -66,8 +66,7 @@ class Repair:
 
     tried: dict[str, list[Any]] = field(default_factory=dict)
 
-    def plans(self, record: Mapping[str, Any], rules: list[Rule], fields: Mapping[str, Field],
-              confidence: Mapping[str, float]) -> list[Plan]:
+    def plans(self, record: Mapping[str, Any], rules: list[Rule], fields: Mapping[str, Field], confidence: Mapping[str, float]) -> list[Plan]:
         """Alternative plans for a ``record`` that breaks some of ``rules``; none when no change can keep them."""
         choices: list[list[dict[str, set[Any] | None]]] = []  # per broken rule: its alternatives, field -> values it may take
         decided: set[str] = set()
@@ -105,8 +104,9 @@ class Repair:
                 exclude[fields[name].path] = list(values)
         return Plan(exclude, changed, doubt)
 
-    def _changes(self, rule: Rule, record: Mapping[str, Any], rules: list[Rule], fields: Mapping[str, Field],
-                 confidence: Mapping[str, float]) -> list[dict[str, set[Any] | None]]:
+    def _changes(
+        self, rule: Rule, record: Mapping[str, Any], rules: list[Rule], fields: Mapping[str, Field], confidence: Mapping[str, float]
+    ) -> list[dict[str, set[Any] | None]]:
         """The rule's way(s) out: one finite change, or else one alternative per grounded string it reads."""
         present = [n for n in rule.fields if n in fields and field_value(record, n) is not None]
         finite = [n for n in present if fields[n].candidates is not None]

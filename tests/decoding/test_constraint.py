@@ -321,6 +321,8 @@ def test_allows_reads_the_mask_that_process_applies(tokenizer):
         if token is not None:
             c.commit(token)
     assert c.allows(STOP)
+
+
 @pytest.mark.parametrize("width", [70, 96, 100])
 def test_apply_bitmask_matches_the_bits(width):
     """Every column keeps its logit exactly when its bit is set; columns past the words are masked."""

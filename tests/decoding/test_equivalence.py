@@ -168,9 +168,7 @@ def test_forced_spans_are_drafted_and_accepted(tokenizer, tiny_runner, record, m
     forced_accepted = sum(g.stats.accepted.get("forced", 0) for g in spec.values())
     assert drafted > 0
     assert forced_accepted == drafted  # the mask leaves the forced token as the only choice
-    without = decode(
-        tiny_runner, make_requests(tokenizer, "grammar", record), params=PARAMS[mode], spec=replace(SPEC, grammar_drafting=False)
-    )
+    without = decode(tiny_runner, make_requests(tokenizer, "grammar", record), params=PARAMS[mode], spec=replace(SPEC, grammar_drafting=False))
     assert_same(spec, without)
     assert sum(g.stats.forwards for g in spec.values()) < sum(g.stats.forwards for g in without.values())
 
@@ -201,7 +199,9 @@ def test_stop_as_correction_ends_identically(tokenizer, tiny_runner, mode):
         for spec in (None, SPEC):
             runner = RecordingRunner(tiny_runner)
             processor = Recorder(StopAfter(n))
-            outs.append(decode(runner, [Request("s", repetitive_prompt(tokenizer, n), processor, seed=n, max_tokens=40)], spec=spec, params=PARAMS[mode])["s"])
+            outs.append(
+                decode(runner, [Request("s", repetitive_prompt(tokenizer, n), processor, seed=n, max_tokens=40)], spec=spec, params=PARAMS[mode])["s"]
+            )
             logs.append(processor.commits)
         plain, spec = outs
         assert plain.tokens == spec.tokens and len(spec.tokens) == n
@@ -339,9 +339,7 @@ def test_refill_gives_each_request_its_own_output(tokenizer, tiny_runner, record
     assert_same(sequential, seen)
 
 
-@pytest.mark.parametrize(
-    "spec, streams", [(None, 1), (SPEC, 1), (None, 3), (SPEC, 3)], ids=["plain", "spec", "batch", "batch-spec"]
-)
+@pytest.mark.parametrize("spec, streams", [(None, 1), (SPEC, 1), (None, 3), (SPEC, 3)], ids=["plain", "spec", "batch", "batch-spec"])
 def test_max_tokens_budget(tokenizer, tiny_runner, spec, streams):
     budgets = [1, 2, 5, 9, 17]
     requests = []

@@ -21,8 +21,7 @@ CASES = {
     "not": ({"type": "string", "not": {"const": "x"}}, "x", ["not"]),
     "uniqueItems": ({"type": "array", "items": {"type": "integer"}, "uniqueItems": True}, [1, 1], ["uniqueItems"]),
     "dependencies": ({"$schema": "http://json-schema.org/draft-07/schema#", **OBJECT_AB, "dependencies": {"a": ["b"]}}, {"a": 1}, ["dependencies"]),
-    "if/then/else": ({**OBJECT_AB, "if": {"required": ["a"]}, "then": {"required": ["b"]}, "else": {"maxProperties": 0}}, {"a": 1},
-                     ["if/then/else"]),
+    "if/then/else": ({**OBJECT_AB, "if": {"required": ["a"]}, "then": {"required": ["b"]}, "else": {"maxProperties": 0}}, {"a": 1}, ["if/then/else"]),
     "propertyNames": ({"type": "object", "propertyNames": {"maxLength": 2}}, {"long": 1}, ["propertyNames"]),
     "contains": ({"type": "array", "contains": {"const": 1}}, [2], ["contains"]),
     # An unknown format is checked by no one (jsonschema ignores it too): relaxed, it is a plain string.
@@ -57,13 +56,17 @@ def test_each_cause_relaxes_to_a_wider_schema_that_compiles(name):
 
 
 def test_relaxation_keeps_what_it_does_not_need_to_drop():
-    schema = {"type": "object", "properties": {
-        "not": {"type": "string", "format": "country-code", "maxLength": 2},  # a property named like a keyword stays
-        "d": {"type": "string", "format": "date"},  # a known format stays
-        "p": {"type": "string", "pattern": "^[a-z]+$"},  # a pattern llguidance can compile stays
-        "bad": {"type": "string", "pattern": "(?=a)b", "minLength": 1, "maxLength": 3},
-        "n": {"$ref": "#/$defs/n"},
-    }, "$defs": {"n": {"not": {"type": "null"}}}}
+    schema = {
+        "type": "object",
+        "properties": {
+            "not": {"type": "string", "format": "country-code", "maxLength": 2},  # a property named like a keyword stays
+            "d": {"type": "string", "format": "date"},  # a known format stays
+            "p": {"type": "string", "pattern": "^[a-z]+$"},  # a pattern llguidance can compile stays
+            "bad": {"type": "string", "pattern": "(?=a)b", "minLength": 1, "maxLength": 3},
+            "n": {"$ref": "#/$defs/n"},
+        },
+        "$defs": {"n": {"not": {"type": "null"}}},
+    }
     compiled = compile_json_schema(schema)
     assert {r.cause for r in compiled.relaxations} == {"format", "regex", "not"}
     props = compiled.schema["properties"]
@@ -73,10 +76,13 @@ def test_relaxation_keeps_what_it_does_not_need_to_drop():
 
 
 def test_min_max_properties_dropped_only_where_keys_are_optional():
-    schema = {"type": "object", "properties": {
-        "all": {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"], "maxProperties": 1},
-        "some": {**OBJECT_AB, "maxProperties": 1},
-    }}
+    schema = {
+        "type": "object",
+        "properties": {
+            "all": {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"], "maxProperties": 1},
+            "some": {**OBJECT_AB, "maxProperties": 1},
+        },
+    }
     props = compile_json_schema(schema).schema["properties"]
     assert props["all"]["maxProperties"] == 1 and "maxProperties" not in props["some"]
 
@@ -98,8 +104,12 @@ def test_overlapping_pattern_properties_relax_only_where_other_keys_are_free():
 
 
 def test_causes_no_relaxation_handles_stay_errors_naming_what_was_tried():
-    closed = {"type": "object", "patternProperties": {".*": {"type": "integer"}, "^a$": {"type": "integer"}}, "additionalProperties": False,
-              "not": {"required": ["x"]}}
+    closed = {
+        "type": "object",
+        "patternProperties": {".*": {"type": "integer"}, "^a$": {"type": "integer"}},
+        "additionalProperties": False,
+        "not": {"required": ["x"]},
+    }
     with pytest.raises(GrammarError, match=r"job.json: .*not disjoint \(after relaxing not\)"):
         compile_json_schema(closed, name="job.json")
     assert relax({"type": "string"}, "something new went wrong") is None
@@ -117,11 +127,14 @@ def test_cause_is_stable_across_schemas():
     assert str(Relaxation("format", "uri")) == "format=uri" and str(Relaxation("not")) == "not"
 
 
-@pytest.mark.parametrize("schema, expected", [
-    ({"$ref": "https://example.com/x.json"}, "remote $ref"),
-    ({"type": "string", "minLength": 5, "maxLength": 2}, "unsatisfiable"),
-    ({"$defs": {"a": {"$ref": "#/$defs/a", "type": "object"}}, "$ref": "#/$defs/a"}, "circular $ref with sibling keys"),
-])
+@pytest.mark.parametrize(
+    "schema, expected",
+    [
+        ({"$ref": "https://example.com/x.json"}, "remote $ref"),
+        ({"type": "string", "minLength": 5, "maxLength": 2}, "unsatisfiable"),
+        ({"$defs": {"a": {"$ref": "#/$defs/a", "type": "object"}}, "$ref": "#/$defs/a"}, "circular $ref with sibling keys"),
+    ],
+)
 def test_refusals_no_relaxation_handles_have_a_known_cause(schema, expected):
     """A held-out suite's unrelaxable refusals group under stable causes that the eval knows, so it need not exit 1 on them."""
     from fucina_jobs.eval.maskbench import KNOWN_LIMITATIONS

@@ -55,14 +55,29 @@ def test_eval_of_an_existing_run_reports_calibration(tmp_path):
     gold = tmp_path / "gold.jsonl"
     gold.write_text('{"id": "a", "label": {"vendor": "Acme", "total": 10}}\n{"id": "b", "label": {"vendor": "Bolt", "total": 20}}\n')
     records = [
-        {"row_id": "a", "text": '{"vendor":"Acme","total":10}', "record_confidence": 0.8,
-         "field_confidence_min": {"vendor": 0.9, "total": 0.8}, "field_confidence_mean": {"vendor": 0.95, "total": 0.8}},
-        {"row_id": "b", "text": '{"vendor":"Pinewood","total":20}', "record_confidence": 0.45,
-         "field_confidence_min": {"vendor": 0.2, "total": 0.7}, "field_confidence_mean": {"vendor": 0.45, "total": 0.7}},
+        {
+            "row_id": "a",
+            "text": '{"vendor":"Acme","total":10}',
+            "record_confidence": 0.8,
+            "field_confidence_min": {"vendor": 0.9, "total": 0.8},
+            "field_confidence_mean": {"vendor": 0.95, "total": 0.8},
+        },
+        {
+            "row_id": "b",
+            "text": '{"vendor":"Pinewood","total":20}',
+            "record_confidence": 0.45,
+            "field_confidence_min": {"vendor": 0.2, "total": 0.7},
+            "field_confidence_mean": {"vendor": 0.45, "total": 0.7},
+        },
     ]
     run = make_run(tmp_path / "run", records, [])
-    raw = {"name": "hand", "constraint": {"json_schema": "schemas/invoice.json"}, "dataset": {"path": "jobs/invoices/inputs.jsonl"},
-           "output": {"dir": str(tmp_path / "unused")}, "eval": {"gold": str(gold), "run_dir": str(run)}}
+    raw = {
+        "name": "hand",
+        "constraint": {"json_schema": "schemas/invoice.json"},
+        "dataset": {"path": "jobs/invoices/inputs.jsonl"},
+        "output": {"dir": str(tmp_path / "unused")},
+        "eval": {"gold": str(gold), "run_dir": str(run)},
+    }
     scores = evaluate(validate(raw), REPO).scores
     assert scores["confidence"]["fields_scored"] == 4 and scores["confidence"]["auroc"] == 1.0
     md = (run / "report.md").read_text()

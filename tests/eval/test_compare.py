@@ -20,7 +20,9 @@ def _cli(*args):
 
 def test_hash_ignores_order_timings_and_ids_but_not_content(tmp_path):
     a = make_run(tmp_path / "a", RECORDS, REJECTS, STATS)
-    b = make_run(tmp_path / "b", RECORDS[::-1], REJECTS, [{**STATS[0], "wall_s": 9.0, "tok_s": 1.0}], manifest={"status": "complete", "started": "later"})
+    b = make_run(
+        tmp_path / "b", RECORDS[::-1], REJECTS, [{**STATS[0], "wall_s": 9.0, "tok_s": 1.0}], manifest={"status": "complete", "started": "later"}
+    )
     assert content_hash(read_run(a)) == content_hash(read_run(b))
     for records, rejects in [
         ([RECORDS[0], {"row_id": "a", "text": '{"x": 9}'}], REJECTS),  # a text changed
@@ -44,7 +46,13 @@ def test_compare_different_runs_shows_records_and_scores_and_exits_1(tmp_path):
     a = make_run(tmp_path / "a", RECORDS, REJECTS, STATS)
     b = make_run(tmp_path / "b", [RECORDS[0], {"row_id": "a", "text": '{"x": 7}'}], REJECTS, STATS)
     for run, rate in ((a, 1.0), (b, 0.5)):
-        scores = {"name": "hand", "content_hash": "h", "run_dir": str(run), "accuracy": {"fields": {"x": {"rate": rate}}}, "efficiency": {"tok_s": rate}}
+        scores = {
+            "name": "hand",
+            "content_hash": "h",
+            "run_dir": str(run),
+            "accuracy": {"fields": {"x": {"rate": rate}}},
+            "efficiency": {"tok_s": rate},
+        }
         (run / "scores.json").write_text(json.dumps(scores))
     result = compare(a, b)
     assert not result.identical

@@ -62,17 +62,19 @@ def test_shipped_invoice_eval_on_4_rows(tmp_path):
 
 def _job(out, temperature, seed, slow_path):
     runtime = {"replicas": 1, "streams": 1} if slow_path else {"replicas": 2, "streams": 2}
-    return validate({
-        "name": "repro",
-        "constraint": {"json_schema": "schemas/invoice.json"},
-        "dataset": {"path": "jobs/invoices/inputs.jsonl", "limit": 3},
-        "prompt": {"system": "@jobs/invoices/system.txt", "template": "@jobs/invoices/template.txt"},
-        # fp32 is enough: batch composition and k-token verification did not change a pick here.
-        "decoding": {"max_tokens": 120, "temperature": temperature, "seed": seed, "speculative": {"enabled": not slow_path}},
-        "runtime": {**runtime, "shard_size": 2},
-        "output": {"dir": str(out)},
-        "eval": {"report": False},
-    })
+    return validate(
+        {
+            "name": "repro",
+            "constraint": {"json_schema": "schemas/invoice.json"},
+            "dataset": {"path": "jobs/invoices/inputs.jsonl", "limit": 3},
+            "prompt": {"system": "@jobs/invoices/system.txt", "template": "@jobs/invoices/template.txt"},
+            # fp32 is enough: batch composition and k-token verification did not change a pick here.
+            "decoding": {"max_tokens": 120, "temperature": temperature, "seed": seed, "speculative": {"enabled": not slow_path}},
+            "runtime": {**runtime, "shard_size": 2},
+            "output": {"dir": str(out)},
+            "eval": {"report": False},
+        }
+    )
 
 
 def _cli_compare(a, b):
@@ -101,8 +103,15 @@ def test_outputs_do_not_depend_on_replicas_streams_or_speculation(tmp_path, temp
 
 def test_maskbench_generate_mode_reports_coverage_validity_and_features(tmp_path):
     out = tmp_path / "gen"
-    resolved = shipped("conformance", "eval.mode=generate", "dataset.limit=4", "decoding.max_tokens=64", "runtime.streams=2",
-                       "runtime.shard_size=4", f"output.dir={out}")
+    resolved = shipped(
+        "conformance",
+        "eval.mode=generate",
+        "dataset.limit=4",
+        "decoding.max_tokens=64",
+        "runtime.streams=2",
+        "runtime.shard_size=4",
+        f"output.dir={out}",
+    )
     result = evaluate(validate(resolved), REPO, resolved)
     scores = result.scores
     assert result.ok and scores["conformance"]["rows"] == 4
@@ -115,14 +124,23 @@ def test_maskbench_generate_mode_reports_coverage_validity_and_features(tmp_path
 def test_relaxed_schemas_decode_and_post_validation_rejects_what_the_original_forbids(tmp_path):
     """Per-row schemas llguidance refuses ('not'): relaxed, the grammar forces the one value the enum allows,
     so the original schema decides: row a's only value is forbidden (a schema_violation), row b's is fine."""
-    rows = [{"id": "a", "text": "Say x.", "schema": {"enum": ["x"], "not": {"const": "x"}}},
-            {"id": "b", "text": "Say y.", "schema": {"enum": ["y"], "not": {"const": "x"}}},
-            {"id": "c", "text": "Say z.", "schema": {"enum": ["z"]}}]
+    rows = [
+        {"id": "a", "text": "Say x.", "schema": {"enum": ["x"], "not": {"const": "x"}}},
+        {"id": "b", "text": "Say y.", "schema": {"enum": ["y"], "not": {"const": "x"}}},
+        {"id": "c", "text": "Say z.", "schema": {"enum": ["z"]}},
+    ]
     (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     out = tmp_path / "relaxed"
-    cfg = validate({"name": "relaxed", "dataset": {"path": str(tmp_path / "rows.jsonl"), "schema_field": "schema"},
-                    "decoding": {"max_tokens": 8}, "runtime": {"replicas": 1, "streams": 2, "shard_size": 4},
-                    "output": {"dir": str(out)}, "eval": {"report": False}})
+    cfg = validate(
+        {
+            "name": "relaxed",
+            "dataset": {"path": str(tmp_path / "rows.jsonl"), "schema_field": "schema"},
+            "decoding": {"max_tokens": 8},
+            "runtime": {"replicas": 1, "streams": 2, "shard_size": 4},
+            "output": {"dir": str(out)},
+            "eval": {"report": False},
+        }
+    )
     c = evaluate(cfg, REPO).scores["conformance"]
     assert c["rejects_by_reason"] == {"schema_violation": 1}
     assert c["relaxed"] == {"rows": 2, "records": 1, "rejects_by_reason": {"schema_violation": 1}, "rows_by_cause": {"not": 2}}

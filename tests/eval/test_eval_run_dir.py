@@ -20,26 +20,52 @@ GOLD = [
     {"id": "c", "label": {"vendor": "Cogs", "date": "2025-03-04", "total": 30}},
 ]
 STATS = [
-    {"shard": k, "replica": k, "rows": 2, "records": 1, "rejects": 1, "prompt_tokens": 50, "generated_tokens": 40, "forward_passes": 10,
-     "tokens_per_forward": 4.0, "tok_s": 20.0 + k, "wall_s": 2.0, "drafted_forced": 10, "accepted_forced": 10, "drafted_ngram": 20,
-     "accepted_ngram": 10 + k, "acceptance": 0.7, "mask_us_p50": 50.0, "mask_us_p99": 400.0}
+    {
+        "shard": k,
+        "replica": k,
+        "rows": 2,
+        "records": 1,
+        "rejects": 1,
+        "prompt_tokens": 50,
+        "generated_tokens": 40,
+        "forward_passes": 10,
+        "tokens_per_forward": 4.0,
+        "tok_s": 20.0 + k,
+        "wall_s": 2.0,
+        "drafted_forced": 10,
+        "accepted_forced": 10,
+        "drafted_ngram": 20,
+        "accepted_ngram": 10 + k,
+        "acceptance": 0.7,
+        "mask_us_p50": 50.0,
+        "mask_us_p99": 400.0,
+    }
     for k in range(2)
 ]
 
 
 def _job_raw(out, gold, **eval_):
-    return {"name": "hand", "constraint": {"json_schema": "schemas/invoice.json"}, "dataset": {"path": "jobs/invoices/inputs.jsonl"},
-            "output": {"dir": str(out)}, "eval": {"gold": str(gold), **eval_}}
+    return {
+        "name": "hand",
+        "constraint": {"json_schema": "schemas/invoice.json"},
+        "dataset": {"path": "jobs/invoices/inputs.jsonl"},
+        "output": {"dir": str(out)},
+        "eval": {"gold": str(gold), **eval_},
+    }
 
 
 @pytest.fixture
 def hand_run(tmp_path):
     gold = tmp_path / "gold.jsonl"
     gold.write_text("".join(json.dumps(g) + "\n" for g in GOLD))
-    records = [{"row_id": "a", "text": '{"vendor": "ACME  gmbh", "date": "2 March 2025", "total": 12.50}'},
-               {"row_id": "b", "text": '{"vendor": "Bolt", "date": "2025-03-03", "total": 21}'}]
+    records = [
+        {"row_id": "a", "text": '{"vendor": "ACME  gmbh", "date": "2 March 2025", "total": 12.50}'},
+        {"row_id": "b", "text": '{"vendor": "Bolt", "date": "2025-03-03", "total": 21}'},
+    ]
     rejects = [{"row_id": "c", "reason": "length", "text": '{"vendor": "Co'}, {"row_id": "d", "reason": "schema_violation", "text": "{}"}]
-    run = make_run(tmp_path / "run", records, rejects, STATS, manifest={"status": "complete", "fingerprint": "f", "config": _job_raw(tmp_path / "x", gold)})
+    run = make_run(
+        tmp_path / "run", records, rejects, STATS, manifest={"status": "complete", "fingerprint": "f", "config": _job_raw(tmp_path / "x", gold)}
+    )
     return run, gold
 
 
@@ -64,15 +90,32 @@ def test_scores_and_reports_from_an_existing_run(hand_run, tmp_path):
 
 def test_eval_cli_on_an_existing_run(hand_run, tmp_path):
     run, gold = hand_run
-    res = subprocess.run([sys.executable, "-m", "fucina_jobs", "eval", "conf=eval_invoices", f"eval.run_dir={run}", f"eval.gold={gold}",
-                          "eval.report=false", f"output.dir={tmp_path / 'hydra'}"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "fucina_jobs",
+            "eval",
+            "conf=eval_invoices",
+            f"eval.run_dir={run}",
+            f"eval.gold={gold}",
+            "eval.report=false",
+            f"output.dir={tmp_path / 'hydra'}",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     assert "parse 75.0%, validate 50.0%" in res.stdout and "all fields correct 33.3% of 3" in res.stdout
     assert (run / "scores.json").exists() and not (run / "report.html").exists()
 
 
 def test_eval_cli_rejects_bad_eval_keys_before_any_work():
-    res = subprocess.run([sys.executable, "-m", "fucina_jobs", "eval", "conf=eval_invoices", "eval.mode=judge"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    res = subprocess.run(
+        [sys.executable, "-m", "fucina_jobs", "eval", "conf=eval_invoices", "eval.mode=judge"], cwd=REPO, capture_output=True, text=True, timeout=300
+    )
     assert res.returncode == 2 and "eval.mode='judge'" in res.stderr
 
 
@@ -106,7 +149,9 @@ def test_maskbench_dataset_is_one_row_per_file_with_its_schema(tmp_path):
     assert json.dumps(suite["schema"]) in rows[0].fields["text"] and "JSON schema" in rows[0].fields["text"]
     (tmp_path / "broken.json").write_text("{not json")
     (tmp_path / "other.json").write_text('{"tests": []}')
-    problems = [r.problem for r in read_rows(validate({"dataset": {"path": str(tmp_path), "format": "maskbench"}, "output": {"dir": "x"}}).dataset, REPO)]
+    problems = [
+        r.problem for r in read_rows(validate({"dataset": {"path": str(tmp_path), "format": "maskbench"}, "output": {"dir": "x"}}).dataset, REPO)
+    ]
     assert "not valid JSON" in problems[0] and "not a MaskBench file" in problems[1]
 
 

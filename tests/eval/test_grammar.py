@@ -20,14 +20,25 @@ MASKBENCH = Path(__file__).resolve().parents[3] / "shared" / "data" / "maskbench
 
 
 def _grammar_cfg(path, out, **eval_):
-    return validate({"name": "conformance", "dataset": {"path": str(path), "format": "maskbench"},
-                     "output": {"dir": str(out)}, "eval": {"mode": "grammar", **eval_}})
+    return validate(
+        {
+            "name": "conformance",
+            "dataset": {"path": str(path), "format": "maskbench"},
+            "output": {"dir": str(out)},
+            "eval": {"mode": "grammar", **eval_},
+        }
+    )
 
 
 def test_conformance_suite_via_the_cli_has_no_wrong_final_verdicts(tmp_path):
     assert len(list(CONFORMANCE.glob("*.json"))) == 51
-    res = subprocess.run([sys.executable, "-m", "fucina_jobs", "eval", "conf=conformance", f"output.dir={tmp_path}"],
-                         cwd=REPO, capture_output=True, text=True, timeout=300)
+    res = subprocess.run(
+        [sys.executable, "-m", "fucina_jobs", "eval", "conf=conformance", f"output.dir={tmp_path}"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     assert "51 schemas, 51 compiled (100.0%), 8 relaxed; 298 instances, wrong verdicts: grammar 8, final 0 (0 invalid accepted)" in res.stdout
     assert len(res.stdout.splitlines()) <= 8
@@ -58,7 +69,12 @@ def test_rerun_gives_the_same_content_hash_and_a_limit_a_different_one(tmp_path)
     again = evaluate(_grammar_cfg(CONFORMANCE, tmp_path / "b", report=False), REPO)
     assert first.ok and first.scores["content_hash"] == again.scores["content_hash"]
     assert not (tmp_path / "a" / "report.html").exists()
-    fewer = evaluate(validate({**_grammar_cfg(CONFORMANCE, tmp_path / "c").model_dump(), "dataset": {"path": str(CONFORMANCE), "format": "maskbench", "limit": 3}}), REPO)
+    fewer = evaluate(
+        validate(
+            {**_grammar_cfg(CONFORMANCE, tmp_path / "c").model_dump(), "dataset": {"path": str(CONFORMANCE), "format": "maskbench", "limit": 3}}
+        ),
+        REPO,
+    )
     assert fewer.scores["grammar"]["files"] == 3 and fewer.scores["content_hash"] != first.scores["content_hash"]
 
 
@@ -73,8 +89,23 @@ def test_exit_policy_known_causes_unexplained_causes_and_baseline_regressions(tm
     relaxed = evaluate(_grammar_cfg(CONFORMANCE, tmp_path / "relaxed", report=False, baseline=str(tmp_path / "strict")), REPO)
     assert relaxed.ok and relaxed.scores["regressions"]["count"] == 0
     # ... while going back to strict compilation is 8 schemas that no longer compile: exit 1.
-    res = subprocess.run([sys.executable, "-m", "fucina_jobs", "eval", "conf=conformance", "constraint.relax=off", f"output.dir={tmp_path / 'again'}",
-                          f"eval.baseline={tmp_path / 'relaxed'}", "eval.report=false"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "fucina_jobs",
+            "eval",
+            "conf=conformance",
+            "constraint.relax=off",
+            f"output.dir={tmp_path / 'again'}",
+            f"eval.baseline={tmp_path / 'relaxed'}",
+            "eval.report=false",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert res.returncode == 1, res.stderr[-3000:]
     assert "8 (no longer compiles 8)" in res.stdout
     # A cause no known limitation explains fails a run without a baseline.
@@ -86,8 +117,14 @@ def test_exit_policy_known_causes_unexplained_causes_and_baseline_regressions(tm
 
 
 def test_grammar_mode_needs_a_maskbench_dataset(tmp_path):
-    cfg = validate({"dataset": {"path": "jobs/invoices/inputs.jsonl"}, "constraint": {"json_schema": "schemas/invoice.json"},
-                    "output": {"dir": str(tmp_path)}, "eval": {"mode": "grammar"}})
+    cfg = validate(
+        {
+            "dataset": {"path": "jobs/invoices/inputs.jsonl"},
+            "constraint": {"json_schema": "schemas/invoice.json"},
+            "output": {"dir": str(tmp_path)},
+            "eval": {"mode": "grammar"},
+        }
+    )
     with pytest.raises(ConfigError, match="dataset.format=maskbench"):
         evaluate(cfg, REPO)
     with pytest.raises(ConfigError, match="no MaskBench"):

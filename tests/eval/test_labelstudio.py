@@ -29,12 +29,14 @@ from tests.helpers import REPO, make_run
 
 SCHEMA = {
     "type": "object",
-    "properties": {"vendor": {"type": "string", "x-grounded": True},
-                   "date": {"type": "string", "format": "date", "x-grounded": True},
-                   "currency": {"enum": ["EUR", "USD"], "x-grounded": {"spellings": {"EUR": ["€"], "USD": ["$"]}}},
-                   "total": {"type": "number", "x-grounded": {"amount": True}},
-                   "tax": {"type": "number", "x-grounded": {"amount": True, "allow": [0]}},
-                   "paid": {"type": "boolean"}},
+    "properties": {
+        "vendor": {"type": "string", "x-grounded": True},
+        "date": {"type": "string", "format": "date", "x-grounded": True},
+        "currency": {"enum": ["EUR", "USD"], "x-grounded": {"spellings": {"EUR": ["€"], "USD": ["$"]}}},
+        "total": {"type": "number", "x-grounded": {"amount": True}},
+        "tax": {"type": "number", "x-grounded": {"amount": True, "allow": [0]}},
+        "paid": {"type": "boolean"},
+    },
     "required": ["vendor", "date", "currency", "total", "tax", "paid"],
 }
 DOCS = {
@@ -52,18 +54,31 @@ PREDICTED = {
 
 def hand_run(tmp_path: Path) -> Path:
     """Three records (row d a reject), their dataset, schema and manifest, as a job leaves them."""
-    (tmp_path / "inputs.jsonl").write_text("".join(json.dumps({"id": k, "text": v}, ensure_ascii=False) + "\n" for k, v in DOCS.items()), encoding="utf-8")
+    (tmp_path / "inputs.jsonl").write_text(
+        "".join(json.dumps({"id": k, "text": v}, ensure_ascii=False) + "\n" for k, v in DOCS.items()), encoding="utf-8"
+    )
     (tmp_path / "schema.json").write_text(json.dumps(SCHEMA))
     fields = grounded_fields(SCHEMA)
     records = []
     for row_id, value in PREDICTED.items():
         confidence = {k: 0.5 if (row_id, k) == ("b", "vendor") else 0.95 for k in value}
-        records.append({"row_id": row_id, "text": json.dumps(value, separators=(",", ":")), "record_confidence": min(confidence.values()),
-                        "field_confidence_min": confidence, "field_confidence_mean": confidence,
-                        "field_spans": {p: list(s) for p, s in value_spans(value, fields, DOCS[row_id]).items()}})
+        records.append(
+            {
+                "row_id": row_id,
+                "text": json.dumps(value, separators=(",", ":")),
+                "record_confidence": min(confidence.values()),
+                "field_confidence_min": confidence,
+                "field_confidence_mean": confidence,
+                "field_spans": {p: list(s) for p, s in value_spans(value, fields, DOCS[row_id]).items()},
+            }
+        )
     rejects = [{"row_id": "d", "reason": "ungrounded", "error": "not found in text: total=9.5", "text": '{"vendor":"Kitagawa","total":9.5}'}]
-    config = {"name": "ls_job", "constraint": {"json_schema": str(tmp_path / "schema.json")}, "dataset": {"path": str(tmp_path / "inputs.jsonl")},
-              "output": {"dir": str(tmp_path / "run")}}
+    config = {
+        "name": "ls_job",
+        "constraint": {"json_schema": str(tmp_path / "schema.json")},
+        "dataset": {"path": str(tmp_path / "inputs.jsonl")},
+        "output": {"dir": str(tmp_path / "run")},
+    }
     return make_run(tmp_path / "run", records, rejects, manifest={"name": "ls_job", "status": "complete", "version": "v7", "config": config})
 
 
@@ -74,13 +89,20 @@ def exported(tmp_path: Path) -> list[dict]:
 
 def region(text: str, written: str, label: str) -> dict:
     start = text.index(written)
-    return {"id": f"hand-{label}", "from_name": "label", "to_name": "text", "type": "labels",
-            "value": {"start": start, "end": start + len(written), "text": written, "labels": [label]}}
+    return {
+        "id": f"hand-{label}",
+        "from_name": "label",
+        "to_name": "text",
+        "type": "labels",
+        "value": {"start": start, "end": start + len(written), "text": written, "labels": [label]},
+    }
 
 
 def test_export_tasks_and_config(tmp_path):
     tasks = exported(tmp_path)
-    assert [t["data"]["row_id"] for t in tasks] == ["a", "b", "c", "d"] and "predictions" not in tasks[3] and tasks[3]["data"]["reject"] == "ungrounded"
+    assert (
+        [t["data"]["row_id"] for t in tasks] == ["a", "b", "c", "d"] and "predictions" not in tasks[3] and tasks[3]["data"]["reject"] == "ungrounded"
+    )
     prediction = tasks[0]["predictions"][0]
     assert prediction["model_version"] == "ls_job version=v7" and prediction["score"] == 0.95
     values = {r["value"]["labels"][0]: r["value"] for r in prediction["result"] if r["type"] == "labels"}
@@ -96,30 +118,52 @@ def test_export_tasks_and_config(tmp_path):
 def test_gold_from_an_export_reads_values_as_the_schema_types_them(tmp_path):
     tasks = exported(tmp_path)
     accepted = tasks[0]["predictions"][0]["result"]
-    corrected = [r for r in tasks[1]["predictions"][0]["result"] if r["value"].get("labels") != ["vendor"]] + [region(DOCS["b"], "Nordlicht\nBakery", "vendor")]
-    by_hand = [region(DOCS["d"], "€9.00", "total"), region(DOCS["d"], "€", "currency"), region(DOCS["d"], "2025-05-20", "date"),
-               {"from_name": "typed:tax", "to_name": "text", "type": "textarea", "value": {"text": ["0"]}}]
-    export = [{**tasks[0], "annotations": [{"id": 1, "result": accepted, "was_cancelled": False, "updated_at": "2026-01-01T10:00:00Z"}]},
-              {**tasks[1], "annotations": [{"id": 2, "result": [], "was_cancelled": False, "updated_at": "2026-01-01T09:00:00Z"},
-                                           {"id": 3, "result": corrected, "was_cancelled": False, "updated_at": "2026-01-01T11:00:00Z"}]},
-              {**tasks[2], "annotations": [{"id": 4, "result": accepted, "was_cancelled": True}]},  # skipped: no gold
-              {**tasks[3], "annotations": [{"id": 5, "result": by_hand}]}]
+    corrected = [r for r in tasks[1]["predictions"][0]["result"] if r["value"].get("labels") != ["vendor"]] + [
+        region(DOCS["b"], "Nordlicht\nBakery", "vendor")
+    ]
+    by_hand = [
+        region(DOCS["d"], "€9.00", "total"),
+        region(DOCS["d"], "€", "currency"),
+        region(DOCS["d"], "2025-05-20", "date"),
+        {"from_name": "typed:tax", "to_name": "text", "type": "textarea", "value": {"text": ["0"]}},
+    ]
+    export = [
+        {**tasks[0], "annotations": [{"id": 1, "result": accepted, "was_cancelled": False, "updated_at": "2026-01-01T10:00:00Z"}]},
+        {
+            **tasks[1],
+            "annotations": [
+                {"id": 2, "result": [], "was_cancelled": False, "updated_at": "2026-01-01T09:00:00Z"},
+                {"id": 3, "result": corrected, "was_cancelled": False, "updated_at": "2026-01-01T11:00:00Z"},
+            ],
+        },
+        {**tasks[2], "annotations": [{"id": 4, "result": accepted, "was_cancelled": True}]},  # skipped: no gold
+        {**tasks[3], "annotations": [{"id": 5, "result": by_hand}]},
+    ]
     fields = schema_fields(SCHEMA, grounded_fields(SCHEMA))
     lines, warnings = gold_lines(export, fields)
     assert warnings == []
-    assert lines == [{"id": "a", "label": PREDICTED["a"]},
-                     {"id": "b", "label": {**PREDICTED["b"], "vendor": "Nordlicht Bakery"}},
-                     {"id": "d", "label": {"vendor": None, "date": "2025-05-20", "currency": "EUR", "total": 9, "tax": 0, "paid": None}}]
+    assert lines == [
+        {"id": "a", "label": PREDICTED["a"]},
+        {"id": "b", "label": {**PREDICTED["b"], "vendor": "Nordlicht Bakery"}},
+        {"id": "d", "label": {"vendor": None, "date": "2025-05-20", "currency": "EUR", "total": 9, "tax": 0, "paid": None}},
+    ]
 
 
 def test_ambiguous_and_unreadable_annotations_warn():
     fields = schema_fields(SCHEMA, grounded_fields(SCHEMA))
     text = "on 03/04/2025 pay 1,340 in cash"
-    task = {"data": {"row_id": "x", "text": text}, "annotations": [{"result": [region(text, "03/04/2025", "date"), region(text, "1,340", "total"),
-                                                                               region(text, "cash", "currency")]}]}
+    task = {
+        "data": {"row_id": "x", "text": text},
+        "annotations": [{"result": [region(text, "03/04/2025", "date"), region(text, "1,340", "total"), region(text, "cash", "currency")]}],
+    }
     lines, warnings = gold_lines([task], fields)
     assert lines[0]["label"]["date"] == "2025-04-03" and lines[0]["label"]["total"] == 1.34 and lines[0]["label"]["currency"] is None
-    assert len(warnings) == 3 and "reads as 2025-04-03, 2025-03-04" in warnings[0] and "writes no member" in warnings[1] and "reads as 1.340, 1340" in warnings[2]
+    assert (
+        len(warnings) == 3
+        and "reads as 2025-04-03, 2025-03-04" in warnings[0]
+        and "writes no member" in warnings[1]
+        and "reads as 1.340, 1340" in warnings[2]
+    )
 
 
 def test_labeling_config_escapes_field_names():
@@ -139,8 +183,12 @@ class LabelStudio:
         self.url = url
 
     def api(self, method: str, path: str, body=None):
-        request = urllib.request.Request(self.url + path, method=method, data=None if body is None else json.dumps(body).encode(),
-                                         headers={"Authorization": f"Token {TOKEN}", "Content-Type": "application/json"})
+        request = urllib.request.Request(
+            self.url + path,
+            method=method,
+            data=None if body is None else json.dumps(body).encode(),
+            headers={"Authorization": f"Token {TOKEN}", "Content-Type": "application/json"},
+        )
         try:
             with urllib.request.urlopen(request, timeout=120) as response:
                 return json.loads(response.read() or b"null")
@@ -161,12 +209,23 @@ def label_studio(tmp_path_factory):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LABEL_STUDIO_", "HEARTEX_")) and k not in ("HOST", "PORT")}
-    env |= {"LABEL_STUDIO_BASE_DATA_DIR": str(data), "LABEL_STUDIO_USERNAME": "reviewer@example.com", "LABEL_STUDIO_PASSWORD": "fucina-review",
-            "LABEL_STUDIO_USER_TOKEN": TOKEN, "LABEL_STUDIO_ENABLE_LEGACY_API_TOKEN": "true", "LABEL_STUDIO_LATEST_VERSION_CHECK": "false",
-            "LABEL_STUDIO_COLLECT_ANALYTICS": "false"}
+    env |= {
+        "LABEL_STUDIO_BASE_DATA_DIR": str(data),
+        "LABEL_STUDIO_USERNAME": "reviewer@example.com",
+        "LABEL_STUDIO_PASSWORD": "fucina-review",
+        "LABEL_STUDIO_USER_TOKEN": TOKEN,
+        "LABEL_STUDIO_ENABLE_LEGACY_API_TOKEN": "true",
+        "LABEL_STUDIO_LATEST_VERSION_CHECK": "false",
+        "LABEL_STUDIO_COLLECT_ANALYTICS": "false",
+    }
     log = (data / "server.log").open("w")
-    process = subprocess.Popen([binary, "start", "--internal-host", "127.0.0.1", "--port", str(port), "--no-browser", "--enable-legacy-api-token"],
-                               env=env, stdout=log, stderr=subprocess.STDOUT, cwd=data)
+    process = subprocess.Popen(
+        [binary, "start", "--internal-host", "127.0.0.1", "--port", str(port), "--no-browser", "--enable-legacy-api-token"],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        cwd=data,
+    )
     started = time.monotonic()
     try:
         url = None
@@ -218,9 +277,14 @@ def test_round_trip_through_a_real_label_studio(tmp_path, label_studio, capsys):
     # A person accepts a's prediction, corrects b's vendor, leaves c alone and labels the reject d by hand.
     accept = back["a"]["predictions"][0]["result"]
     correct = [r for r in prediction["result"] if r is not vendor] + [region(DOCS["b"], "Nordlicht\nBakery", "vendor")]
-    by_hand = [region(DOCS["d"], "Kitagawa Tool Works", "vendor"), region(DOCS["d"], "2025-05-20", "date"), region(DOCS["d"], "€9.00", "total"),
-               region(DOCS["d"], "€", "currency"), {"id": "t", "from_name": "typed:tax", "to_name": "text", "type": "textarea", "value": {"text": ["0"]}},
-               {"id": "p", "from_name": "typed:paid", "to_name": "text", "type": "textarea", "value": {"text": ["false"]}}]
+    by_hand = [
+        region(DOCS["d"], "Kitagawa Tool Works", "vendor"),
+        region(DOCS["d"], "2025-05-20", "date"),
+        region(DOCS["d"], "€9.00", "total"),
+        region(DOCS["d"], "€", "currency"),
+        {"id": "t", "from_name": "typed:tax", "to_name": "text", "type": "textarea", "value": {"text": ["0"]}},
+        {"id": "p", "from_name": "typed:paid", "to_name": "text", "type": "textarea", "value": {"text": ["false"]}},
+    ]
     for row_id, result in (("a", accept), ("b", correct), ("d", by_hand)):
         label_studio.api("POST", f"/api/tasks/{back[row_id]['id']}/annotations/", {"result": result})
 

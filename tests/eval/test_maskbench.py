@@ -26,8 +26,10 @@ MASKBENCH = Path(__file__).resolve().parents[3] / "shared" / "data" / "maskbench
 
 def check(report: dict, label: str) -> dict:
     g = grammar_scores(report, KNOWN_LIMITATIONS)
-    print(f"\n{label}: {g['files']} files, {g['compiled']} compiled ({g['relaxed']} relaxed); {g['instances']} instances; "
-          f"wrong verdicts: grammar {g['stages']['grammar']}, final {g['stages']['final']}")
+    print(
+        f"\n{label}: {g['files']} files, {g['compiled']} compiled ({g['relaxed']} relaxed); {g['instances']} instances; "
+        f"wrong verdicts: grammar {g['stages']['grammar']}, final {g['stages']['final']}"
+    )
     assert not g["unexplained"], f"causes no known limitation explains: {g['unexplained']}"
     assert g["stages"]["final"]["invalid_accepted"] == 0, g["wrong_verdicts"]["final"]
     return g

@@ -18,9 +18,11 @@ from tests.helpers import REPO, make_run
 
 SCHEMA = {
     "type": "object",
-    "properties": {"vendor": {"type": "string", "x-grounded": True},
-                   "total": {"type": "number", "x-grounded": {"amount": True}},
-                   "tax": {"type": "number", "x-grounded": {"amount": True, "allow": [0]}}},
+    "properties": {
+        "vendor": {"type": "string", "x-grounded": True},
+        "total": {"type": "number", "x-grounded": {"amount": True}},
+        "tax": {"type": "number", "x-grounded": {"amount": True, "allow": [0]}},
+    },
     "required": ["vendor", "total", "tax"],
 }
 HARD = '🧾🧾 Beleg\nACME "Tools"\n   GmbH <b>not html</b>\nTotal: 1.234,50 €'  # astral characters before the values, a name across a line break
@@ -40,13 +42,24 @@ def hand_run(tmp_path):
     records = []
     for n, (row_id, value) in enumerate(values.items()):
         confidence = {"vendor": 0.3 if row_id == "hard" else 0.99, "total": 0.6 + n / 100, "tax": 0.97}
-        records.append({"row_id": row_id, "text": json.dumps(value, separators=(",", ":")), "record_confidence": min(confidence.values()),
-                        "field_confidence_min": confidence, "field_confidence_mean": confidence,
-                        "flags": ["copied_from_document"] if row_id == "f03" else [],
-                        "field_spans": {p: list(s) for p, s in value_spans(value, fields, texts[row_id]).items()}})
+        records.append(
+            {
+                "row_id": row_id,
+                "text": json.dumps(value, separators=(",", ":")),
+                "record_confidence": min(confidence.values()),
+                "field_confidence_min": confidence,
+                "field_confidence_mean": confidence,
+                "flags": ["copied_from_document"] if row_id == "f03" else [],
+                "field_spans": {p: list(s) for p, s in value_spans(value, fields, texts[row_id]).items()},
+            }
+        )
     rejects = [{"row_id": "nope", "reason": "ungrounded", "error": "not found in text: total=99", "text": '{"vendor":"Bolt Ltd","total":99,"tax":0}'}]
-    config = {"name": "hand", "constraint": {"json_schema": str(tmp_path / "schema.json")}, "dataset": {"path": str(tmp_path / "inputs.jsonl")},
-              "output": {"dir": str(tmp_path / "run")}}
+    config = {
+        "name": "hand",
+        "constraint": {"json_schema": str(tmp_path / "schema.json")},
+        "dataset": {"path": str(tmp_path / "inputs.jsonl")},
+        "output": {"dir": str(tmp_path / "run")},
+    }
     make_run(tmp_path / "run", records, rejects, manifest={"name": "hand", "status": "complete", "version": "v1", "config": config})
     return read_run(tmp_path / "run"), texts
 
@@ -81,8 +94,13 @@ def test_the_page_is_one_file_that_no_document_can_break(tmp_path):
 
 def test_review_html_command(tmp_path, capsys):
     hand_run(tmp_path)
-    out = subprocess.run([sys.executable, "-m", "fucina_jobs", "review", str(tmp_path / "run"), "--html", str(tmp_path / "page.html")],
-                         cwd=REPO, capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "fucina_jobs", "review", str(tmp_path / "run"), "--html", str(tmp_path / "page.html")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith(f"wrote {tmp_path / 'page.html'}") and "24 records, 1 rejects" in out.stdout
     (tmp_path / "inputs.jsonl").unlink()
@@ -103,7 +121,9 @@ def test_a_row_edited_since_the_run_loses_its_spans(tmp_path):
 @pytest.mark.slow
 def test_the_page_in_headless_chromium(tmp_path):
     if find_chromium() is None:
-        pytest.skip("no Chromium on this machine: apt-get install chromium (scripts/setup.sh does where apt is available); the DOM checks above ran on the HTML")
+        pytest.skip(
+            "no Chromium on this machine: apt-get install chromium (scripts/setup.sh does where apt is available); the DOM checks above ran on the HTML"
+        )
     run, texts = hand_run(tmp_path)
     data = page_data(run, read_sources(run, tmp_path))
     page = tmp_path / "page.html"
@@ -120,15 +140,17 @@ def test_the_page_in_headless_chromium(tmp_path):
 
         # Every value's marks read exactly its span of the source text.
         for card in data["cards"][1:20]:
-            marks = browser.evaluate(f"""(() => {{ const card = document.querySelector('.card[data-row="{card['id']}"]');
-                return {json.dumps(list(range(len(card['values']))))}.map(i => {{
+            marks = browser.evaluate(f"""(() => {{ const card = document.querySelector('.card[data-row="{card["id"]}"]');
+                return {json.dumps(list(range(len(card["values"]))))}.map(i => {{
                   const m = [...card.querySelectorAll(`mark[data-v~="${{i}}"]`)]; return m.length ? m.map(x => x.textContent).join('') : null; }}); }})()""")
             assert marks == expected_highlights(card, texts[card["id"]]), card["id"]
         assert browser.evaluate("document.querySelector('.card[data-row=\"hard\"] pre.doc').textContent") == HARD  # text, not markup
 
         # Hover a value: the tooltip names its field, value and confidence; click it: it is selected.
-        box = browser.evaluate("(() => { const r = document.querySelector('.card[data-row=\"hard\"] mark[data-v~=\"0\"]').getBoundingClientRect();"
-                               " return [r.x + 3, r.y + r.height / 2]; })()")
+        box = browser.evaluate(
+            '(() => { const r = document.querySelector(\'.card[data-row="hard"] mark[data-v~="0"]\').getBoundingClientRect();'
+            " return [r.x + 3, r.y + r.height / 2]; })()"
+        )
         browser.mouse("mouseMoved", *box)
         tip = browser.evaluate("[getComputedStyle(document.getElementById('tip')).display, document.getElementById('tip').textContent]")
         assert tip[0] == "block" and "vendor" in tip[1] and "ACME" in tip[1] and "0.300" in tip[1]
@@ -136,13 +158,16 @@ def test_the_page_in_headless_chromium(tmp_path):
         assert browser.evaluate("document.querySelector('.card[data-row=\"hard\"] tr.sel').dataset.field") == "vendor"
         start = HARD.index("ACME")  # the record's offsets, code points: the two emoji count one each
         assert f"text[{start}:{start + len(expected_highlights(data['cards'][1], HARD)[0])}]" in browser.evaluate(
-            "document.querySelector('.card[data-row=\"hard\"] .detail').textContent")
+            "document.querySelector('.card[data-row=\"hard\"] .detail').textContent"
+        )
         browser.screenshot(tmp_path / "review-page.png")
         assert (tmp_path / "review-page.png").stat().st_size > 10_000
 
         def choose(control, value):
-            browser.evaluate(f"(() => {{ const el = document.getElementById('{control}'); el.value = '{value}';"
-                             f" el.dispatchEvent(new Event(el.tagName === 'SELECT' ? 'change' : 'input', {{bubbles: true}})); }})()")
+            browser.evaluate(
+                f"(() => {{ const el = document.getElementById('{control}'); el.value = '{value}';"
+                f" el.dispatchEvent(new Event(el.tagName === 'SELECT' ? 'change' : 'input', {{bubbles: true}})); }})()"
+            )
 
         choose("reason", "ungrounded")
         assert shown() == ["nope"]

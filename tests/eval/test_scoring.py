@@ -7,44 +7,50 @@ import pytest
 from fucina_jobs.eval import scoring as s
 
 
-@pytest.mark.parametrize("gold, pred", [
-    ("ACME Tools GmbH", "  acme   tools\tGMBH "),
-    ("Straße", "STRASSE"),  # casefold
-    ("2025-03-02", "2025-03-02"),
-    ("2025-03-02", "02.03.2025"),
-    ("2025-03-02", "2 March 2025"),
-    ("2025-03-02", "March 2, 2025"),
-    ("2025-03-02", "2025-03-02T10:00:00"),
-    (1428, 1428.0),
-    (1428, 1428.009),
-    (527.5, 527.51),  # exactly at the tolerance, despite float rounding
-    (1428, "1,428.00"),
-    (0, 0),
-    (True, True),
-    (None, None),
-    (["a", 1], ["A", 1.0]),
-    ({"city": "Oslo", "zip": 150}, {"city": "oslo", "zip": 150, "extra": 1}),
-    ("12345", 12345),
-])
+@pytest.mark.parametrize(
+    "gold, pred",
+    [
+        ("ACME Tools GmbH", "  acme   tools\tGMBH "),
+        ("Straße", "STRASSE"),  # casefold
+        ("2025-03-02", "2025-03-02"),
+        ("2025-03-02", "02.03.2025"),
+        ("2025-03-02", "2 March 2025"),
+        ("2025-03-02", "March 2, 2025"),
+        ("2025-03-02", "2025-03-02T10:00:00"),
+        (1428, 1428.0),
+        (1428, 1428.009),
+        (527.5, 527.51),  # exactly at the tolerance, despite float rounding
+        (1428, "1,428.00"),
+        (0, 0),
+        (True, True),
+        (None, None),
+        (["a", 1], ["A", 1.0]),
+        ({"city": "Oslo", "zip": 150}, {"city": "oslo", "zip": 150, "extra": 1}),
+        ("12345", 12345),
+    ],
+)
 def test_values_that_match(gold, pred):
     assert s.values_match(gold, pred, 0.01)
 
 
-@pytest.mark.parametrize("gold, pred", [
-    ("ACME Tools", "ACME Tool"),
-    ("2025-03-02", "2025-03-03"),
-    ("2025-03-02", "03/02/2025"),  # ambiguous slashed dates are not guessed
-    (1428, 1428.02),
-    (1428, "about 1428"),
-    (1, True),
-    (True, 1),
-    (None, "null"),
-    ("x", None),
-    ("x", ["x"]),
-    (["a"], ["a", "b"]),
-    ({"zip": 150}, {"zip": 151}),
-    ({"zip": 150}, None),
-])
+@pytest.mark.parametrize(
+    "gold, pred",
+    [
+        ("ACME Tools", "ACME Tool"),
+        ("2025-03-02", "2025-03-03"),
+        ("2025-03-02", "03/02/2025"),  # ambiguous slashed dates are not guessed
+        (1428, 1428.02),
+        (1428, "about 1428"),
+        (1, True),
+        (True, 1),
+        (None, "null"),
+        ("x", None),
+        ("x", ["x"]),
+        (["a"], ["a", "b"]),
+        ({"zip": 150}, {"zip": 151}),
+        ({"zip": 150}, None),
+    ],
+)
 def test_values_that_do_not_match(gold, pred):
     assert not s.values_match(gold, pred, 0.01)
 
@@ -76,8 +82,14 @@ def test_accuracy_per_field_and_all_fields_correct():
     }
     acc = s.accuracy(gold, predictions, 0.01)
     assert acc["rows_scored"] == 3 and acc["gold_not_in_run"] == 1 and acc["run_rows_without_gold"] == 1
-    assert acc["fields"]["total"] == {"correct": 1, "total": 3, "rate": pytest.approx(1 / 3), "spacing_correct": 1,
-                                      "spacing_rate": pytest.approx(1 / 3), "f1": None}
+    assert acc["fields"]["total"] == {
+        "correct": 1,
+        "total": 3,
+        "rate": pytest.approx(1 / 3),
+        "spacing_correct": 1,
+        "spacing_rate": pytest.approx(1 / 3),
+        "f1": None,
+    }
     assert acc["fields"]["vendor"]["f1"] == pytest.approx(2 / 3) and acc["fields"]["date"]["f1"] is None  # dates are not text
     assert acc["fields"]["vendor"]["correct"] == 2 and acc["fields"]["date"]["correct"] == 2
     assert acc["all_fields_correct"] == {"correct": 1, "total": 3, "rate": pytest.approx(1 / 3)}
@@ -135,9 +147,26 @@ def test_schema_coverage_and_by_feature():
 
 
 def _stat(shard, rows, gen, fwd, tpf, wall, df, af, dn, an, p50, p99):
-    return {"shard": shard, "replica": shard % 2, "rows": rows, "records": rows, "rejects": 0, "prompt_tokens": 100, "generated_tokens": gen,
-            "forward_passes": fwd, "tokens_per_forward": tpf, "tok_s": gen / wall, "wall_s": wall, "drafted_forced": df,
-            "accepted_forced": af, "drafted_ngram": dn, "accepted_ngram": an, "acceptance": (af + an) / (df + dn), "mask_us_p50": p50, "mask_us_p99": p99}
+    return {
+        "shard": shard,
+        "replica": shard % 2,
+        "rows": rows,
+        "records": rows,
+        "rejects": 0,
+        "prompt_tokens": 100,
+        "generated_tokens": gen,
+        "forward_passes": fwd,
+        "tokens_per_forward": tpf,
+        "tok_s": gen / wall,
+        "wall_s": wall,
+        "drafted_forced": df,
+        "accepted_forced": af,
+        "drafted_ngram": dn,
+        "accepted_ngram": an,
+        "acceptance": (af + an) / (df + dn),
+        "mask_us_p50": p50,
+        "mask_us_p99": p99,
+    }
 
 
 def test_efficiency_sums_shards():
@@ -160,23 +189,39 @@ def test_percentiles():
 
 
 def _verdict(file, i, expected, accepted, final, cause=None, relaxations=()):
-    return {"file": file, "instance": i, "expected": expected, "accepted": accepted, "final": final, "cause": cause,
-            "compile_error": None, "relaxations": list(relaxations)}
+    return {
+        "file": file,
+        "instance": i,
+        "expected": expected,
+        "accepted": accepted,
+        "final": final,
+        "cause": cause,
+        "compile_error": None,
+        "relaxations": list(relaxations),
+    }
 
 
 def test_grammar_scores_group_by_cause_and_count_both_stages():
     report = {
-        "files": 4, "instances": 6, "valid": 3, "invalid": 3, "skipped": 2,
-        "compile_errors": {"c.json": "<schema>: Unimplemented keys: [\"not\"]"}, "relaxations": {"r.json": ["uniqueItems"]},
+        "files": 4,
+        "instances": 6,
+        "valid": 3,
+        "invalid": 3,
+        "skipped": 2,
+        "compile_errors": {"c.json": '<schema>: Unimplemented keys: ["not"]'},
+        "relaxations": {"r.json": ["uniqueItems"]},
         "features": {"a.json": ["enum", "type"], "b.json": ["type"], "c.json": ["not"], "r.json": ["uniqueItems"]},
         "tests": {"a.json": 3, "b.json": 1, "c.json": 2, "r.json": 2},
-        "compile_s": {"a.json": 0.001, "b.json": 0.003}, "mask_s": [1e-5, 2e-5, 3e-5],
+        "compile_s": {"a.json": 0.001, "b.json": 0.003},
+        "mask_s": [1e-5, 2e-5, 3e-5],
         "verdicts": [
-            _verdict("a.json", 0, True, True, True), _verdict("a.json", 1, True, False, False, "property order"),
-            _verdict("a.json", 2, False, True, True, "invalid passes post-validation"), _verdict("b.json", 0, False, False, False),
+            _verdict("a.json", 0, True, True, True),
+            _verdict("a.json", 1, True, False, False, "property order"),
+            _verdict("a.json", 2, False, True, True, "invalid passes post-validation"),
+            _verdict("b.json", 0, False, False, False),
             _verdict("r.json", 0, True, True, True, relaxations=["uniqueItems"]),
             _verdict("r.json", 1, False, True, False, "invalid accepted by the relaxed grammar", ["uniqueItems"]),
-            {**_verdict("c.json", -1, None, None, None), "compile_error": "<schema>: Unimplemented keys: [\"not\"]"},
+            {**_verdict("c.json", -1, None, None, None), "compile_error": '<schema>: Unimplemented keys: ["not"]'},
         ],
     }
     g = s.grammar_scores(report, {"not": "no 'not'", "property order": "schema order"})
@@ -201,9 +246,16 @@ def test_by_cause_keeps_counts_and_three_examples_most_frequent_first():
 
 
 def test_regressions_against_a_baseline():
-    baseline = [_verdict("a.json", 0, True, True, True), _verdict("a.json", 1, False, True, True, "invalid passes post-validation"),
-                _verdict("b.json", 0, True, True, True)]
-    now = [_verdict("a.json", 0, True, False, False, "property order"), _verdict("a.json", 1, False, True, True, "invalid passes post-validation"),
-           {**_verdict("b.json", -1, None, None, None), "compile_error": "boom"}, _verdict("new.json", 0, True, False, False, "x")]
+    baseline = [
+        _verdict("a.json", 0, True, True, True),
+        _verdict("a.json", 1, False, True, True, "invalid passes post-validation"),
+        _verdict("b.json", 0, True, True, True),
+    ]
+    now = [
+        _verdict("a.json", 0, True, False, False, "property order"),
+        _verdict("a.json", 1, False, True, True, "invalid passes post-validation"),
+        {**_verdict("b.json", -1, None, None, None), "compile_error": "boom"},
+        _verdict("new.json", 0, True, False, False, "x"),
+    ]
     r = s.regressions(baseline, now)
     assert r["count"] == 2 and set(r["by_cause"]) == {"now wrong: property order", "no longer compiles"}  # a.json#1 was wrong already

@@ -40,8 +40,10 @@ def test_allowances_nulls_and_empty_strings():
 
 
 def test_alarm_is_quiet_on_grounded_distinct_records():
-    outputs = [Output({"vendor": "Nordlicht", "total": 20, "currency": "EUR"}, TEXT, SCHEMA),
-               Output({"vendor": "ACME", "total": 10, "currency": "EUR"}, TEXT, SCHEMA)]
+    outputs = [
+        Output({"vendor": "Nordlicht", "total": 20, "currency": "EUR"}, TEXT, SCHEMA),
+        Output({"vendor": "ACME", "total": 10, "currency": "EUR"}, TEXT, SCHEMA),
+    ]
     alarm = measure(outputs, prompt_text("Extract the vendor; currency is EUR or USD.", "Text: {text}"))
     assert alarm.warnings() == []
     assert alarm.shares() == {"ungrounded_values": 0.0, "duplicate_records": 0.0, "prompt_copies": 0.0}

@@ -19,8 +19,12 @@ TEXT = "KEDAI MURNI\nSDN BHD\nDATE: 03/02/2018\nTOTAL RM 25.75\nCASH 30.00"
 def test_numbers_dates_members_and_line_runs_are_choices_with_the_text_that_follows_them():
     choices = dict(grounded_choices(RECEIPT, TEXT))
     assert list(choices) == ['"company":', '"date":', '"currency":', '"total":']  # a run of words is not a short list
-    assert choices['"company":'][:4] == ('"KEDAI MURNI","note', '"KEDAI MURNI SDN BHD","note', '"KEDAI MURNI SDN BHD DATE: 03/02/2018","note',
-                                         '"SDN BHD","note')  # runs of whole lines up to maxLength
+    assert choices['"company":'][:4] == (
+        '"KEDAI MURNI","note',
+        '"KEDAI MURNI SDN BHD","note',
+        '"KEDAI MURNI SDN BHD DATE: 03/02/2018","note',
+        '"SDN BHD","note',
+    )  # runs of whole lines up to maxLength
     assert all(len(o) <= 40 + len('"",note') for o in choices['"company":'])
     assert choices['"date":'] == ('"2018-02-03","currency', '"2018-03-02","currency')  # both readings of 03/02/2018
     assert choices['"currency":'] == ('"MYR","total', 'null,"total')  # the written member, and null
@@ -28,10 +32,15 @@ def test_numbers_dates_members_and_line_runs_are_choices_with_the_text_that_foll
 
 
 def test_fields_after_a_nested_one_are_left_to_the_decoder_and_an_optional_next_key_leaves_numbers_out():
-    schema = {"type": "object", "properties": {
-        "date": {"type": "string", "format": "date", "x-grounded": True},
-        "lines": {"type": "array", "items": {"type": "object", "properties": {"total": {"type": "number", "x-grounded": True}}}},
-        "total": {"type": "number", "x-grounded": True}}, "required": ["date", "lines", "total"]}
+    schema = {
+        "type": "object",
+        "properties": {
+            "date": {"type": "string", "format": "date", "x-grounded": True},
+            "lines": {"type": "array", "items": {"type": "object", "properties": {"total": {"type": "number", "x-grounded": True}}}},
+            "total": {"type": "number", "x-grounded": True},
+        },
+        "required": ["date", "lines", "total"],
+    }
     assert [a for a, _ in grounded_choices(schema, TEXT)] == ['"date":']
     optional = {"type": "object", "properties": {"total": {"type": "number", "x-grounded": True}, "tax": {"type": "number"}}}
     assert grounded_choices(optional, TEXT) == []  # where 30 ends would go unscored
@@ -51,10 +60,15 @@ def test_every_line_run_of_a_long_receipt_is_in_its_grammar_and_the_lexer_holds(
 
     from tests.helpers import STOP
 
-    lines = ["TAN SDN BHD", "(123456-X)"] + [f"NO. {k}, JALAN MAWAR {k}/{k + 1}, TAMAN BUKIT {k}," for k in range(30)] + ["TOTAL RM 9.00", "THANK YOU !"]
+    lines = (
+        ["TAN SDN BHD", "(123456-X)"] + [f"NO. {k}, JALAN MAWAR {k}/{k + 1}, TAMAN BUKIT {k}," for k in range(30)] + ["TOTAL RM 9.00", "THANK YOU !"]
+    )
     text = "\n".join(lines)
-    schema = {"type": "object", "properties": {"address": {"type": "string", "maxLength": 240, "x-grounded": {"span": "lines"}}},
-              "required": ["address"]}
+    schema = {
+        "type": "object",
+        "properties": {"address": {"type": "string", "maxLength": 240, "x-grounded": {"span": "lines"}}},
+        "required": ["address"],
+    }
     grammar = Constraint.lark(grounded_lark(schema, text), tokenizer, stop_token=STOP)
     [(after, options)] = grounded_choices(schema, text)
     encode = lambda s: tokenizer.encode(s, add_special_tokens=False)  # noqa: E731

@@ -20,22 +20,33 @@ INVOICE = json.loads((SHIPPED / "schemas/invoice.json").read_text())
 def test_the_invoice_schema_grounds_its_document_fields():
     fields = {g.name: (g.kind, g.allow) for g in grounded_fields(INVOICE)}
     assert fields == {
-        "invoice_number": ("string", ()), "invoice_date": ("date", ()), "due_date": ("date", ()),
-        "vendor": ("string", ()), "customer": ("string", ()),
-        "currency": ("enum", ()), "subtotal": ("number", ()), "tax": ("number", (0,)), "total": ("number", ()),
+        "invoice_number": ("string", ()),
+        "invoice_date": ("date", ()),
+        "due_date": ("date", ()),
+        "vendor": ("string", ()),
+        "customer": ("string", ()),
+        "currency": ("enum", ()),
+        "subtotal": ("number", ()),
+        "tax": ("number", (0,)),
+        "total": ("number", ()),
     }
     assert all(g.amount for g in grounded_fields(INVOICE) if g.kind == "number")
 
 
 def test_nested_objects_and_array_items_are_found():
-    schema = {"type": "object", "properties": {
-        "party": {"type": "object", "properties": {"name": {"type": "string", "x-grounded": {"case": "insensitive"}}}},
-        "lines": {"type": "array", "items": {"type": "object", "properties": {"amount": {"type": ["number", "null"], "x-grounded": True}}}},
-        "note": {"type": "string", "x-grounded": False},
-    }}
+    schema = {
+        "type": "object",
+        "properties": {
+            "party": {"type": "object", "properties": {"name": {"type": "string", "x-grounded": {"case": "insensitive"}}}},
+            "lines": {"type": "array", "items": {"type": "object", "properties": {"amount": {"type": ["number", "null"], "x-grounded": True}}}},
+            "note": {"type": "string", "x-grounded": False},
+        },
+    }
     fields = grounded_fields(schema)
     assert [(g.name, g.kind, g.case, g.nullable) for g in fields] == [
-        ("party.name", "string", "insensitive", False), ("lines[].amount", "number", "exact", True)]
+        ("party.name", "string", "insensitive", False),
+        ("lines[].amount", "number", "exact", True),
+    ]
 
 
 @pytest.mark.parametrize(
@@ -64,14 +75,25 @@ def test_bad_declarations_name_the_property(prop, message):
 def test_a_bad_declaration_fails_the_job_before_any_model_loads(tmp_path):
     schema = tmp_path / "bad.json"
     schema.write_text(json.dumps({"type": "object", "properties": {"ok": {"type": "boolean", "x-grounded": True}}}))
-    cfg = validate({"constraint": {"json_schema": str(schema)}, "dataset": {"path": "jobs/invoices/inputs.jsonl"}, "output": {"dir": str(tmp_path / "out")}})
+    cfg = validate(
+        {"constraint": {"json_schema": str(schema)}, "dataset": {"path": "jobs/invoices/inputs.jsonl"}, "output": {"dir": str(tmp_path / "out")}}
+    )
     with pytest.raises(ConfigError, match=r"constraint.json_schema: .*bad.json: properties/ok: x-grounded applies to"):
         Job(cfg, REPO)
 
 
 def test_validators_and_llguidance_ignore_the_keyword(tokenizer):
-    record = {"invoice_number": "A-1", "invoice_date": "2025-01-02", "due_date": "2025-01-03", "vendor": "V", "customer": "C",
-              "currency": "EUR", "subtotal": 1, "tax": 0, "total": 1}
+    record = {
+        "invoice_number": "A-1",
+        "invoice_date": "2025-01-02",
+        "due_date": "2025-01-03",
+        "vendor": "V",
+        "customer": "C",
+        "currency": "EUR",
+        "subtotal": 1,
+        "tax": 0,
+        "total": 1,
+    }
     jsonschema.Draft202012Validator(INVOICE, format_checker=jsonschema.FormatChecker()).validate(record)
     grammar = llguidance.LLMatcher.grammar_from_json_schema(INVOICE, defaults={"whitespace_flexible": False})
     bridge = llguidance.hf.from_tokenizer(tokenizer, n_vocab=len(tokenizer), eos_token=2)

@@ -29,8 +29,16 @@ def requests(tokenizer, grammars, copied=()):
     for k, (doc, grammar) in enumerate(zip(DOCS, grammars)):
         written = [run[f"r{k}"].tokens for run in copied]
         document = document_spans(doc, encode) + [w[i : i + 5] for w in written for i in range(0, len(w), 4)] if copied else ()
-        out.append(Request(f"r{k}", tokenizer.encode(doc + " JSON:", add_special_tokens=False), Recorder(grammar.clone()), seed=7 + k,
-                           max_tokens=48, document=document))
+        out.append(
+            Request(
+                f"r{k}",
+                tokenizer.encode(doc + " JSON:", add_special_tokens=False),
+                Recorder(grammar.clone()),
+                seed=7 + k,
+                max_tokens=48,
+                document=document,
+            )
+        )
     return out
 
 

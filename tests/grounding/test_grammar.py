@@ -39,7 +39,7 @@ HARD = 'Seller: ACME "Tools" GmbH\\Zürich — Ünïcødé Ltd ✓\nTotal € 1.
     "record, ok",
     [
         (rec('ACME "Tools" GmbH'), True),  # quotes in the document
-        (rec('GmbH\\Zürich'), True),  # a backslash
+        (rec("GmbH\\Zürich"), True),  # a backslash
         (rec("Ünïcødé Ltd ✓"), True),  # unicode
         (rec("Nordlicht Bakery & Co."), True),  # split across a line break: whitespace normalised
         (rec("Nordlicht\n  Bakery"), False),  # ... so the raw break is not a span any more
@@ -131,16 +131,19 @@ def test_an_enum_the_text_never_writes_is_not_forced_onto_a_member(tokenizer):
     assert accepts(tokenizer, nullable, "Total $4,500.00", {"currency": "USD"})
 
 
-@pytest.mark.parametrize("name, ok", [
-    ("LOT 6, JALAN BATAI,", True),  # a comma glued to its word stays
-    ("LOT 6, JALAN BATAI, ", False),  # a trailing space
-    (" LOT 6", False),  # a leading space
-    ("JOHOR -", False),  # a lone mark at the end
-    ("- BAHRU", False),  # ... or at the start
-    ("JOHOR - BAHRU", True),  # inside, it is part of the value
-    (",", False),  # a value needs a letter or a digit
-    ("(M) SDN BHD", True),
-])
+@pytest.mark.parametrize(
+    "name, ok",
+    [
+        ("LOT 6, JALAN BATAI,", True),  # a comma glued to its word stays
+        ("LOT 6, JALAN BATAI, ", False),  # a trailing space
+        (" LOT 6", False),  # a leading space
+        ("JOHOR -", False),  # a lone mark at the end
+        ("- BAHRU", False),  # ... or at the start
+        ("JOHOR - BAHRU", True),  # inside, it is part of the value
+        (",", False),  # a value needs a letter or a digit
+        ("(M) SDN BHD", True),
+    ],
+)
 def test_a_grounded_string_has_no_loose_ends(tokenizer, name, ok):
     assert accepts(tokenizer, PARTY, "LOT 6, JALAN BATAI, 81100 JOHOR - BAHRU (M) SDN BHD", rec(name)) is ok
 
@@ -169,8 +172,11 @@ def test_a_50_kb_document(tokenizer):
 
 
 def test_grounded_enum_members_need_their_spelling_in_the_text(tokenizer):
-    schema = {"type": "object", "properties": {"currency": {"enum": ["USD", "EUR", "CAD"], "x-grounded": {"spellings": {"USD": ["$"], "EUR": ["€"], "CAD": ["C$"]}}}},
-              "required": ["currency"]}
+    schema = {
+        "type": "object",
+        "properties": {"currency": {"enum": ["USD", "EUR", "CAD"], "x-grounded": {"spellings": {"USD": ["$"], "EUR": ["€"], "CAD": ["C$"]}}}},
+        "required": ["currency"],
+    }
     canadian = "Total C$1,260.00"
     assert accepts(tokenizer, schema, canadian, {"currency": "CAD"})
     assert not accepts(tokenizer, schema, canadian, {"currency": "USD"})  # the $ of C$ is not a dollar sign of its own
@@ -189,17 +195,37 @@ def test_span_word_holds_a_string_to_one_word_less_its_marks(tokenizer):
     schema = json.loads(json.dumps(PARTY))
     schema["properties"]["name"] = {"type": "string", "maxLength": 12, "x-grounded": {"span": "word"}}
     text = "Invoice No.: (HP-55021), ref 47/2025 for Marsh Lane Primary School"
-    for name, ok in [("HP-55021", True), ("47/2025", True), ("No", True), ("HP", False), ("(HP-55021)", False),
-                     ("Marsh Lane", False), ("Primary", True), ("School", True)]:
+    for name, ok in [
+        ("HP-55021", True),
+        ("47/2025", True),
+        ("No", True),
+        ("HP", False),
+        ("(HP-55021)", False),
+        ("Marsh Lane", False),
+        ("Primary", True),
+        ("School", True),
+    ]:
         assert accepts(tokenizer, schema, text, rec(name)) is ok, name
     schema["properties"]["name"]["maxLength"] = 6
     assert not accepts(tokenizer, schema, text, rec("HP-55021")) and accepts(tokenizer, schema, text, rec("School"))
 
 
-BY_PARAGRAPH = {"type": "object", "required": ["receipts"], "properties": {"receipts": {
-    "type": "array", "x-grounded": {"items": "paragraph"},
-    "items": {"type": "object", "required": ["shop", "total"], "additionalProperties": False,
-              "properties": {"shop": {"type": "string", "maxLength": 20, "x-grounded": True}, "total": {"type": "number", "x-grounded": True}}}}}}
+BY_PARAGRAPH = {
+    "type": "object",
+    "required": ["receipts"],
+    "properties": {
+        "receipts": {
+            "type": "array",
+            "x-grounded": {"items": "paragraph"},
+            "items": {
+                "type": "object",
+                "required": ["shop", "total"],
+                "additionalProperties": False,
+                "properties": {"shop": {"type": "string", "maxLength": 20, "x-grounded": True}, "total": {"type": "number", "x-grounded": True}},
+            },
+        }
+    },
+}
 RECEIPTS = "ACME STORE\nTOTAL 5.00\n\nBOLT HARDWARE\nTOTAL 7.50\n\n\nCRAB CAFE\nTOTAL 5.00\n"
 
 

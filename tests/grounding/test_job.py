@@ -13,8 +13,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("local_ray")]
 ONE_REPLICA = {"replicas": 1, "streams": 2, "shard_size": 2}
 SCHEMA = {
     "type": "object",
-    "properties": {"vendor": {"type": "string", "maxLength": 40, "x-grounded": True},
-                   "total": {"type": "number", "minimum": 0, "x-grounded": True}},
+    "properties": {"vendor": {"type": "string", "maxLength": 40, "x-grounded": True}, "total": {"type": "number", "minimum": 0, "x-grounded": True}},
     "required": ["vendor", "total"],
     "additionalProperties": False,
 }
@@ -23,15 +22,21 @@ SCHEMA = {
 @pytest.mark.parametrize("where", ["job_schema", "row_schema"])
 def test_a_value_the_document_does_not_write_is_rejected_as_ungrounded(tmp_path, where):
     inputs = tmp_path / "inputs.jsonl"
-    rows = [{"id": "written", "text": "Invoice from Brightwater Supply Co. Total due: $572.34"},
-            {"id": "unwritten", "text": "Invoice from Brightwater Supply Co. The total is on the second page."}]
+    rows = [
+        {"id": "written", "text": "Invoice from Brightwater Supply Co. Total due: $572.34"},
+        {"id": "unwritten", "text": "Invoice from Brightwater Supply Co. The total is on the second page."},
+    ]
     if where == "row_schema":  # dataset.schema_field: each row carries its schema, grounded the same way
         rows = [{**r, "schema": SCHEMA} for r in rows]
     inputs.write_text("".join(json.dumps(r) + "\n" for r in rows))
     (tmp_path / "schema.json").write_text(json.dumps(SCHEMA))
-    raw = job_dict(tmp_path / "out", dataset={"path": str(inputs), "schema_field": "schema" if where == "row_schema" else None},
-                   prompt={"system": "Extract the seller and the total due.", "template": "{text}"},
-                   decoding={"max_tokens": 48}, runtime=ONE_REPLICA)
+    raw = job_dict(
+        tmp_path / "out",
+        dataset={"path": str(inputs), "schema_field": "schema" if where == "row_schema" else None},
+        prompt={"system": "Extract the seller and the total due.", "template": "{text}"},
+        decoding={"max_tokens": 48},
+        runtime=ONE_REPLICA,
+    )
     raw["constraint"] = {"json_schema": str(tmp_path / "schema.json")} if where == "job_schema" else {}
     summary = Job(validate(raw), REPO).run()
     assert_exactly_once(tmp_path / "out", {"written", "unwritten"})
@@ -52,9 +57,12 @@ def test_a_value_the_document_does_not_write_is_rejected_as_ungrounded(tmp_path,
 def test_the_alarm_fires_on_a_run_that_copies_its_example(tmp_path):
     """The old shipped prompt: a worked example in the system prompt, no grounding. Its records copy the example."""
     data = "tests/grounding/data"
-    raw = job_dict(tmp_path / "out", constraint={"json_schema": f"{data}/invoice_ungrounded.json"},
-                   prompt={"system": f"@{data}/system_with_example.txt", "template": f"@{data}/template_with_example.txt"},
-                   runtime=ONE_REPLICA)
+    raw = job_dict(
+        tmp_path / "out",
+        constraint={"json_schema": f"{data}/invoice_ungrounded.json"},
+        prompt={"system": f"@{data}/system_with_example.txt", "template": f"@{data}/template_with_example.txt"},
+        runtime=ONE_REPLICA,
+    )
     summary = Job(validate(raw), REPO).run()
     assert summary.records == 4
     assert summary.alarm["shares"]["prompt_copies"] > 0.05

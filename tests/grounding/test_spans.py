@@ -19,8 +19,13 @@ SCHEMA = {
         "currency": {"enum": ["EUR", "USD"], "x-grounded": {"spellings": {"EUR": ["€"], "USD": ["$"]}}},
         "total": {"type": "number", "x-grounded": {"amount": True}},
         "tax": {"type": "number", "x-grounded": {"amount": True, "allow": [0]}},
-        "items": {"type": "array", "items": {"type": "object", "properties": {"name": {"type": "string", "x-grounded": True},
-                                                                             "qty": {"type": "integer", "x-grounded": True}}}},
+        "items": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {"name": {"type": "string", "x-grounded": True}, "qty": {"type": "integer", "x-grounded": True}},
+            },
+        },
     },
 }
 FIELDS = grounded_fields(SCHEMA)
@@ -69,8 +74,15 @@ def test_whitespace_exact_keeps_the_texts_own_spacing():
 def test_numbers_dates_and_enums_point_at_their_written_form():
     text = "Date: 3rd April 2025. Credit (45.00), net CHF 6'750.00, VAT 1,340 EUR, due 04/15/2025"
     record = {"date": "2025-04-15", "total": -45, "tax": 1340, "currency": "EUR", "items": [{"name": "Credit", "qty": 45}, {"name": "VAT"}]}
-    assert spans_of(record, text) == {"date": "04/15/2025", "total": "(45.00)", "tax": "1,340 EUR", "currency": "EUR",
-                                      "items[0].name": "Credit", "items[0].qty": "(45.00)", "items[1].name": "VAT"}
+    assert spans_of(record, text) == {
+        "date": "04/15/2025",
+        "total": "(45.00)",
+        "tax": "1,340 EUR",
+        "currency": "EUR",
+        "items[0].name": "Credit",
+        "items[0].qty": "(45.00)",
+        "items[1].name": "VAT",
+    }
     assert spans_of({"date": "2025-04-03"}, text) == {"date": "3rd April 2025"}
 
 
@@ -114,10 +126,15 @@ def test_a_value_of_the_wrong_type_has_no_span(value):
 
 # -- repeated values: the record's order, and items grounded by paragraph ----------
 
-RECEIPT = {"type": "object", "properties": {"company": {"type": "string", "x-grounded": True},
-                                            "date": {"type": "string", "format": "date", "x-grounded": True},
-                                            "total": {"type": "number", "x-grounded": {"amount": True}},
-                                            "note": {"type": "string"}}}
+RECEIPT = {
+    "type": "object",
+    "properties": {
+        "company": {"type": "string", "x-grounded": True},
+        "date": {"type": "string", "format": "date", "x-grounded": True},
+        "total": {"type": "number", "x-grounded": {"amount": True}},
+        "note": {"type": "string"},
+    },
+}
 REPORT = {"type": "object", "properties": {"receipts": {"type": "array", "items": RECEIPT}}}
 
 
@@ -132,8 +149,12 @@ def located(record, schema, text):
 def test_repeated_values_are_located_in_the_records_order():
     """The same shop and total on two receipts: each item's values are the ones after the item before."""
     text = "ACME SDN BHD\nDATE 25/12/2018\nITEM 9.00\nTOTAL 9.00\n\nACME SDN\nBHD\n01/01/2019\nTOTAL RM 9.00 CASH 10.00"
-    record = {"receipts": [{"company": "ACME SDN BHD", "date": "2018-12-25", "total": 9.0, "note": "x"},
-                           {"company": "ACME SDN BHD", "date": "2019-01-01", "total": 9}]}
+    record = {
+        "receipts": [
+            {"company": "ACME SDN BHD", "date": "2018-12-25", "total": 9.0, "note": "x"},
+            {"company": "ACME SDN BHD", "date": "2019-01-01", "total": 9},
+        ]
+    }
     spans = spans_in(record, REPORT, text)
     assert [text[s:e] for s, e in spans.values()] == ["ACME SDN BHD", "25/12/2018", "9.00", "ACME SDN\nBHD", "01/01/2019", "9.00"]
     assert spans["receipts[1].total"][0] > spans["receipts[1].date"][0] > spans["receipts[0].total"][0]
@@ -156,8 +177,12 @@ def test_items_of_an_array_grounded_by_paragraph_are_located_in_their_own_paragr
     """The shop's name is the last line of each receipt: the record's order alone would put both names in the first receipt."""
     schema = {"type": "object", "properties": {"receipts": {"type": "array", "x-grounded": {"items": "paragraph"}, "items": RECEIPT}}}
     text = "TOTAL 5.00\n02/01/2019\nSANYU STATIONERY\n\nTOTAL 7.00\n03/01/2019\nSANYU STATIONERY"
-    record = {"receipts": [{"company": "SANYU STATIONERY", "date": "2019-01-02", "total": 5},
-                           {"company": "SANYU STATIONERY", "date": "2019-01-03", "total": 7}]}
+    record = {
+        "receipts": [
+            {"company": "SANYU STATIONERY", "date": "2019-01-02", "total": 5},
+            {"company": "SANYU STATIONERY", "date": "2019-01-03", "total": 7},
+        ]
+    }
     spans = spans_in(record, schema, text)
     second = text.index("\n\n")
     assert spans["receipts[0].company"][0] < second < spans["receipts[1].company"][0]

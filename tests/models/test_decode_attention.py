@@ -32,8 +32,14 @@ def kernel(query, keys, values, spans) -> torch.Tensor:
 def sdpa(query, keys, values, span) -> torch.Tensor:
     slot, start, count, length = span
     mask = torch.arange(length) <= torch.arange(length - count, length)[:, None]
-    out = F.scaled_dot_product_attention(query[None, :, start : start + count], keys[slot : slot + 1, :, :length],
-                                         values[slot : slot + 1, :, :length], attn_mask=mask, scale=0.3, enable_gqa=True)
+    out = F.scaled_dot_product_attention(
+        query[None, :, start : start + count],
+        keys[slot : slot + 1, :, :length],
+        values[slot : slot + 1, :, :length],
+        attn_mask=mask,
+        scale=0.3,
+        enable_gqa=True,
+    )
     return out[0].transpose(0, 1)
 
 

@@ -11,9 +11,21 @@ from tests.helpers import REPO, assert_exactly_once, job_dict, read_dir
 
 pytestmark = pytest.mark.usefixtures("local_ray")
 
-SCHEMA = {"type": "object", "required": ["receipts"], "properties": {"receipts": {"type": "array", "items": {
-    "type": "object", "required": ["company", "date"], "additionalProperties": False,
-    "properties": {"company": {"type": "string", "x-grounded": True}, "date": {"type": "string", "format": "date", "x-grounded": True}}}}}}
+SCHEMA = {
+    "type": "object",
+    "required": ["receipts"],
+    "properties": {
+        "receipts": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["company", "date"],
+                "additionalProperties": False,
+                "properties": {"company": {"type": "string", "x-grounded": True}, "date": {"type": "string", "format": "date", "x-grounded": True}},
+            },
+        }
+    },
+}
 RECEIPT = "ACME SDN BHD\nNO 5, JALAN BUKIT\nDATE 02/01/2019\nTHANK YOU"
 CANNED = {"receipts": [{"company": "ACME SDN BHD", "date": "2019-01-02"}]}
 
@@ -24,8 +36,13 @@ def _job(tmp_path, rows, chunking=None, output=CANNED):
     data = tmp_path / "in.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     chunking = {"enabled": True, "max_tokens": 48, "overlap_tokens": 20} if chunking is None else chunking
-    raw = job_dict(tmp_path / "out", constraint={"json_schema": str(schema)}, dataset={"path": str(data), "limit": None, "chunking": chunking},
-                   runtime={"replicas": 1, "shard_size": 2}, prompt={"system": "", "template": "{text}"})
+    raw = job_dict(
+        tmp_path / "out",
+        constraint={"json_schema": str(schema)},
+        dataset={"path": str(data), "limit": None, "chunking": chunking},
+        runtime={"replicas": 1, "shard_size": 2},
+        prompt={"system": "", "template": "{text}"},
+    )
     raw["engine"] = {"name": "canned", "output": json.dumps(output)}
     return Job(validate(raw), REPO)
 
@@ -44,7 +61,7 @@ def test_a_long_row_is_one_record_from_its_chunks_and_a_short_one_is_decoded_who
     assert merged["receipts"] == CANNED["receipts"] * len(merged["receipts"])
     spans = dict(row["field_spans"])
     starts = [spans[f"receipts[{i}].company"][0] for i in range(len(merged["receipts"]))]
-    assert starts == sorted(set(starts)) and all(long[s:s + 12] == "ACME SDN BHD" for s in starts), "one item per place in the whole text"
+    assert starts == sorted(set(starts)) and all(long[s : s + 12] == "ACME SDN BHD" for s in starts), "one item per place in the whole text"
     assert sorted(set(dict(row["field_chunks"]).values())) == list(range(chunks))
     [stats] = [s for s in read_dir(tmp_path / "out", "stats") if "long" in s["row_ids"]]
     assert (stats["chunked_rows"], stats["chunks"]) == (1, chunks)

@@ -51,7 +51,7 @@ def test_paragraphs_are_preferred_to_lines_and_a_cut_between_two_needs_no_overla
     chunks = cut(text, words(text), budget=60, overlap=20)
     assert len(chunks) == 4, "two receipts a chunk"
     for before, after in zip(chunks, chunks[1:]):
-        assert text[before.end - 2:before.end] == "\n\n" and after.start == before.end
+        assert text[before.end - 2 : before.end] == "\n\n" and after.start == before.end
 
 
 def test_a_paragraph_longer_than_a_chunk_is_cut_at_a_line_and_overlaps():
@@ -68,7 +68,7 @@ def test_a_paragraph_longer_than_a_chunk_is_cut_at_a_line_and_overlaps():
 def test_sentences_then_words_then_a_hard_cut():
     prose = " ".join(f"Sentence {i} is here." for i in range(30))
     chunks = cut(prose, words(prose), budget=25, overlap=6)
-    assert all(prose[c.end - 2:c.end] == ". " for c in chunks[:-1])
+    assert all(prose[c.end - 2 : c.end] == ". " for c in chunks[:-1])
     blob = "x" * 500  # one word longer than a chunk: only a hard cut helps
     starts = list(range(0, 500, 5))
     chunks = cut(blob, starts, budget=20, overlap=5)
@@ -103,8 +103,9 @@ class _Tokenizer:
 
 
 def test_the_budget_is_what_the_context_leaves_after_the_prompt_and_max_tokens():
-    chunker = Chunker(ChunkingConfig(enabled=True), _Tokenizer(), context=400, system="read it", template="<doc> {text} </doc>",
-                      text_field="text", max_tokens=100)
+    chunker = Chunker(
+        ChunkingConfig(enabled=True), _Tokenizer(), context=400, system="read it", template="<doc> {text} </doc>", text_field="text", max_tokens=100
+    )
     bare = chunker.budget({"text": ""})
     assert 400 - 100 - SLACK - 20 < bare < 400 - 100 - SLACK
     capped = Chunker(ChunkingConfig(enabled=True, max_tokens=64, overlap_tokens=16), _Tokenizer(), 400, None, "{text}", "text", 100)
@@ -129,4 +130,4 @@ def test_real_tokenizer_chunks_fit_the_context(tokenizer):
     chunker = Chunker(ChunkingConfig(enabled=True), tokenizer, 8192, system, template, "text", 256)
     chunks = chunker.chunks({"text": text})
     assert len(chunks) > 4
-    assert all(len(encode_chat(tokenizer, template.format(text=text[c.start:c.end]), system)) + 256 <= 8192 for c in chunks)
+    assert all(len(encode_chat(tokenizer, template.format(text=text[c.start : c.end]), system)) + 256 <= 8192 for c in chunks)

@@ -47,7 +47,6 @@ def test_two_nodes_write_to_one_s3_output(two_nodes, s3, tmp_path):
     assert {s["replica"] for s in read_dir(out, "stats")} == {0, 1}
 
 
-
 def test_losing_a_node_mid_run_loses_no_row(two_nodes, tmp_path):
     """The worker node dies while its replica holds shards: they are retried on the head's replica, exactly once."""
     worker = next(n for n in two_nodes.worker_nodes)

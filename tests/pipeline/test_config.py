@@ -98,8 +98,15 @@ def test_cli_without_job_says_what_to_do():
 
 @pytest.mark.slow
 def test_multirun_sweeps_overrides_into_their_own_output_dirs(tmp_path):
-    res = _cli("run", "conf=extract_invoices", "-m", "dataset.limit=1", "decoding.max_tokens=8,12",
-               f"output.dir={tmp_path}/t${{decoding.max_tokens}}", "runtime.replicas=1")
+    res = _cli(
+        "run",
+        "conf=extract_invoices",
+        "-m",
+        "dataset.limit=1",
+        "decoding.max_tokens=8,12",
+        f"output.dir={tmp_path}/t${{decoding.max_tokens}}",
+        "runtime.replicas=1",
+    )
     assert res.returncode == 0, res.stderr[-2000:]
     for budget in (8, 12):
         recorded = manifest(tmp_path / f"t{budget}")

@@ -58,7 +58,9 @@ def test_scan_then_read_slice_gives_back_the_rows_read_rows_reads(tmp_path, fmt)
     from fucina_jobs.pipeline.dataset import read_slice, scan
 
     if fmt == "jsonl":
-        (tmp_path / "in.jsonl").write_bytes(b'\xef\xbb\xbf{"id": "a", "text": "hi"}\n{bad\n\n{"id": "c", "text": "caf\xe9"}\n{"id": "d", "text": "x"}\n')
+        (tmp_path / "in.jsonl").write_bytes(
+            b'\xef\xbb\xbf{"id": "a", "text": "hi"}\n{bad\n\n{"id": "c", "text": "caf\xe9"}\n{"id": "d", "text": "x"}\n'
+        )
         cfg = _cfg(tmp_path / "in.jsonl")
     elif fmt == "csv":
         (tmp_path / "in.csv").write_text('\ufeffid,text\nx,"two\nlines"\n\ny,two\nz,three,extra\n')

@@ -14,8 +14,18 @@ pytestmark = pytest.mark.slow
 
 
 def _command(out):
-    return [sys.executable, "-m", "fucina_jobs", "run", "conf=extract_invoices", "dataset.limit=6",
-            "runtime.shard_size=2", "runtime.streams=2", "decoding.max_tokens=160", f"output.dir={out}"]
+    return [
+        sys.executable,
+        "-m",
+        "fucina_jobs",
+        "run",
+        "conf=extract_invoices",
+        "dataset.limit=6",
+        "runtime.shard_size=2",
+        "runtime.streams=2",
+        "decoding.max_tokens=160",
+        f"output.dir={out}",
+    ]
 
 
 def test_driver_killed_and_restarted_resumes_completed_shards(tmp_path):

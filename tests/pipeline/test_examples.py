@@ -21,8 +21,10 @@ from tests.helpers import GREEDY, REPO, STOP, job_dict
 
 SCHEMA = {
     "type": "object",
-    "properties": {"vendor": {"type": "string", "maxLength": 40, "x-grounded": True},
-                   "total": {"type": "number", "minimum": 0, "x-grounded": {"amount": True}}},
+    "properties": {
+        "vendor": {"type": "string", "maxLength": 40, "x-grounded": True},
+        "total": {"type": "number", "minimum": 0, "x-grounded": {"amount": True}},
+    },
     "required": ["vendor", "total"],
     "additionalProperties": False,
 }
@@ -34,19 +36,35 @@ def job(tmp_path, lines: list, **prompt):
     (tmp_path / "schema.json").write_text(json.dumps(SCHEMA))
     (tmp_path / "examples.jsonl").write_text("".join((line if isinstance(line, str) else json.dumps(line)) + "\n" for line in lines))
     (tmp_path / "inputs.jsonl").write_text(json.dumps({"id": "a", "text": ROW}) + "\n")
-    raw = job_dict(tmp_path / "out", constraint={"json_schema": str(tmp_path / "schema.json")}, dataset={"path": str(tmp_path / "inputs.jsonl")},
-                   prompt={"system": "Extract the seller and the total.", "template": "<doc>\n{text}\n</doc>",
-                           "examples": str(tmp_path / "examples.jsonl"), **prompt})
+    raw = job_dict(
+        tmp_path / "out",
+        constraint={"json_schema": str(tmp_path / "schema.json")},
+        dataset={"path": str(tmp_path / "inputs.jsonl")},
+        prompt={
+            "system": "Extract the seller and the total.",
+            "template": "<doc>\n{text}\n</doc>",
+            "examples": str(tmp_path / "examples.jsonl"),
+            **prompt,
+        },
+    )
     return validate(raw)
 
 
-@pytest.mark.parametrize("line, message", [
-    ("{not json", r"examples\.jsonl:2: not JSON"),
-    ({"label": EXAMPLE["label"]}, r"examples\.jsonl:2: expected \{\"text\""),
-    ({"text": EXAMPLE["text"], "label": {"vendor": "Pinewood Labels Ltd"}}, r"examples\.jsonl:2: the label does not fit the job's schema: <root>: 'total' is a required property"),
-    ({"text": EXAMPLE["text"], "label": {"vendor": "Pinewood Labels Ltd", "total": 1680}},
-     r"examples\.jsonl:2: grounded value\(s\) not found in the example's own text: total=1680"),
-])
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ("{not json", r"examples\.jsonl:2: not JSON"),
+        ({"label": EXAMPLE["label"]}, r"examples\.jsonl:2: expected \{\"text\""),
+        (
+            {"text": EXAMPLE["text"], "label": {"vendor": "Pinewood Labels Ltd"}},
+            r"examples\.jsonl:2: the label does not fit the job's schema: <root>: 'total' is a required property",
+        ),
+        (
+            {"text": EXAMPLE["text"], "label": {"vendor": "Pinewood Labels Ltd", "total": 1680}},
+            r"examples\.jsonl:2: grounded value\(s\) not found in the example's own text: total=1680",
+        ),
+    ],
+)
 def test_a_bad_example_is_a_config_error_naming_its_file_and_line_before_any_model_loads(tmp_path, line, message):
     with pytest.raises(ConfigError, match=message):
         Job(job(tmp_path, [EXAMPLE, line]), REPO)  # the line number counts non-blank lines' positions in the file
@@ -87,8 +105,11 @@ def test_examples_are_chat_turns_between_the_system_message_and_the_row(tokenize
 
 
 def test_the_prefix_cache_computes_the_examples_once_for_every_row(tokenizer, tiny_model):
-    engine = FucinaEngine(LoadedModel(tiny_model, tokenizer, "tiny", tiny_model.device), DecodingConfig(speculative=SpeculativeConfig(enabled=False)),
-                          RuntimeConfig(streams=1))
+    engine = FucinaEngine(
+        LoadedModel(tiny_model, tokenizer, "tiny", tiny_model.device),
+        DecodingConfig(speculative=SpeculativeConfig(enabled=False)),
+        RuntimeConfig(streams=1),
+    )
     examples = ((EXAMPLE["text"], '{"vendor":"Pinewood Labels Ltd","total":1608}'),) * 2
     prompts = [Prompt(str(k), f"Invoice {k} from Brightwater, total {k}.00", "SYSTEM", examples=examples, max_tokens=3) for k in range(4)]
     session = engine.session()

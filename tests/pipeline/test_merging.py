@@ -16,8 +16,12 @@ def part(index: int, start: int, end: int, record, means=None, spans=None) -> Pa
 
 
 def test_scalars_keep_the_most_confident_value_and_record_the_others():
-    parts = [part(0, 0, 100, {"date": "2019-01-02"}, {"date": 0.4}), part(1, 80, 200, {"date": "2019-02-01"}, {"date": 0.9}),
-             part(2, 180, 300, {"date": None}), part(3, 280, 400, {"date": "2019-02-01"}, {"date": 0.7})]
+    parts = [
+        part(0, 0, 100, {"date": "2019-01-02"}, {"date": 0.4}),
+        part(1, 80, 200, {"date": "2019-02-01"}, {"date": 0.9}),
+        part(2, 180, 300, {"date": None}),
+        part(3, 280, 400, {"date": "2019-02-01"}, {"date": 0.7}),
+    ]
     merged = merge(SCHEMA, parts)
     assert merged.record == {"date": "2019-02-01"}
     assert merged.chunks == {"date": 1} and merged.confidence.field_mean == {"date": 0.9}
@@ -27,7 +31,11 @@ def test_scalars_keep_the_most_confident_value_and_record_the_others():
 
 
 def test_null_never_wins_and_agreeing_chunks_are_no_conflict():
-    parts = [part(0, 0, 10, {"date": None}), part(1, 5, 20, {"date": "2019-01-02"}, {"date": 0.2}), part(2, 15, 30, {"date": "2019-01-02"}, {"date": 0.3})]
+    parts = [
+        part(0, 0, 10, {"date": None}),
+        part(1, 5, 20, {"date": "2019-01-02"}, {"date": 0.2}),
+        part(2, 15, 30, {"date": "2019-01-02"}, {"date": 0.3}),
+    ]
     merged = merge(SCHEMA, parts)
     assert merged.record == {"date": "2019-01-02"} and merged.chunks == {"date": 2} and merged.conflicts == []
     assert merge(SCHEMA, [part(0, 0, 10, {"date": None}), part(1, 5, 20, {"date": None})]).record == {"date": None}
@@ -47,10 +55,20 @@ def test_items_concatenate_and_an_item_in_the_overlap_is_kept_once_by_its_span()
     a = {"company": "ACME", "total": 5}
     b = {"company": "BOLT", "total": 7}
     c = {"company": "CRAB", "total": 9}
-    first = part(0, 0, 100, {"receipts": [a, b]}, spans={"receipts[0].company": (10, 14), "receipts[0].total": (30, 31),
-                                                         "receipts[1].company": (70, 74), "receipts[1].total": (85, 86)})
-    second = part(1, 60, 160, {"receipts": [b, c]}, spans={"receipts[0].company": (10, 14), "receipts[0].total": (25, 26),
-                                                          "receipts[1].company": (50, 54), "receipts[1].total": (70, 71)})
+    first = part(
+        0,
+        0,
+        100,
+        {"receipts": [a, b]},
+        spans={"receipts[0].company": (10, 14), "receipts[0].total": (30, 31), "receipts[1].company": (70, 74), "receipts[1].total": (85, 86)},
+    )
+    second = part(
+        1,
+        60,
+        160,
+        {"receipts": [b, c]},
+        spans={"receipts[0].company": (10, 14), "receipts[0].total": (25, 26), "receipts[1].company": (50, 54), "receipts[1].total": (70, 71)},
+    )
     merged = merge(SCHEMA, [first, second])
     assert merged.record == {"receipts": [a, b, c]}
     assert merged.duplicates == 1 and merged.conflicts == []
@@ -71,10 +89,22 @@ def test_a_half_read_copy_near_the_cut_loses_to_the_whole_one():
     """Chunk 0 ends inside receipt BOLT (its total is in chunk 1 only): chunk 0's copy shares the name's offsets but took a wrong
     total near its edge. The copy farther from the cut is kept, the other recorded as a conflict."""
     partial, whole = {"company": "BOLT", "total": 3}, {"company": "BOLT", "total": 7}
-    first = part(0, 0, 100, {"receipts": [partial]}, {"receipts[0].company": 0.9, "receipts[0].total": 0.3},
-                 spans={"receipts[0].company": (90, 94), "receipts[0].total": (97, 98)})
-    second = part(1, 80, 180, {"receipts": [whole]}, {"receipts[0].company": 0.8, "receipts[0].total": 0.95},
-                  spans={"receipts[0].company": (10, 14), "receipts[0].total": (40, 41)})
+    first = part(
+        0,
+        0,
+        100,
+        {"receipts": [partial]},
+        {"receipts[0].company": 0.9, "receipts[0].total": 0.3},
+        spans={"receipts[0].company": (90, 94), "receipts[0].total": (97, 98)},
+    )
+    second = part(
+        1,
+        80,
+        180,
+        {"receipts": [whole]},
+        {"receipts[0].company": 0.8, "receipts[0].total": 0.95},
+        spans={"receipts[0].company": (10, 14), "receipts[0].total": (40, 41)},
+    )
     merged = merge(SCHEMA, [first, second])
     assert merged.record == {"receipts": [whole]} and merged.duplicates == 1
     assert merged.confidence.field_mean == {"receipts[0].company": 0.8, "receipts[0].total": 0.95}
@@ -83,24 +113,34 @@ def test_a_half_read_copy_near_the_cut_loses_to_the_whole_one():
 
 def test_without_spans_an_equal_item_of_the_chunk_before_is_a_duplicate_but_not_of_its_own_chunk():
     schema = {"type": "object", "properties": {"lines": {"type": "array", "items": {"type": "string"}}}}
-    merged = merge(schema, [part(0, 0, 50, {"lines": ["tea", "tea", "cake"]}), part(1, 40, 90, {"lines": ["cake", "jam"]}),
-                            part(2, 80, 130, {"lines": ["tea"]})])
+    merged = merge(
+        schema, [part(0, 0, 50, {"lines": ["tea", "tea", "cake"]}), part(1, 40, 90, {"lines": ["cake", "jam"]}), part(2, 80, 130, {"lines": ["tea"]})]
+    )
     assert merged.record == {"lines": ["tea", "tea", "cake", "jam", "tea"]}, "tea in chunk 2 is not in chunk 1: a new item"
     assert merged.duplicates == 1
 
 
 def test_x_merge_all_keeps_duplicates_and_first_takes_a_whole_array():
-    schema = {"type": "object", "properties": {"a": {"type": "array", "items": {"type": "string"}, "x-merge": "all"},
-                                               "b": {"type": "array", "items": {"type": "string"}, "x-merge": "first"}}}
-    merged = merge(schema, [part(0, 0, 50, {"a": ["x"], "b": []}), part(1, 40, 90, {"a": ["x"], "b": ["y", "z"]}), part(2, 80, 99, {"a": [], "b": ["w"]})])
+    schema = {
+        "type": "object",
+        "properties": {
+            "a": {"type": "array", "items": {"type": "string"}, "x-merge": "all"},
+            "b": {"type": "array", "items": {"type": "string"}, "x-merge": "first"},
+        },
+    }
+    merged = merge(
+        schema, [part(0, 0, 50, {"a": ["x"], "b": []}), part(1, 40, 90, {"a": ["x"], "b": ["y", "z"]}), part(2, 80, 99, {"a": [], "b": ["w"]})]
+    )
     assert merged.record == {"a": ["x", "x"], "b": ["y", "z"]}, "an empty array found nothing: the first chunk that found something wins"
     assert merged.chunks == {"a[0]": 0, "a[1]": 1, "b[0]": 1, "b[1]": 1}
 
 
 def test_objects_merge_field_by_field_unless_told_to_keep_one_whole():
     vendor = {"type": "object", "properties": {"name": {"type": "string"}, "vat": {"type": "string"}}}
-    parts = [part(0, 0, 50, {"v": {"name": "ACME", "vat": None}}, {"v.name": 0.9}),
-             part(1, 40, 90, {"v": {"name": "ACNE", "vat": "DE1"}}, {"v.name": 0.2, "v.vat": 0.8})]
+    parts = [
+        part(0, 0, 50, {"v": {"name": "ACME", "vat": None}}, {"v.name": 0.9}),
+        part(1, 40, 90, {"v": {"name": "ACNE", "vat": "DE1"}}, {"v.name": 0.2, "v.vat": 0.8}),
+    ]
     fields = merge({"type": "object", "properties": {"v": vendor}}, parts)
     assert fields.record == {"v": {"name": "ACME", "vat": "DE1"}} and fields.chunks == {"v.name": 0, "v.vat": 1}
     whole = merge({"type": "object", "properties": {"v": vendor | {"x-merge": "most_confident"}}}, parts)
@@ -118,4 +158,9 @@ def test_x_merge_rules_are_checked_where_they_are_written():
     with pytest.raises(MergeError, match="properties/a: x-merge='all' does not apply to a scalar; use one of most_confident, first, last"):
         check_rules({"type": "object", "properties": {"a": {"type": "string", "x-merge": "all"}}})
     with pytest.raises(MergeError, match="properties/l/items/properties/n: x-merge='sum'"):
-        check_rules({"type": "object", "properties": {"l": {"type": "array", "items": {"type": "object", "properties": {"n": {"type": "number", "x-merge": "sum"}}}}}})
+        check_rules(
+            {
+                "type": "object",
+                "properties": {"l": {"type": "array", "items": {"type": "object", "properties": {"n": {"type": "number", "x-merge": "sum"}}}}},
+            }
+        )

@@ -48,8 +48,11 @@ def test_nightly_reruns_write_only_new_rows_into_a_new_partition_read_as_one_tab
 
     # Every partition as one table, the way a user reads it: pyarrow's hive partitioning gives the `run` column.
     version = RunDir.open(out)
-    rows = [row for kind in ("records", "rejects") for row in
-            ds.dataset(version.folder(kind), format="parquet", partitioning="hive").to_table(columns=["row_id", "run"]).to_pylist()]
+    rows = [
+        row
+        for kind in ("records", "rejects")
+        for row in ds.dataset(version.folder(kind), format="parquet", partitioning="hive").to_table(columns=["row_id", "run"]).to_pylist()
+    ]
     assert sorted(r["row_id"] for r in rows) == sorted(_ids(30) | new)
     assert {r["row_id"] for r in rows if r["run"] == night2} == new, "the second night's partition holds only the new rows"
 

@@ -17,8 +17,7 @@ def _version(out, fingerprint: str, run: str | None = None) -> RunDir:
 def _shard(version: RunDir, key: str, ids: list[str], commit: bool = True) -> None:
     version.write_outputs(key, pa.table({"row_id": ids}), pa.table({"row_id": pa.array([], pa.string())}))
     if commit:
-        version.commit(key, pa.table({"row_ids": [ids], "row_digests": [["d"] * len(ids)], "failed": [False],
-                                      "records": [len(ids)], "rejects": [0]}))
+        version.commit(key, pa.table({"row_ids": [ids], "row_digests": [["d"] * len(ids)], "failed": [False], "records": [len(ids)], "rejects": [0]}))
 
 
 def test_shards_live_in_hive_partitions_of_their_version(tmp_path):
@@ -29,7 +28,10 @@ def test_shards_live_in_hive_partitions_of_their_version(tmp_path):
     _shard(version, "k2", ["y", "z"])
     assert sorted((s.key, s.run, s.records) for s in version.committed()) == [("k1", "20261130T120501Z", 1), ("k2", "20261201T020000Z", 2)]
     assert sorted((r["row_id"], r["run"]) for r in read_dir(tmp_path, "records")) == [
-        ("x", "20261130T120501Z"), ("y", "20261201T020000Z"), ("z", "20261201T020000Z")]
+        ("x", "20261130T120501Z"),
+        ("y", "20261201T020000Z"),
+        ("z", "20261201T020000Z"),
+    ]
 
 
 def test_a_new_run_never_takes_a_partition_name_in_use(tmp_path):

@@ -16,6 +16,7 @@ from tests.helpers import REPO, assert_exactly_once, manifest, read_dir
 
 pytestmark = pytest.mark.slow
 
+
 def test_a_job_reads_and_writes_s3_and_a_rerun_decodes_nothing(s3, tmp_path, local_ray):
     local = tmp_path / "in.jsonl"
     generate(local, 25)

@@ -19,12 +19,15 @@ def test_invoice_schema_maps_to_typed_columns():
 
 
 def test_nested_schema_maps_to_struct_list_and_map():
-    schema = {"type": "object", "properties": {
-        "tags": {"type": "array", "items": {"type": "string"}},
-        "who": {"type": "object", "properties": {"age": {"type": "integer"}}},
-        "extra": {"type": "object", "additionalProperties": {"type": "number"}},
-        "either": {"oneOf": [{"type": "string"}, {"type": "integer"}]},
-    }}
+    schema = {
+        "type": "object",
+        "properties": {
+            "tags": {"type": "array", "items": {"type": "string"}},
+            "who": {"type": "object", "properties": {"age": {"type": "integer"}}},
+            "extra": {"type": "object", "additionalProperties": {"type": "number"}},
+            "either": {"oneOf": [{"type": "string"}, {"type": "integer"}]},
+        },
+    }
     types = {f.name: f.type for f in json_schema_fields(schema)}
     assert types == {"tags": pa.list_(pa.string()), "who": pa.struct([("age", pa.int64())]), "extra": pa.map_(pa.string(), pa.float64())}
 
@@ -43,7 +46,11 @@ def test_validator_reasons():
 def test_regex_validator_gives_named_groups():
     regex = (SHIPPED / "schemas/contact.regex").read_text().strip()
     v = Validator("regex", regex)
-    assert v("Ada Lovelace | ada@example.org | +44 20 7946 0000", "stop", None)[0] == {"name": "Ada Lovelace", "email": "ada@example.org", "phone": "+44 20 7946 0000"}
+    assert v("Ada Lovelace | ada@example.org | +44 20 7946 0000", "stop", None)[0] == {
+        "name": "Ada Lovelace",
+        "email": "ada@example.org",
+        "phone": "+44 20 7946 0000",
+    }
     assert v("nobody", "stop", None)[1] == "schema_violation"
 
 

@@ -16,8 +16,15 @@ HOT = replace(GREEDY, temperature=0.7)
 
 def output(record, confidence=None, tokens=10):
     text = json.dumps(record) if record is not None else "{not json"
-    return {"row_id": "r", "text": text, "finish_reason": "stop", "error": None, "prompt_tokens": 100, "generated_tokens": tokens,
-            "confidence": confidence}
+    return {
+        "row_id": "r",
+        "text": text,
+        "finish_reason": "stop",
+        "error": None,
+        "prompt_tokens": 100,
+        "generated_tokens": tokens,
+        "confidence": confidence,
+    }
 
 
 def voted(records, valid=lambda text: True, confidences=None):
@@ -47,9 +54,11 @@ def test_samples_that_did_not_validate_do_not_vote_but_count_in_the_share():
 
 
 def test_token_confidence_is_the_mean_over_the_samples_that_wrote_the_kept_value():
-    confidences = [Confidence(0.2, {"vendor": 0.2, "total": 0.9}, {"vendor": 0.4, "total": 0.95}),
-                   Confidence(0.5, {"vendor": 0.5, "total": 0.1}, {"vendor": 0.6, "total": 0.2}),
-                   Confidence(0.3, {"vendor": 0.3, "total": 0.8}, {"vendor": 0.8, "total": 0.85})]
+    confidences = [
+        Confidence(0.2, {"vendor": 0.2, "total": 0.9}, {"vendor": 0.4, "total": 0.95}),
+        Confidence(0.5, {"vendor": 0.5, "total": 0.1}, {"vendor": 0.6, "total": 0.2}),
+        Confidence(0.3, {"vendor": 0.3, "total": 0.8}, {"vendor": 0.8, "total": 0.85}),
+    ]
     result = voted([{"vendor": "A", "total": 1}, {"vendor": "B", "total": 2}, {"vendor": "B", "total": 1}], confidences=confidences)
     c = result["confidence"]
     assert c.field_mean == pytest.approx({"vendor": 0.7, "total": 0.9}) and c.field_min == {"vendor": 0.3, "total": 0.8}

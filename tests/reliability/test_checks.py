@@ -121,10 +121,13 @@ def test_dataset_problems_are_one_line_errors(tmp_path):
         Job(validate(job_dict(tmp_path / "out", dataset={"path": str(not_parquet), "format": "parquet"})), REPO)
 
 
-@pytest.mark.parametrize("args, words", [
-    (["conf=extract_invoices", "prompt.template='Doc {nope}'"], ["prompt.template", "'nope'"]),
-    (["--config-dir", "TMP", "conf=broken"], ["broken.yaml line 5", "malformed YAML"]),
-])
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["conf=extract_invoices", "prompt.template='Doc {nope}'"], ["prompt.template", "'nope'"]),
+        (["--config-dir", "TMP", "conf=broken"], ["broken.yaml line 5", "malformed YAML"]),
+    ],
+)
 def test_cli_says_it_in_one_line_without_a_traceback(tmp_path, args, words):
     (tmp_path / "broken.yaml").write_text("defaults:\n  - base\n  - _self_\nname: [broken\n")
     res = cli(*[a.replace("TMP", str(tmp_path)) for a in args], f"output.dir={tmp_path}/out")

@@ -47,10 +47,18 @@ def _damaged_run(tmp: Path) -> None:
 
 
 def _contacts_run(tmp: Path) -> None:
-    config = {"name": "extract_contacts", "constraint": {"regex": "schemas/contact.regex"},
-              "dataset": {"path": "jobs/contacts/inputs.jsonl"}, "output": {"dir": str(tmp / "run")}}
-    make_run(tmp / "run", [{"row_id": "c1", "text": "Ann | ann@x.org | 1"}], [],
-             manifest={"name": "extract_contacts", "status": "complete", "fingerprint": "f", "config": config})
+    config = {
+        "name": "extract_contacts",
+        "constraint": {"regex": "schemas/contact.regex"},
+        "dataset": {"path": "jobs/contacts/inputs.jsonl"},
+        "output": {"dir": str(tmp / "run")},
+    }
+    make_run(
+        tmp / "run",
+        [{"row_id": "c1", "text": "Ann | ann@x.org | 1"}],
+        [],
+        manifest={"name": "extract_contacts", "status": "complete", "fingerprint": "f", "config": config},
+    )
 
 
 def _stale_ray_start(tmp: Path) -> None:
@@ -69,24 +77,38 @@ def _gcs_reachable() -> str | None:
 RUN = ["run", "conf=extract_invoices", "output.dir={tmp}/out"]
 CASES = [
     Case("run-empty-output-dir", ["run", "conf=extract_invoices", "output.dir="], ["output.dir is empty"]),
-    Case("run-output-dir-is-a-file", ["run", "conf=extract_invoices", "output.dir={tmp}/afile"], ["/afile is a file, not a folder"],
-         setup=_file),
-    Case("run-gs-output-without-credentials", ["run", "conf=extract_invoices", "output.dir=gs://fucina-no-bucket/out"],
-         ["output.dir=gs://fucina-no-bucket/out"], skip=_gcs_reachable),
-    Case("run-ray-address-where-nothing-listens", [*RUN, "runtime.ray_address=127.0.0.1:9"],
-         ["runtime.ray_address=127.0.0.1:9", "no Ray cluster answers"]),
-    Case("run-ray-address-auto-after-the-cluster-went", [*RUN, "runtime.ray_address=auto"],
-         ["runtime.ray_address=auto", "no Ray cluster answers"], setup=_stale_ray_start, env=lambda tmp: {"RAY_TMPDIR": str(tmp)},
-         skip=ray_running),
-    Case("run-model-source-not-a-model", [*RUN, "model.source={tmp}/notamodel"], ["model.source", "without config.json"],
-         setup=_not_a_model),
+    Case("run-output-dir-is-a-file", ["run", "conf=extract_invoices", "output.dir={tmp}/afile"], ["/afile is a file, not a folder"], setup=_file),
+    Case(
+        "run-gs-output-without-credentials",
+        ["run", "conf=extract_invoices", "output.dir=gs://fucina-no-bucket/out"],
+        ["output.dir=gs://fucina-no-bucket/out"],
+        skip=_gcs_reachable,
+    ),
+    Case(
+        "run-ray-address-where-nothing-listens",
+        [*RUN, "runtime.ray_address=127.0.0.1:9"],
+        ["runtime.ray_address=127.0.0.1:9", "no Ray cluster answers"],
+    ),
+    Case(
+        "run-ray-address-auto-after-the-cluster-went",
+        [*RUN, "runtime.ray_address=auto"],
+        ["runtime.ray_address=auto", "no Ray cluster answers"],
+        setup=_stale_ray_start,
+        env=lambda tmp: {"RAY_TMPDIR": str(tmp)},
+        skip=ray_running,
+    ),
+    Case("run-model-source-not-a-model", [*RUN, "model.source={tmp}/notamodel"], ["model.source", "without config.json"], setup=_not_a_model),
     Case("review-limit-0", ["review", "{tmp}", "--limit", "0"], ["--limit", "must be 1 or more, not 0"]),
     Case("review-limit-negative", ["review", "{tmp}", "--limit", "-1"], ["--limit", "must be 1 or more, not -1"]),
     Case("review-a-regular-file", ["review", "{tmp}/afile"], ["/afile is a file, not a folder"], setup=_file),
     Case("review-a-damaged-run", ["review", "{tmp}/run"], ["shard-00000.parquet is damaged"], setup=_damaged_run),
     Case("compare-a-damaged-run", ["compare", "{tmp}/run", "{tmp}/run"], ["shard-00000.parquet is damaged"], setup=_damaged_run),
-    Case("eval-run-dir-of-another-job", ["eval", "conf=eval_invoices", "eval.run_dir={tmp}/run", "output.dir={tmp}/hydra"],
-         ["eval.run_dir=", "another job, 'extract_contacts'", "constraint.regex=schemas/contact.regex"], setup=_contacts_run),
+    Case(
+        "eval-run-dir-of-another-job",
+        ["eval", "conf=eval_invoices", "eval.run_dir={tmp}/run", "output.dir={tmp}/hydra"],
+        ["eval.run_dir=", "another job, 'extract_contacts'", "constraint.regex=schemas/contact.regex"],
+        setup=_contacts_run,
+    ),
 ]
 
 

@@ -38,11 +38,24 @@ def _cli_run(tmp_path):
     its dataset and its output.dir, and kills what is left of it when the test ends."""
     data = write_jsonl(tmp_path / "in.jsonl", invoice_rows(IDS))
     out = tmp_path / "out"
-    args = [f"dataset.path={data}", "dataset.limit=null", "decoding.max_tokens=8", "runtime.replicas=1", "runtime.streams=2",
-            "runtime.shard_size=2", f"output.dir={out}"]
-    proc = subprocess.Popen([sys.executable, "-m", "fucina_jobs", "run", "conf=extract_invoices", *args], cwd=REPO,
-                            start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # as under a terminal, even if pytest runs in the background
+    args = [
+        f"dataset.path={data}",
+        "dataset.limit=null",
+        "decoding.max_tokens=8",
+        "runtime.replicas=1",
+        "runtime.streams=2",
+        "runtime.shard_size=2",
+        f"output.dir={out}",
+    ]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fucina_jobs", "run", "conf=extract_invoices", *args],
+        cwd=REPO,
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )  # as under a terminal, even if pytest runs in the background
     try:
         yield proc, data, out
     finally:

@@ -57,8 +57,16 @@ def _zstd(data: bytes) -> bytes:
     return sink.getvalue().to_pybytes()
 
 
-@pytest.mark.parametrize("name, compress", [("in.jsonl.gz", gzip.compress), ("in.jsonl.bz2", bz2.compress), ("in.jsonl.xz", lzma.compress),
-                                            ("in.jsonl.zst", _zstd), ("no-suffix", gzip.compress)])
+@pytest.mark.parametrize(
+    "name, compress",
+    [
+        ("in.jsonl.gz", gzip.compress),
+        ("in.jsonl.bz2", bz2.compress),
+        ("in.jsonl.xz", lzma.compress),
+        ("in.jsonl.zst", _zstd),
+        ("no-suffix", gzip.compress),
+    ],
+)
 def test_compressed_jsonl_reads_every_row_by_its_magic_bytes_and_slices_read_back(tmp_path, name, compress):
     """Defect 2: big.jsonl.gz gave one garbage reject per line break of the gzip stream and none of its rows."""
     path = tmp_path / name
@@ -179,12 +187,19 @@ def test_a_row_nested_100000_deep_is_its_own_reject(tmp_path):
     """Tracebacks list: 100,000 nested `[` raised RecursionError in the driver, on every rerun."""
     path = tmp_path / "in.jsonl"
     deep = "[" * 100_000 + "]" * 100_000
-    path.write_text("\n".join([json.dumps(ROWS[0]), "[" * 100_000, '{"id": "deep", "text": "t", "x": ' + deep + "}",
-                               json.dumps({"id": "brackets", "text": "[" * 5000})]) + "\n")
+    path.write_text(
+        "\n".join(
+            [json.dumps(ROWS[0]), "[" * 100_000, '{"id": "deep", "text": "t", "x": ' + deep + "}", json.dumps({"id": "brackets", "text": "[" * 5000})]
+        )
+        + "\n"
+    )
     rows = _slices(_cfg(path), tmp_path, 2)
     assert [(r.id, r.problem) for r in rows] == [
-        ("r0000", None), ("in.jsonl:2", "in.jsonl:2: JSON nested deeper than 128 levels"),
-        ("in.jsonl:3", "in.jsonl:3: JSON nested deeper than 128 levels"), ("brackets", None)]
+        ("r0000", None),
+        ("in.jsonl:2", "in.jsonl:2: JSON nested deeper than 128 levels"),
+        ("in.jsonl:3", "in.jsonl:3: JSON nested deeper than 128 levels"),
+        ("brackets", None),
+    ]
 
 
 # -- paths -----------------------------------------------------------------------------------
@@ -207,9 +222,11 @@ def test_stdin_and_named_pipes_are_one_line_saying_what_to_do(tmp_path):
     fifo = tmp_path / "rows.jsonl"
     os.mkfifo(fifo)
     _refused(fifo, "is a named pipe, not a file", "save it to a file first")
-    script = ("from pathlib import Path\nfrom fucina_jobs.pipeline.config import DatasetConfig\nfrom fucina_jobs.pipeline.dataset import scan\n"
-              "try:\n    index = scan(DatasetConfig(path='/dev/stdin'), Path('.'))\n    print(len(index), index.root)\n"
-              "except Exception as err:\n    print(type(err).__name__, err)\n")
+    script = (
+        "from pathlib import Path\nfrom fucina_jobs.pipeline.config import DatasetConfig\nfrom fucina_jobs.pipeline.dataset import scan\n"
+        "try:\n    index = scan(DatasetConfig(path='/dev/stdin'), Path('.'))\n    print(len(index), index.root)\n"
+        "except Exception as err:\n    print(type(err).__name__, err)\n"
+    )
     res = subprocess.run([sys.executable, "-c", script], input='{"id": "a", "text": "x"}\n', capture_output=True, text=True, cwd=REPO, timeout=120)
     assert res.stdout.startswith("ConfigError dataset.path /dev/stdin is a named pipe, not a file"), res.stdout + res.stderr[-2000:]
     (tmp_path / "in.jsonl").write_bytes(JSONL[:300])

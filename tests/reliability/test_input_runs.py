@@ -126,18 +126,30 @@ def test_a_text_dir_with_a_symlink_loop_reads_each_file_once(tmp_path):
     assert again.ok and again.shards_resumed == again.shards == 3
 
 
-@pytest.mark.parametrize("name, make, words", [
-    ("utf16", lambda d: d.joinpath("in.jsonl").write_bytes('{"id": "a", "text": "x"}\n'.encode("utf-16")) and d / "in.jsonl",
-     ["in.jsonl is UTF-16 text", "save it as UTF-8"]),
-    ("output_inside", lambda d: d, ["is inside dataset.path", "which holds only this command's cli.log"]),
-    ("stdin", lambda d: "/dev/stdin", ["/dev/stdin is a named pipe", "save it to a file first"]),
-])
+@pytest.mark.parametrize(
+    "name, make, words",
+    [
+        (
+            "utf16",
+            lambda d: d.joinpath("in.jsonl").write_bytes('{"id": "a", "text": "x"}\n'.encode("utf-16")) and d / "in.jsonl",
+            ["in.jsonl is UTF-16 text", "save it as UTF-8"],
+        ),
+        ("output_inside", lambda d: d, ["is inside dataset.path", "which holds only this command's cli.log"]),
+        ("stdin", lambda d: "/dev/stdin", ["/dev/stdin is a named pipe", "save it to a file first"]),
+    ],
+)
 def test_the_command_line_says_each_input_mistake_in_one_line(tmp_path, name, make, words):
     """No traceback: one line on stderr, exit 2, before any model loads (the other mistakes: test_input_files.py, on ``scan``)."""
     path = make(tmp_path)
     fmt = ["dataset.format=text_dir"] if name == "output_inside" else []
-    res = subprocess.run([sys.executable, "-m", "fucina_jobs", "run", "conf=extract_invoices", f"dataset.path={path}", *fmt,
-                          f"output.dir={tmp_path}/out"], cwd=REPO, capture_output=True, text=True, timeout=300, input="{}\n")
+    res = subprocess.run(
+        [sys.executable, "-m", "fucina_jobs", "run", "conf=extract_invoices", f"dataset.path={path}", *fmt, f"output.dir={tmp_path}/out"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        input="{}\n",
+    )
     assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr[-3000:]
     lines = [line for line in res.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and all(word in lines[0] for word in words), res.stderr

@@ -88,8 +88,17 @@ def test_output_files_follow_the_umask(tmp_path):
     assert {stat.S_IMODE(p.stat().st_mode) for p in tmp_path.iterdir()} == {0o644}
 
 
-FAKE = {"invoice_number": "PWNED", "invoice_date": "2025-01-01", "due_date": "2025-01-31", "vendor": "EVIL",
-        "customer": "EVIL", "currency": "USD", "subtotal": 1, "tax": 0, "total": 1}
+FAKE = {
+    "invoice_number": "PWNED",
+    "invoice_date": "2025-01-01",
+    "due_date": "2025-01-31",
+    "vendor": "EVIL",
+    "customer": "EVIL",
+    "currency": "USD",
+    "subtotal": 1,
+    "tax": 0,
+    "total": 1,
+}
 
 
 def test_copied_from_document_flags_a_record_the_document_spells_out():

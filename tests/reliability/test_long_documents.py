@@ -57,9 +57,22 @@ def test_a_document_past_the_context_is_chunked_merged_and_points_at_its_text(tm
 
 
 def _command(out, data, schema):
-    return [sys.executable, "-m", "fucina_jobs", "run", "conf=extract_invoices", f"dataset.path={data}", f"constraint.json_schema={schema}",
-            "dataset.chunking.enabled=true", "dataset.chunking.max_tokens=64", "dataset.chunking.overlap_tokens=16", "decoding.max_tokens=24",
-            "runtime.shard_size=1", "runtime.streams=2", f"output.dir={out}"]
+    return [
+        sys.executable,
+        "-m",
+        "fucina_jobs",
+        "run",
+        "conf=extract_invoices",
+        f"dataset.path={data}",
+        f"constraint.json_schema={schema}",
+        "dataset.chunking.enabled=true",
+        "dataset.chunking.max_tokens=64",
+        "dataset.chunking.overlap_tokens=16",
+        "decoding.max_tokens=24",
+        "runtime.shard_size=1",
+        "runtime.streams=2",
+        f"output.dir={out}",
+    ]
 
 
 def test_a_driver_killed_while_chunked_rows_decode_leaves_no_half_row(tmp_path):

@@ -47,15 +47,21 @@ def test_refs_in_row_schemas_read_nothing_and_connect_nowhere(tmp_path, listener
     secret = tmp_path / "secret.json"
     secret.write_text(json.dumps({"type": "string"}))
     refs = {"passwd": "file:///etc/passwd", "secret": secret.as_uri(), "http": f"http://127.0.0.1:{port}/schema.json"}
-    rows = [{"id": name, "text": "Invoice 7 from Acme", "schema": {"type": "object", "properties": {"a": {"$ref": ref}}}}
-            for name, ref in refs.items()]
+    rows = [
+        {"id": name, "text": "Invoice 7 from Acme", "schema": {"type": "object", "properties": {"a": {"$ref": ref}}}} for name, ref in refs.items()
+    ]
     rows.append({"id": "top", "text": "Invoice 8 from Acme", "schema": {"$ref": refs["http"]}})
     data = write_jsonl(tmp_path / "in.jsonl", rows)
     out = RunDir.for_config(str(tmp_path / "out"), tmp_path, "0" * 64)
     out.start_run()
     out.write_manifest({"run_id": "test"})
-    raw = {"name": "refs", "engine": {"name": "canned", "output": '{"a": "x"}'}, "constraint": {},
-           "dataset": {"path": str(data), "schema_field": "schema"}, "output": {"dir": str(tmp_path / "out")}}
+    raw = {
+        "name": "refs",
+        "engine": {"name": "canned", "output": '{"a": "x"}'},
+        "constraint": {},
+        "dataset": {"path": str(data), "schema_field": "schema"},
+        "output": {"dir": str(tmp_path / "out")},
+    }
     cfg = validate(raw)
     index = scan(cfg.dataset, tmp_path)
     seen: list = []

@@ -28,16 +28,24 @@ def _run(raw: dict):
 
 def _if_pattern(pattern: str) -> str:
     """A row schema whose only use of ``pattern`` is in an ``if`` branch, which relaxation leaves to post-validation."""
-    return json.dumps({"type": "object", "properties": {"code": {"type": "string"}},
-                       "if": {"properties": {"code": {"pattern": pattern}}}, "then": {"required": ["missing"]}})
+    return json.dumps(
+        {
+            "type": "object",
+            "properties": {"code": {"type": "string"}},
+            "if": {"properties": {"code": {"pattern": pattern}}},
+            "then": {"required": ["missing"]},
+        }
+    )
 
 
 def test_a_catastrophic_pattern_rejects_its_row_and_the_shard_beside_it_commits(tmp_path):
     """Defect 4: ``^(a|aa)+$`` against 60 a's and a '!' backtracks for hours in ``re``, holding the GIL, so no shard committed."""
-    rows = [{"id": "slow", "text": "code aaaa", "schema": _if_pattern("^(a|aa)+$")},
-            {"id": "issue", "text": "code aaaa", "schema": _if_pattern("^([a-z]+)+$")},  # the issue's pattern: `regex` needs no time for it
-            {"id": "plain-1", "text": "x", "schema": json.dumps({"type": "object"})},
-            {"id": "plain-2", "text": "y", "schema": json.dumps({"type": "object"})}]
+    rows = [
+        {"id": "slow", "text": "code aaaa", "schema": _if_pattern("^(a|aa)+$")},
+        {"id": "issue", "text": "code aaaa", "schema": _if_pattern("^([a-z]+)+$")},  # the issue's pattern: `regex` needs no time for it
+        {"id": "plain-1", "text": "x", "schema": json.dumps({"type": "object"})},
+        {"id": "plain-2", "text": "y", "schema": json.dumps({"type": "object"})},
+    ]
     data = write_jsonl(tmp_path / "in.jsonl", rows)
     out = tmp_path / "out"
     output = json.dumps({"code": "a" * 60 + "!"})
@@ -52,17 +60,22 @@ def test_a_catastrophic_pattern_rejects_its_row_and_the_shard_beside_it_commits(
 def test_a_row_schema_that_is_not_json_rejects_that_row_alone(tmp_path):
     """Defect 5: one row's ``"not json {"`` failed its whole shard (9 rows), on every rerun."""
     rows = [{"id": f"ok-{i}", "text": "x", "schema": json.dumps({"type": "object"})} for i in range(7)]
-    rows[2:2] = [{"id": "not-json", "text": "x", "schema": "not json {"}, {"id": "a-list", "text": "x", "schema": "[1, 2]"},
-                 {"id": "bad-keyword", "text": "x", "schema": json.dumps({"properties": [1]})}]  # crashed the grounding check
+    rows[2:2] = [
+        {"id": "not-json", "text": "x", "schema": "not json {"},
+        {"id": "a-list", "text": "x", "schema": "[1, 2]"},
+        {"id": "bad-keyword", "text": "x", "schema": json.dumps({"properties": [1]})},
+    ]  # crashed the grounding check
     data = write_jsonl(tmp_path / "in.jsonl", rows)
     out = tmp_path / "out"
     raw = canned_job(out, data, "{}", **PER_ROW, runtime={"shard_size": 10})
     summary = _run(raw)
     assert summary.ok and summary.shards == 1 and summary.records == 7 and summary.rejects == 3
     rejects = {r["row_id"]: r["error"] for r in read_dir(out, "rejects")}
-    assert rejects == {"not-json": "row 'not-json': its schema (schema) is not JSON: Expecting value at character 0",
-                       "a-list": "row 'a-list': its schema (schema) is a JSON list, not a JSON Schema object",
-                       "bad-keyword": "row 'bad-keyword': its schema cannot be used: not a valid JSON Schema at properties: [1] is not of type 'object'"}
+    assert rejects == {
+        "not-json": "row 'not-json': its schema (schema) is not JSON: Expecting value at character 0",
+        "a-list": "row 'a-list': its schema (schema) is a JSON list, not a JSON Schema object",
+        "bad-keyword": "row 'bad-keyword': its schema cannot be used: not a valid JSON Schema at properties: [1] is not of type 'object'",
+    }
     again = _run(raw)
     assert again.ok and again.shards_resumed == 1 and again.shards_redone == 0
     assert_exactly_once(out, {r["id"] for r in rows})
@@ -74,9 +87,11 @@ def test_a_row_schemas_ref_to_a_file_or_a_url_reads_nothing_and_opens_no_connect
         listener.bind(("127.0.0.1", 0))
         listener.listen()
         url = f"http://127.0.0.1:{listener.getsockname()[1]}/x"
-        rows = [{"id": "file", "text": "x", "schema": json.dumps({"$ref": "file:///etc/passwd"})},
-                {"id": "http", "text": "x", "schema": json.dumps({"type": "object", "properties": {"a": {"$ref": url}}})},
-                {"id": "ok", "text": "x", "schema": json.dumps({"type": "object"})}]
+        rows = [
+            {"id": "file", "text": "x", "schema": json.dumps({"$ref": "file:///etc/passwd"})},
+            {"id": "http", "text": "x", "schema": json.dumps({"type": "object", "properties": {"a": {"$ref": url}}})},
+            {"id": "ok", "text": "x", "schema": json.dumps({"type": "object"})},
+        ]
         out = tmp_path / "out"
         summary = _run(canned_job(out, write_jsonl(tmp_path / "in.jsonl", rows), '{"a": "root:x:0:0"}', **PER_ROW, runtime={"shard_size": 3}))
         listener.setblocking(False)
@@ -116,8 +131,9 @@ def test_replicas_are_capped_at_the_shards_to_decode(tmp_path, caplog):
     """``runtime.replicas=64`` for 3 shards started over 56 Ray workers and took 13 GB in a minute."""
     data = write_jsonl(tmp_path / "in.jsonl", [{"id": f"r{i}", "text": "x"} for i in range(6)])
     out = tmp_path / "out"
-    raw = canned_job(out, data, "{}", constraint={"json_schema": str(REPO / "tests/grounding/data/invoice_ungrounded.json")},
-                     runtime={"replicas": 64})
+    raw = canned_job(
+        out, data, "{}", constraint={"json_schema": str(REPO / "tests/grounding/data/invoice_ungrounded.json")}, runtime={"replicas": 64}
+    )
     with caplog.at_level("WARNING", logger="fucina_jobs.pipeline.ray_pool"):
         summary = _run(raw)
     assert summary.ok and summary.shards == 3
@@ -139,4 +155,3 @@ def test_fresh_on_a_run_of_ours_keeps_the_users_own_logs(tmp_path):
     assert _run(raw).shards_resumed == 0
     assert theirs.read_text() == "mongod"
     assert_exactly_once(out, {"a"})
-

@@ -26,8 +26,17 @@ from tests.helpers import REPO, canned_job, write_jsonl
 pytestmark = pytest.mark.slow
 
 SCHEMA = str(REPO / "tests/grounding/data/invoice_ungrounded.json")
-INVOICE = {"invoice_number": "Q-1", "invoice_date": "2025-01-01", "due_date": "2025-01-31", "vendor": "Acme", "customer": "Bolt",
-           "currency": "EUR", "subtotal": 10, "tax": 0, "total": 10}
+INVOICE = {
+    "invoice_number": "Q-1",
+    "invoice_date": "2025-01-01",
+    "due_date": "2025-01-31",
+    "vendor": "Acme",
+    "customer": "Bolt",
+    "currency": "EUR",
+    "subtotal": 10,
+    "tax": 0,
+    "total": 10,
+}
 
 
 def _upload(local, uri: str) -> None:
@@ -40,17 +49,33 @@ def test_review_compare_and_eval_read_an_s3_run(s3, local_ray, tmp_path, monkeyp
     ids = ["a", "b", "c"]
     data = write_jsonl(tmp_path / "in.jsonl", [{"id": i, "text": "Invoice Q-1"} for i in ids])
     out = s3("runs/canned")
-    summary = Job(validate(canned_job(tmp_path / "unused", data, json.dumps(INVOICE), constraint={"json_schema": SCHEMA},
-                                      output={"dir": out})), REPO).run()
+    summary = Job(
+        validate(canned_job(tmp_path / "unused", data, json.dumps(INVOICE), constraint={"json_schema": SCHEMA}, output={"dir": out})), REPO
+    ).run()
     assert summary.ok and summary.records == 3
 
     assert sorted(r["row_id"] for r in read_run(out).records) == ids
     assert compare_command([out, out]) == 0 and "identical outputs" in capsys.readouterr().out
 
     gold = write_jsonl(tmp_path / "gold.jsonl", [{"id": i, "label": INVOICE} for i in ids])
-    res = subprocess.run([sys.executable, "-m", "fucina_jobs", "eval", "conf=eval_invoices", f"eval.run_dir='{out}'", f"eval.gold={gold}",
-                          f"dataset.path={data}", f"constraint.json_schema={SCHEMA}", f"output.dir={tmp_path / 'hydra'}"],
-                         cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "fucina_jobs",
+            "eval",
+            "conf=eval_invoices",
+            f"eval.run_dir='{out}'",
+            f"eval.gold={gold}",
+            f"dataset.path={data}",
+            f"constraint.json_schema={SCHEMA}",
+            f"output.dir={tmp_path / 'hydra'}",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr[-3000:]
     assert "all fields correct 100.0% of 3" in res.stdout
     scores = read_run(out).scores

@@ -17,9 +17,14 @@ from tests.helpers import REPO, job_dict
 SCHEMA = {
     "type": "object",
     "properties": {
-        "vendor": {"type": "string"}, "customer": {"type": ["string", "null"]}, "currency": {"enum": ["USD", "EUR"]},
-        "issued": {"type": "string", "format": "date"}, "total": {"type": "number"}, "lines": {"type": "integer"},
-        "paid": {"type": "boolean"}, "items": {"type": "array", "items": {"type": "number"}},
+        "vendor": {"type": "string"},
+        "customer": {"type": ["string", "null"]},
+        "currency": {"enum": ["USD", "EUR"]},
+        "issued": {"type": "string", "format": "date"},
+        "total": {"type": "number"},
+        "lines": {"type": "integer"},
+        "paid": {"type": "boolean"},
+        "items": {"type": "array", "items": {"type": "number"}},
         "address": {"type": "object", "properties": {"city": {"type": "string"}}},
     },
 }
@@ -30,14 +35,24 @@ def with_rules(*rules):
 
 
 def test_the_fields_a_rule_can_read_and_their_types():
-    assert field_types(SCHEMA) == {"vendor": "string", "customer": "string", "currency": "string", "issued": "date",
-                                   "total": "number", "lines": "number", "paid": "bool", "address.city": "string"}
+    assert field_types(SCHEMA) == {
+        "vendor": "string",
+        "customer": "string",
+        "currency": "string",
+        "issued": "date",
+        "total": "number",
+        "lines": "number",
+        "paid": "bool",
+        "address.city": "string",
+    }
 
 
 def test_a_rule_is_a_string_or_an_object():
     rules = rules_of(with_rules("vendor != customer", {"name": "positive", "check": "total > 0", "tolerance": 0.01}))
     assert [(r.name, r.expression.text, str(r.tolerance)) for r in rules] == [
-        ("vendor != customer", "vendor != customer", "0"), ("positive", "total > 0", "0.01")]
+        ("vendor != customer", "vendor != customer", "0"),
+        ("positive", "total > 0", "0.01"),
+    ]
     assert rules[1].explain({"total": -3}) == "positive: total > 0 (total=-3)"
     assert not rules[1].holds({"total": -3}) and rules[1].holds({"total": 3}) and rules[1].holds({})
 
@@ -51,16 +66,19 @@ def test_the_shipped_invoice_schema_declares_rules_its_gold_labels_keep():
         assert [r.name for r in rules if not r.holds(label)] == [], label
 
 
-@pytest.mark.parametrize("declared, message", [
-    ("total > 0", "x-rules must be a list of rules, not str"),
-    (["totl > 0"], "x-rules[0] ('totl > 0'): unknown field 'totl'"),
-    (["total > 0", {"check": "issued > total"}], "x-rules[1] ('issued > total'): 'issued > total': 'issued' is a date and 'total' a number"),
-    ([{"check": "items > 0"}], "x-rules[0] ('items > 0'): unknown field 'items'"),
-    ([{"name": "x"}], "x-rules[0]: a rule is a string, or an object with a 'check' string"),
-    ([{"check": "total > 0", "tolrance": 1}], "x-rules[0]: unknown key(s) ['tolrance']"),
-    ([{"check": "total > 0", "tolerance": -1}], "x-rules[0] ('total > 0'): tolerance must be a number >= 0"),
-    (["total > 0", "total > 0"], "x-rules[1]: the name 'total > 0' is taken by an earlier rule"),
-])
+@pytest.mark.parametrize(
+    "declared, message",
+    [
+        ("total > 0", "x-rules must be a list of rules, not str"),
+        (["totl > 0"], "x-rules[0] ('totl > 0'): unknown field 'totl'"),
+        (["total > 0", {"check": "issued > total"}], "x-rules[1] ('issued > total'): 'issued > total': 'issued' is a date and 'total' a number"),
+        ([{"check": "items > 0"}], "x-rules[0] ('items > 0'): unknown field 'items'"),
+        ([{"name": "x"}], "x-rules[0]: a rule is a string, or an object with a 'check' string"),
+        ([{"check": "total > 0", "tolrance": 1}], "x-rules[0]: unknown key(s) ['tolrance']"),
+        ([{"check": "total > 0", "tolerance": -1}], "x-rules[0] ('total > 0'): tolerance must be a number >= 0"),
+        (["total > 0", "total > 0"], "x-rules[1]: the name 'total > 0' is taken by an earlier rule"),
+    ],
+)
 def test_bad_declarations_name_the_rule_and_what_is_wrong(declared, message):
     with pytest.raises(RuleError, match=re.escape(message)):
         rules_of({**SCHEMA, "x-rules": declared})

@@ -5,15 +5,30 @@ from fucina_jobs.rules.repair import Field, Repair
 
 SCHEMA = {
     "type": "object",
-    "properties": {"vendor": {"type": "string"}, "customer": {"type": "string"}, "subtotal": {"type": "number"},
-                   "tax": {"type": "number"}, "total": {"type": "number"}, "note": {"type": "string"}},
-    "x-rules": [{"name": "sum", "check": "subtotal + tax == total", "tolerance": 0.01}, {"name": "tax_below", "check": "tax < subtotal"},
-                {"name": "parties", "check": "vendor != customer"}, {"name": "noted", "check": "note != 'n/a'"}],
+    "properties": {
+        "vendor": {"type": "string"},
+        "customer": {"type": "string"},
+        "subtotal": {"type": "number"},
+        "tax": {"type": "number"},
+        "total": {"type": "number"},
+        "note": {"type": "string"},
+    },
+    "x-rules": [
+        {"name": "sum", "check": "subtotal + tax == total", "tolerance": 0.01},
+        {"name": "tax_below", "check": "tax < subtotal"},
+        {"name": "parties", "check": "vendor != customer"},
+        {"name": "noted", "check": "note != 'n/a'"},
+    ],
 }
 RULES = rules_of(SCHEMA)
 AMOUNTS = [0, 44.84, 127.5, 222, 527.5, 572.34]  # what the text writes, and tax's allowance of 0
-FIELDS = {"subtotal": Field(("subtotal",), AMOUNTS[1:]), "tax": Field(("tax",), AMOUNTS, frozenset({0})),
-          "total": Field(("total",), AMOUNTS[1:]), "vendor": Field(("vendor",), None), "customer": Field(("customer",), None)}
+FIELDS = {
+    "subtotal": Field(("subtotal",), AMOUNTS[1:]),
+    "tax": Field(("tax",), AMOUNTS, frozenset({0})),
+    "total": Field(("total",), AMOUNTS[1:]),
+    "vendor": Field(("vendor",), None),
+    "customer": Field(("customer",), None),
+}
 GOOD = {"vendor": "Brightwater", "customer": "Halden", "subtotal": 527.5, "tax": 44.84, "total": 572.34}
 
 
@@ -46,16 +61,22 @@ def test_two_wrong_amounts_change_together_when_no_single_written_one_can():
 
 def test_the_allowance_is_taken_only_where_no_written_value_keeps_the_rule():
     record = GOOD | {"subtotal": 127.5, "tax": 127.5, "total": 127.5}
-    fields = {"subtotal": Field(("subtotal",), [127.5, 222]), "tax": Field(("tax",), [0, 127.5], frozenset({0})),
-              "total": Field(("total",), [127.5, 222])}
+    fields = {
+        "subtotal": Field(("subtotal",), [127.5, 222]),
+        "tax": Field(("tax",), [0, 127.5], frozenset({0})),
+        "total": Field(("total",), [127.5, 222]),
+    }
     plan = only(Repair().plans(record, RULES, fields, {}))
     assert plan.changed == {"tax": 127.5} and plan.exclude[("tax",)] == [127.5]
 
 
 def test_the_least_confident_field_changes_first():
     record = GOOD | {"total": 600}
-    text_writes_both = {"subtotal": Field(("subtotal",), [527.5, 555.16]), "tax": Field(("tax",), [44.84, 72.5]),
-                        "total": Field(("total",), [572.34, 600, 627.5])}
+    text_writes_both = {
+        "subtotal": Field(("subtotal",), [527.5, 555.16]),
+        "tax": Field(("tax",), [44.84, 72.5]),
+        "total": Field(("total",), [572.34, 600, 627.5]),
+    }
     doubt_total = only(Repair().plans(record, RULES, text_writes_both, {"subtotal": 0.9, "tax": 0.9, "total": 0.5}))
     doubt_tax = only(Repair().plans(record, RULES, text_writes_both, {"subtotal": 0.9, "tax": 0.5, "total": 0.9}))
     assert doubt_total.changed == {"total": 600} and doubt_tax.changed == {"tax": 44.84}

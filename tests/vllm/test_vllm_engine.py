@@ -77,11 +77,18 @@ def test_token_probabilities_match_the_fucina_engine(engine):
 
 
 def test_each_record_is_held_to_its_own_schema_in_one_batch(engine):
-    digits = {"type": "object", "properties": {"code": {"type": "integer", "minimum": 100, "maximum": 999}},
-              "required": ["code"], "additionalProperties": False}
+    digits = {
+        "type": "object",
+        "properties": {"code": {"type": "integer", "minimum": 100, "maximum": 999}},
+        "required": ["code"],
+        "additionalProperties": False,
+    }
     answer = {"type": "object", "properties": {"answer": {"enum": ["yes", "no"]}}, "required": ["answer"], "additionalProperties": False}
-    prompts = [Prompt(f"{name}-{i}", "Reply in JSON.", None, engine.constraint(json_schema=schema), seed=i, max_tokens=40)
-               for i in range(3) for name, schema in (("digits", digits), ("answer", answer))]
+    prompts = [
+        Prompt(f"{name}-{i}", "Reply in JSON.", None, engine.constraint(json_schema=schema), seed=i, max_tokens=40)
+        for i in range(3)
+        for name, schema in (("digits", digits), ("answer", answer))
+    ]
     for c in engine.generate(prompts):
         value = json.loads(c.text)
         assert c.finish_reason == "stop"
@@ -90,8 +97,10 @@ def test_each_record_is_held_to_its_own_schema_in_one_batch(engine):
 
 
 def test_regex_and_lark_constraints(engine):
-    prompts = [Prompt("regex", "Give a number.", None, engine.constraint(regex=r"[1-9][0-9]{2}"), max_tokens=8),
-               Prompt("lark", "Yes or no?", None, engine.constraint(lark='start: "yes" | "no"'), max_tokens=8)]
+    prompts = [
+        Prompt("regex", "Give a number.", None, engine.constraint(regex=r"[1-9][0-9]{2}"), max_tokens=8),
+        Prompt("lark", "Yes or no?", None, engine.constraint(lark='start: "yes" | "no"'), max_tokens=8),
+    ]
     texts = {c.id: c.text for c in engine.generate(prompts)}
     assert len(texts["regex"]) == 3 and texts["regex"].isdigit() and texts["lark"] in {"yes", "no"}
 
@@ -109,13 +118,20 @@ def test_relaxed_schemas_decode_through_vllm(engine):
     """A relaxed schema reaches vLLM as a schema: oneOf through llguidance's x-guidance option, 'not' dropped."""
     from fucina_jobs.decoding.relaxation import compile_json_schema
 
-    overlapping = compile_json_schema({"type": "object", "properties": {"n": {"oneOf": [{"type": "integer", "maximum": 10},
-                                                                                       {"type": "integer", "minimum": 5}]}},
-                                       "required": ["n"], "additionalProperties": False})
+    overlapping = compile_json_schema(
+        {
+            "type": "object",
+            "properties": {"n": {"oneOf": [{"type": "integer", "maximum": 10}, {"type": "integer", "minimum": 5}]}},
+            "required": ["n"],
+            "additionalProperties": False,
+        }
+    )
     negated = compile_json_schema({"enum": ["y"], "not": {"const": "x"}})
     assert [str(r) for r in overlapping.relaxations] == ["oneOf"] and [str(r) for r in negated.relaxations] == ["not"]
-    prompts = [Prompt("oneOf", "Reply in JSON with a small number n.", None, engine.constraint(json_schema=overlapping.schema), max_tokens=20),
-               Prompt("not", "Say y.", None, engine.constraint(json_schema=negated.schema), max_tokens=8)]
+    prompts = [
+        Prompt("oneOf", "Reply in JSON with a small number n.", None, engine.constraint(json_schema=overlapping.schema), max_tokens=20),
+        Prompt("not", "Say y.", None, engine.constraint(json_schema=negated.schema), max_tokens=8),
+    ]
     texts = {c.id: c.text for c in engine.generate(prompts) if c.finish_reason == "stop"}
     assert isinstance(json.loads(texts["oneOf"])["n"], int) and texts["not"] == '"y"'
 

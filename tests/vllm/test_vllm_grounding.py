@@ -15,13 +15,21 @@ pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("local_ray")]
 
 def test_vllm_grounds_values_and_rejects_ungrounded_ones(tmp_path):
     inputs = tmp_path / "inputs.jsonl"
-    rows = [{"id": "written", "text": "Invoice from Brightwater Supply Co. Total due: $572.34"},
-            {"id": "unwritten", "text": "Invoice from Brightwater Supply Co. The total is on the second page."}]
+    rows = [
+        {"id": "written", "text": "Invoice from Brightwater Supply Co. Total due: $572.34"},
+        {"id": "unwritten", "text": "Invoice from Brightwater Supply Co. The total is on the second page."},
+    ]
     inputs.write_text("".join(json.dumps(r) + "\n" for r in rows))
     (tmp_path / "schema.json").write_text(json.dumps(SCHEMA))
-    raw = job_dict(tmp_path / "out", engine={"name": "vllm"}, constraint={"json_schema": str(tmp_path / "schema.json")},
-                   dataset={"path": str(inputs)}, prompt={"system": "Extract the seller and the total due.", "template": "{text}"},
-                   decoding={"max_tokens": 48}, runtime=ONE_REPLICA)
+    raw = job_dict(
+        tmp_path / "out",
+        engine={"name": "vllm"},
+        constraint={"json_schema": str(tmp_path / "schema.json")},
+        dataset={"path": str(inputs)},
+        prompt={"system": "Extract the seller and the total due.", "template": "{text}"},
+        decoding={"max_tokens": 48},
+        runtime=ONE_REPLICA,
+    )
     summary = Job(validate(raw), REPO).run()
     assert_exactly_once(tmp_path / "out", {"written", "unwritten"})
     records, rejects = read_dir(tmp_path / "out", "records"), read_dir(tmp_path / "out", "rejects")

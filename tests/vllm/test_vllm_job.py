@@ -42,9 +42,13 @@ def test_vllm_job_writes_what_the_fucina_job_writes(tmp_path):
 
 def test_vllm_per_record_schemas_through_the_pipeline(tmp_path):
     out = tmp_path / "conformance"
-    raw = {"engine": {"name": "vllm"}, "dataset": {"path": "jobs/conformance", "format": "maskbench", "limit": 4},
-           "decoding": {"max_tokens": 64},
-           "runtime": {"replicas": 1, "streams": 4, "shard_size": 4}, "output": {"dir": str(out)}}
+    raw = {
+        "engine": {"name": "vllm"},
+        "dataset": {"path": "jobs/conformance", "format": "maskbench", "limit": 4},
+        "decoding": {"max_tokens": 64},
+        "runtime": {"replicas": 1, "streams": 4, "shard_size": 4},
+        "output": {"dir": str(out)},
+    }
     summary = Job(validate(raw), REPO).run()
     assert summary.ok and summary.records + summary.rejects == 4
     rows = {r["row_id"]: r for r in read_dir(out, "records")}

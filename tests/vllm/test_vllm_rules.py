@@ -12,16 +12,23 @@ from ..grounding.test_job import SCHEMA
 from tests.helpers import REPO, assert_exactly_once, job_dict, read_dir
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("local_ray")]
-ROWS = [{"id": "a", "text": "Invoice from Brightwater Supply Co. to Halden Robotics LLC. Total due: $572.34"},
-        {"id": "b", "text": "Lindqvist Druck GmbH bills Nordlicht Bakery for 12 posters. Amount payable: EUR 2,850.05"}]
+ROWS = [
+    {"id": "a", "text": "Invoice from Brightwater Supply Co. to Halden Robotics LLC. Total due: $572.34"},
+    {"id": "b", "text": "Lindqvist Druck GmbH bills Nordlicht Bakery for 12 posters. Amount payable: EUR 2,850.05"},
+]
 
 
 def run(tmp_path, name, rows, samples):
     inputs = tmp_path / f"{name}.jsonl"
     inputs.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    raw = job_dict(tmp_path / name, engine={"name": "vllm"}, dataset={"path": str(inputs), "schema_field": "schema"},
-                   prompt={"system": "Extract the seller and the total due.", "template": "{text}"},
-                   decoding={"max_tokens": 48, "samples": samples}, runtime={"replicas": 1, "streams": 4, "shard_size": 2})
+    raw = job_dict(
+        tmp_path / name,
+        engine={"name": "vllm"},
+        dataset={"path": str(inputs), "schema_field": "schema"},
+        prompt={"system": "Extract the seller and the total due.", "template": "{text}"},
+        decoding={"max_tokens": 48, "samples": samples},
+        runtime={"replicas": 1, "streams": 4, "shard_size": 2},
+    )
     raw["constraint"] = {}
     Job(validate(raw), REPO).run()
     assert_exactly_once(tmp_path / name, {r["id"] for r in rows})
