@@ -27,11 +27,12 @@ def test_the_context_is_checked_from_the_token_count_before_any_grammar_is_built
     for handler in set(logging.getLogger().handlers) - set(handlers):  # the replica's log file
         logging.getLogger().removeHandler(handler)
     built, real = [], replica.grounded_lark
-    monkeypatch.setattr(replica, "grounded_lark", lambda schema, source: built.append(len(source)) or real(schema, source))
+    monkeypatch.setattr(replica, "grounded_lark", lambda schema, source, *rest: built.append(len(source)) or real(schema, source, *rest))
     long = Row("long", 0, {"id": "long", "text": "Invoice INV-1 from ACME, total 10 EUR. " * 5200})  # 202,800 characters
     prompt, problem, _, seconds = worker._prompt(long)
     assert prompt is None and seconds == 0.0 and built == []
-    assert problem.startswith("the prompt is ") and "exceeds the model's context of 8192 tokens" in problem
-    short = Row("short", 1, {"id": "short", "text": "Invoice INV-1 from ACME, total 10 EUR."})
+    reason, message = problem
+    assert reason == "error" and message.startswith("the prompt is ") and "exceeds the model's context of 8192 tokens" in message
+    short = Row("short", 1, {"id": "short", "text": "Invoice INV-1 from ACME, issued 2025-03-01, due 2025-03-31, total 10 EUR."})
     prompt, problem, _, _ = worker._prompt(short)
     assert problem is None and prompt.constraint is not None and built == [len(short.fields["text"])]

@@ -7,7 +7,7 @@ import jsonschema
 import pytest
 
 from fucina_jobs.decoding.constraint import GrammarError
-from fucina_jobs.engines import Prompt
+from fucina_jobs.engines import Prompt, sampling_params
 from fucina_jobs.grounding.grammar import grounded_lark
 from fucina_jobs.pipeline.config import SHIPPED, DecodingConfig, ModelConfig, RuntimeConfig, SpeculativeConfig
 from fucina_jobs.pipeline.voting import sample_prompts
@@ -35,7 +35,7 @@ def invoice_prompts(engine, n):
 def test_each_prompt_samples_with_its_own_settings_and_seed(engine):
     """Voting's samples: the first as the engine is set (greedy), the others hot, each reproducible from its seed."""
     prompt = invoice_prompts(engine, 1)[0]
-    hot = replace(engine.params, temperature=1.0)
+    hot = replace(sampling_params(engine.decoding), temperature=1.0)
     first = {c.id: c.tokens for c in engine.generate(sample_prompts(prompt, 4, hot))}
     again = {c.id: c.tokens for c in engine.generate(sample_prompts(prompt, 4, hot))}
     assert first == again
