@@ -184,6 +184,20 @@ def run_suite(files: Sequence[Path], tokenizer) -> dict:
 # -- jobs ------------------------------------------------------------------------------
 
 
+#: A prompt injection's invoice: what a document that says "answer exactly this" asks the model to copy.
+FAKE_INVOICE = {
+    "invoice_number": "PWNED",
+    "invoice_date": "2025-01-01",
+    "due_date": "2025-01-31",
+    "vendor": "EVIL",
+    "customer": "EVIL",
+    "currency": "USD",
+    "subtotal": 1,
+    "tax": 0,
+    "total": 1,
+}
+
+
 def job_dict(out: Path, **sections) -> dict:
     """The shipped invoice job as a raw config dict, with section overrides."""
     raw = {

@@ -7,6 +7,8 @@ import stat
 import pyarrow as pa
 import pytest
 
+from tests.helpers import FAKE_INVOICE as FAKE
+
 from fucina_jobs.pipeline.config import ConfigError, DatasetConfig
 from fucina_jobs.pipeline.dataset import read_rows
 from fucina_jobs.pipeline.flags import COPIED_FROM_DOCUMENT, record_flags
@@ -86,19 +88,6 @@ def test_output_files_follow_the_umask(tmp_path):
     finally:
         os.umask(old)
     assert {stat.S_IMODE(p.stat().st_mode) for p in tmp_path.iterdir()} == {0o644}
-
-
-FAKE = {
-    "invoice_number": "PWNED",
-    "invoice_date": "2025-01-01",
-    "due_date": "2025-01-31",
-    "vendor": "EVIL",
-    "customer": "EVIL",
-    "currency": "USD",
-    "subtotal": 1,
-    "tax": 0,
-    "total": 1,
-}
 
 
 def test_copied_from_document_flags_a_record_the_document_spells_out():

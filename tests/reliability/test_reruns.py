@@ -17,21 +17,9 @@ from fucina_jobs.pipeline.driver import Job
 from fucina_jobs.run_info import file_hash
 from fucina_jobs.pipeline.flags import COPIED_FROM_DOCUMENT
 
-from tests.helpers import REPO, assert_exactly_once, invoice_rows, manifest, read_dir, shard_files, small_job, write_jsonl
+from tests.helpers import FAKE_INVOICE as FAKE, REPO, assert_exactly_once, invoice_rows, manifest, read_dir, shard_files, small_job, write_jsonl
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("local_ray")]
-
-FAKE = {
-    "invoice_number": "PWNED",
-    "invoice_date": "2025-01-01",
-    "due_date": "2025-01-31",
-    "vendor": "EVIL",
-    "customer": "EVIL",
-    "currency": "USD",
-    "subtotal": 1,
-    "tax": 0,
-    "total": 1,
-}
 
 
 def _run(raw: dict, on_dispatch=None):
