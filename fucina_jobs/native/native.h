@@ -7,10 +7,17 @@
 
 namespace fucina {
 
-// 64-byte vectors: on this project's AMD hosts 32-byte ones measured 4-7% slower a step.
-template <typename T> struct Vec { typedef T type __attribute__((vector_size(64))); };
+// Vectors as wide as the machine's registers. On AVX-512 hosts 32-byte ones measured 4-7% slower a
+// step; on AVX2 hosts 64-byte ones spill registers, and attention ran 3.5-8x slower than with 32-byte
+// ones (docs/BENCHMARKS.md, "Kernel vector width").
+#if defined(__AVX512F__)
+constexpr int VECTOR_BYTES = 64;
+#else
+constexpr int VECTOR_BYTES = 32;
+#endif
+template <typename T> struct Vec { typedef T type __attribute__((vector_size(VECTOR_BYTES))); };
 template <typename T> using V = typename Vec<T>::type;
-template <typename T> constexpr int LANES = 64 / sizeof(T);
+template <typename T> constexpr int LANES = VECTOR_BYTES / sizeof(T);
 
 template <typename T> inline V<T> load(const T* p) { V<T> v; std::memcpy(&v, p, sizeof v); return v; }
 template <typename T> inline void store(T* p, V<T> v) { std::memcpy(p, &v, sizeof v); }

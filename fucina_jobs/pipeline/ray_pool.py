@@ -5,7 +5,8 @@ has the next shard's rows before the last one's finish (``decode_loop.py``).
 
 On GPUs a replica asks for one GPU. On CPUs it asks for one unit of a custom
 ``replica`` resource and no CPU, so Ray's own tasks never starve behind model
-replicas. A replica that dies is restarted by Ray; its shard is retried a
+replicas; since Ray then starts it with one intra-op thread (``OMP_NUM_THREADS=1``),
+it takes its share of its node's CPUs itself (``node_threads``). A replica that dies is restarted by Ray; its shard is retried a
 bounded number of times and then given up, so the driver can turn its rows
 into rejects that carry the error.
 """
@@ -21,6 +22,7 @@ from collections import Counter, deque
 from typing import Any, Callable, Iterator
 
 import ray
+import torch
 from ray.exceptions import ActorDiedError, GetTimeoutError, RayError, RayTaskError
 
 from .config import ConfigError, JobConfig, CannedEngineConfig
@@ -47,7 +49,7 @@ class ReplicaPool:
     def __enter__(self) -> "ReplicaPool":
         self._connect()
         options = self._placement()
-        worker = ray.remote(ShardWorker)
+        worker = ray.remote(RayReplica)
         self.actors = [
             worker.options(
                 name=f"{ACTOR_PREFIX}{i}",
@@ -171,6 +173,25 @@ class ReplicaPool:
                 time.sleep(1.0)
         log.error("replica %d is gone and will get no more shards", replica)
         return False
+
+
+class RayReplica(ShardWorker):
+    """A ``ShardWorker`` as a Ray actor, its torch running on its share of its node's CPUs."""
+
+    def __init__(self, *args: Any):
+        torch.set_num_threads(node_threads())
+        super().__init__(*args)
+
+
+def node_threads() -> int:
+    """This node's CPUs over the replicas it holds (its GPUs, else its ``replica`` units).
+
+    Ray sets ``OMP_NUM_THREADS`` to an actor's ``num_cpus``, 1 where that is 0, and a CPU
+    replica on one thread decoded at half the speed of two (docs/BENCHMARKS.md)."""
+    node = ray.get_runtime_context().get_node_id()
+    resources = next(n["Resources"] for n in ray.nodes() if n["NodeID"] == node)
+    slots = resources.get("GPU") or resources.get("replica") or 1
+    return max(1, int(resources.get("CPU", os.cpu_count() or 1) // slots))
 
 
 def replica_count(cfg: JobConfig, model_path: str, shards: int) -> int:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 from ..confidence import Confidence, Leaf, confidence, output_values
 from .. import engines
@@ -64,7 +65,7 @@ class ShardWorker:
         self.vote_params = dataclasses.replace(sampling_params(self.cfg.decoding), temperature=self.cfg.decoding.vote_temperature)
         self.chunker = self._chunker(model_path) if self.cfg.dataset.chunking.enabled else None
         self.loop = DecodeLoop(self.engine, self.cfg.runtime.streams)
-        log.info("replica %d ready: %s with the %s engine", replica, model_path, self.cfg.engine.name)
+        log.info("replica %d ready: %s with the %s engine, %d torch threads", replica, model_path, self.cfg.engine.name, torch.get_num_threads())
 
     def ping(self) -> int:
         return self.replica
