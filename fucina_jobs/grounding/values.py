@@ -44,8 +44,8 @@ _DATES = [
     re.compile(r"(?<!\d)(?P<year>\d{4})(?P<sep>[-/.])(?P<a>\d{1,2})(?P=sep)(?P<b>\d{1,2})(?!\d)"),
     # 03.04.2025, 14/01/2025, 04/15/2025, 14-11-2025, 03.04.25: day-first and month-first readings
     re.compile(r"(?<![\d.])(?P<a>\d{1,2})(?P<sep>[-/.])(?P<b>\d{1,2})(?P=sep)(?P<year>\d{4}|\d{2})(?![\d])"),
-    # 2 October 2024, 5th September 2025, 30-Jun-2025, 1. März 2025, 2 de octubre de 2025
-    re.compile(rf"(?<!\d){_DAY}[\s-]*(?:of\s+|de\s+)?{_MONTH}[\s,-]*(?:de\s+)?{_YEAR}(?!\d)", re.IGNORECASE),
+    # 2 October 2024, 5th September 2025, 30-Jun-2025, 25/FEB/2017, 28 MAR 18, 1. März 2025, 2 de octubre de 2025
+    re.compile(rf"(?<!\d){_DAY}[\s/-]*(?:of\s+|de\s+)?{_MONTH}[\s,/-]*(?:de\s+)?(?P<year>\d{{4}}|\d{{2}})(?![\d:])", re.IGNORECASE),
     # October 2, 2024, Jan 7 2025
     re.compile(rf"(?<![^\W\d_]){_MONTH}\s*{_DAY},?\s*{_YEAR}(?!\d)", re.IGNORECASE),
     # 2025年1月14日
@@ -83,7 +83,8 @@ def _readings(m: re.Match) -> list[str]:
     return list(dict.fromkeys(isos))
 
 
-_CURRENCY = r"[$€£¥₹]|[A-Z]{1,3}\$"
+#: Signs, ``X$`` dollars, and the letter symbols that receipts print glued to the amount (``RM33.90``, ``Rp5.000``).
+_CURRENCY = r"[$€£¥₹₱₩₫₺₽₪฿₦₴]|[A-Z]{1,3}\$|(?<![^\W\d_])(?:RM|Rp|Rs\.?|kr|zł|Kč|Ft)"
 _NUMBER_HEAD = rf"(?P<open>\()?(?P<sign>[-−–])?\s?(?P<currency>{_CURRENCY})?\s?"
 _CODES = "USD EUR GBP CHF JPY CAD AUD NZD CNY RMB INR SEK NOK DKK ISK PLN CZK HUF RON BGN TRY RUB UAH BRL MXN ARS CLP COP ZAR SGD HKD TWD KRW THB MYR IDR PHP VND AED SAR ILS EGP NGN KES".split()
 _CODE = "(?:" + "|".join(_CODES) + ")"

@@ -156,7 +156,7 @@ def test_repeated_values_are_located_in_the_records_order():
         ]
     }
     spans = spans_in(record, REPORT, text)
-    assert [text[s:e] for s, e in spans.values()] == ["ACME SDN BHD", "25/12/2018", "9.00", "ACME SDN\nBHD", "01/01/2019", "9.00"]
+    assert [text[s:e] for s, e in spans.values()] == ["ACME SDN BHD", "25/12/2018", "9.00", "ACME SDN\nBHD", "01/01/2019", "RM 9.00"]
     assert spans["receipts[1].total"][0] > spans["receipts[1].date"][0] > spans["receipts[0].total"][0]
     assert "receipts[0].note" not in spans, "only grounded values are located"
 

@@ -55,7 +55,10 @@ def test_json_number_is_one_spelling():
         ("Datum: 1. März 2025", {"2025-03-01"}),
         ("Fecha: 2 de octubre de 2025", {"2025-10-02"}),
         ("発行日 2025年1月14日", {"2025-01-14"}),
+        ("28 MAR 18 18:32:36", {"2018-03-28"}),  # a month name before a two-digit year
+        ("DATE: 25/FEB/2017 10:02", {"2017-02-25"}),
         ("Date: 31/02/2025", set()),  # no such day either way
+        ("MAR 18:32", set()),  # a time, not a year
     ],
 )
 def test_dates_are_normalised_to_iso(text, expected):
@@ -65,6 +68,12 @@ def test_dates_are_normalised_to_iso(text, expected):
 def test_amounts_are_numbers_written_as_money():
     text = "Qty 12 @ $18.50 = $222.00; tax 8.5% = 18.87; CHF 6'750; 2.350,00 €; 1,450 CAD; ZIP 98421; ABN 00 111 222"
     assert {json_number(n) for n in numbers_in(text, amounts=True)} == {"18.5", "222", "18.87", "6750", "2350", "1450", "1.45"}
+
+
+def test_letter_currency_symbols_glued_to_an_amount_mark_it_as_money():
+    text = "TOTAL RM33.90 ROUNDING -RM 0.02 Rp5.000 FORM 12.00 PERM7.00 QTY 3"
+    found = {json_number(n) for n in numbers_in(text, amounts=True)}
+    assert found == {"33.9", "-0.02", "0.02", "5", "5000", "12"}  # a symbol inside a word (PERM7.00) is no currency
 
 
 def test_written_needs_the_spelling_unglued_from_letters():
