@@ -33,6 +33,7 @@ from fucina_jobs.eval.review_page import READY, write_page  # noqa: E402
 from fucina_jobs.eval.runs import read_run  # noqa: E402
 from fucina_jobs.eval.sources import read_sources  # noqa: E402
 from fucina_jobs.grounding.declaration import grounded_fields  # noqa: E402
+from fucina_jobs.pipeline.config import SHIPPED  # noqa: E402
 from fucina_jobs.grounding.spans import value_spans  # noqa: E402
 from fucina_jobs.pipeline.sink import META_FIELDS, REJECT_SCHEMA  # noqa: E402
 from fucina_jobs.pipeline.storage import write_json, write_table  # noqa: E402
@@ -45,9 +46,9 @@ def build_run(folder: Path, n: int) -> Path:
     """A run directory of ``n`` rows (records and a few rejects) with its dataset and manifest."""
     import pyarrow as pa
 
-    docs = [json.loads(line) for line in (REPO / "jobs/invoices/inputs.jsonl").read_text().splitlines()]
-    gold = {g["id"]: g["label"] for g in map(json.loads, (REPO / "jobs/invoices/gold.jsonl").read_text().splitlines())}
-    fields = grounded_fields(json.loads((REPO / "schemas/invoice.json").read_text()))
+    docs = [json.loads(line) for line in (SHIPPED / "jobs/invoices/inputs.jsonl").read_text().splitlines()]
+    gold = {g["id"]: g["label"] for g in map(json.loads, (SHIPPED / "jobs/invoices/gold.jsonl").read_text().splitlines())}
+    fields = grounded_fields(json.loads((SHIPPED / "schemas/invoice.json").read_text()))
     rng = random.Random(0)
     rows, records, rejects = [], [], []
     for i in range(n):
@@ -90,7 +91,7 @@ def build_run(folder: Path, n: int) -> Path:
     write_table(run / "rejects" / "shard-00000.parquet", pa.Table.from_pylist(rejects, schema=REJECT_SCHEMA))
     config = {
         "name": "bench_review",
-        "constraint": {"json_schema": str(REPO / "schemas/invoice.json")},
+        "constraint": {"json_schema": str(SHIPPED / "schemas/invoice.json")},
         "dataset": {"path": str(folder / "inputs.jsonl")},
         "output": {"dir": str(run)},
     }
