@@ -1,6 +1,7 @@
 """The driver is killed mid-job, then the same command resumes it."""
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -42,5 +43,8 @@ def test_driver_killed_and_restarted_resumes_completed_shards(tmp_path):
 
     rerun = subprocess.run(_command(out), cwd=REPO, capture_output=True, text=True, timeout=900)
     assert rerun.returncode == 0, rerun.stderr[-2000:]
-    assert f"({done_before} resumed" in rerun.stdout
+    # A replica may still commit the shards it held after the driver died (it writes its own files,
+    # atomically): the rerun resumes at least every shard committed before the kill and decodes the rest.
+    resumed = int(re.search(r"shards +3 \((\d+) resumed", rerun.stdout).group(1))
+    assert done_before <= resumed <= 3, rerun.stdout
     assert_exactly_once(out, {f"inv-00{i}" for i in range(1, 7)})
