@@ -5,10 +5,11 @@ has the next shard's rows before the last one's finish (``decode_loop.py``).
 
 On GPUs a replica asks for one GPU. On CPUs it asks for one unit of a custom
 ``replica`` resource and no CPU, so Ray's own tasks never starve behind model
-replicas; since Ray then starts it with one intra-op thread (``OMP_NUM_THREADS=1``),
-it takes its share of its node's CPUs itself (``node_threads``). A replica that dies is restarted by Ray; its shard is retried a
-bounded number of times and then given up, so the driver can turn its rows
-into rejects that carry the error.
+replicas; since Ray then starts it with one intra-op thread
+(``OMP_NUM_THREADS=1``), it takes its share of its node's CPUs itself
+(``node_threads``). A replica that dies is restarted by Ray; its shard is
+retried a bounded number of times and then given up, so the driver can turn
+its rows into rejects that carry the error.
 """
 
 from __future__ import annotations
