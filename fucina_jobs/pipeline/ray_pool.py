@@ -177,11 +177,14 @@ class ReplicaPool:
 
 
 class RayReplica(ShardWorker):
-    """A ``ShardWorker`` as a Ray actor, its torch running on its share of its node's CPUs."""
+    """A ``ShardWorker`` as a Ray actor, its torch running on its share of its node's CPUs.
 
-    def __init__(self, *args: Any):
-        torch.set_num_threads(node_threads())
-        super().__init__(*args)
+    vLLM binds its own CPU threads: its CPU attention fails if torch's count changes under it."""
+
+    def __init__(self, cfg: dict[str, Any], *args: Any):
+        if cfg["engine"]["name"] != "vllm":
+            torch.set_num_threads(node_threads())
+        super().__init__(cfg, *args)
 
 
 def node_threads() -> int:
