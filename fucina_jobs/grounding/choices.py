@@ -18,7 +18,7 @@ import json
 from typing import Any, Iterator
 
 from .declaration import Grounded, grounded_fields
-from .grammar import candidates, members, words
+from .grammar import candidates, members, words, writes_included
 from .values import normalize_whitespace
 
 #: The most lines a ``span: lines`` option joins.
@@ -58,7 +58,7 @@ def _values(g: Grounded, text: str) -> Iterator[str]:
     elif g.kind == "string":
         if g.span != "words":  # a run of words is one of too many to score: the decoder writes it token by token
             yield from (json.dumps(v, ensure_ascii=False) for v in g.allow)
-            yield from _line_runs(g, text) if g.span == "lines" else (json.dumps(w, ensure_ascii=False) for w in words(g, text))
+            yield from _line_runs(g, text) if g.span == "lines" else (json.dumps(w, ensure_ascii=False) for w in words(g, text, included=True))
     else:
         yield from candidates(g, text)
 
@@ -70,12 +70,13 @@ def _line_runs(g: Grounded, text: str) -> Iterator[str]:
     joiner = " " if g.whitespace == "normalize" else "\n"
     low, high = g.schema.get("minLength", 1), g.schema.get("maxLength", float("inf"))
     seen = set()
+    included = writes_included(g, text)
     for start in range(len(lines)):
         for end in range(start + 1, min(start + MAX_LINES, len(lines)) + 1):
             value = joiner.join(lines[start:end])
             if len(value) > high:
                 break
-            if len(value) >= low and value not in seen:
+            if len(value) >= low and value not in seen and (not included or writes_included(g, value)):
                 seen.add(value)
                 yield json.dumps(value, ensure_ascii=False)
 

@@ -21,7 +21,7 @@ ITEM_UNITS = {"paragraph": re.compile(r"\n[ \t\r\f\v]*\n\s*"), "line": re.compil
 _WHITESPACE = ("normalize", "exact")
 _CASE = ("exact", "insensitive")
 _SPAN = ("words", "word", "lines")
-_OPTIONS = ("whitespace", "case", "span", "allow", "amount", "spellings")
+_OPTIONS = ("whitespace", "case", "span", "allow", "amount", "spellings", "labels", "includes")
 
 
 class GroundingError(ValueError):
@@ -44,6 +44,12 @@ class Grounded:
     allow: tuple[Any, ...] = ()  # values accepted although the text does not write them, e.g. 0 for tax
     amount: bool = False  # numbers: only those written as money (currency sign or code, or two decimals; no percentages)
     spellings: dict[str, tuple[str, ...]] = field(default_factory=dict, compare=False)  # enum member -> how texts write it
+    labels: tuple[str, ...] = ()  # numbers and dates: only those written after one of these labels, where the text labels any
+    includes: str | None = None  # span: lines and word: only values holding a word this regex matches whole, where the text writes one
+
+    def included(self) -> re.Pattern | None:
+        """``includes`` as a Python pattern that finds such a word (a run of letters and digits) in a text."""
+        return re.compile(rf"(?<![^\W_])(?:{self.includes})(?![^\W_])") if self.includes else None
 
     def evidence(self, member: str) -> tuple[str, ...]:
         """What in a text shows an enum member: the member itself and its declared spellings."""
@@ -189,7 +195,30 @@ def _declared(node: dict[str, Any], path: tuple[str, ...]) -> Grounded:
         or not all(isinstance(v, list) and all(isinstance(w, str) and w for w in v) for v in spellings.values())
     ):
         raise GroundingError(f"{where}: {KEYWORD}.spellings must map enum members to lists of non-empty strings")
-    return Grounded(path, kind, node, whitespace, case, span, tuple(allow), amount, {k: tuple(v) for k, v in spellings.items()})
+    labels = options.get("labels", [])
+    if (
+        not isinstance(labels, list)
+        or not all(isinstance(w, str) and w.strip() for w in labels)
+        or (labels and kind not in ("number", "integer", "date"))
+    ):
+        raise GroundingError(f"{where}: {KEYWORD}.labels must be a list of non-empty strings, on number, integer or date properties only")
+    includes = options.get("includes")
+    if includes is not None and (span == "words" or not isinstance(includes, str) or not _regex(includes)):
+        raise GroundingError(
+            f"{where}: {KEYWORD}.includes must be a regex without look-arounds or anchors (a word the value holds, e.g. [0-9]{{5}}), "
+            "on a string of span: lines or span: word"
+        )
+    spellings = {k: tuple(v) for k, v in spellings.items()}
+    return Grounded(path, kind, node, whitespace, case, span, tuple(allow), amount, spellings, tuple(labels), includes)
+
+
+def _regex(pattern: str) -> bool:
+    """Can both Python and llguidance read ``pattern``? llguidance reads no look-arounds and no anchors."""
+    try:
+        re.compile(pattern)
+    except re.error:
+        return False
+    return pattern != "" and not re.search(r"\(\?[=!<]|(?<![\\\[])\^|(?<!\\)\$", pattern)
 
 
 def _kind(node: dict[str, Any], where: str) -> str:

@@ -24,8 +24,10 @@ from decimal import Decimal
 from typing import Any, Callable, Collection, Mapping
 
 from .declaration import Grounded, Units, grounded_arrays, grounded_fields, unit_spans
-from .values import dates_in, json_number, normalize_whitespace, numbers_in, written
+from .values import dates_in, json_number, labelled, normalize_whitespace, number_spans, written
 
+#: With ``includes``, the most lines a run of lines (``span: lines``) takes on either side of the line that writes the word.
+AROUND_LINES = 7
 #: What may sit around an excluded run of words and leave it the same value (``Halden Robotics,``).
 _AROUND = r"/[\s,.;:!?-]*/"
 #: Escapes stay whole, so a span never ends inside ``\\"`` and breaks the JSON string.
@@ -174,7 +176,7 @@ class _Builder:
         if g.kind == "enum":
             choices = [_literal(m) for m in members(g, self.text) if json.loads(m) not in excluded]
         elif g.kind == "string" and g.span == "word":
-            choices = [_literal(json.dumps(w, ensure_ascii=False)) for w in words(g, self.text) if w not in excluded]
+            choices = [_literal(json.dumps(w, ensure_ascii=False)) for w in words(g, self.text, included=True) if w not in excluded]
             choices += [_literal(json.dumps(v, ensure_ascii=False)) for v in g.allow if v not in excluded]
         elif g.kind == "string":
             writes = any(not c.isspace() and not unicodedata.category(c).startswith("P") for c in self.text)
@@ -193,6 +195,15 @@ class _Builder:
 
     def span(self, g: Grounded, excluded: Collection[Any] = ()) -> str:
         """A terminal for the spans of the text this string may be, within its length bounds, but not ``excluded``."""
+        source = self.around_included(g) or self.source(g)
+        name = f"SPAN{len(self.rules)}"
+        trimmed = _TRIMMED if g.whitespace == "normalize" else f"{_TRIMMED} & {_NO_ESCAPED_BREAK_AT_AN_END}"
+        banned = [term for v in excluded if isinstance(v, str) for term in _same_thing(v)]
+        self.rules.append(f"{name}: {source} & {trimmed}{self.length(g)}" + (f" & ~({' | '.join(dict.fromkeys(banned))})" if banned else ""))
+        return name
+
+    def source(self, g: Grounded) -> str:
+        """The terminal of the text's spans under ``g``'s options: one per document and set of options."""
         key = (g.whitespace, g.case, g.span)
         if key not in self.sources:
             recase = [str] if g.case == "exact" else [str, str.lower, str.upper, str.title]
@@ -200,12 +211,26 @@ class _Builder:
             name = f"SOURCE{len(self.rules)}"  # unique across a document's paragraph builders
             self.rules.append(f"{name}: " + " | ".join(f"%regex {json.dumps({'substring_chunks': list(c)}, ensure_ascii=False)}" for c in chunkings))
             self.sources[key] = name
-        name = f"SPAN{len(self.rules)}"
-        trimmed = _TRIMMED if g.whitespace == "normalize" else f"{_TRIMMED} & {_NO_ESCAPED_BREAK_AT_AN_END}"
-        banned = [term for v in excluded if isinstance(v, str) for term in _same_thing(v)]
-        self.rules.append(
-            f"{name}: {self.sources[key]} & {trimmed}{self.length(g)}" + (f" & ~({' | '.join(dict.fromkeys(banned))})" if banned else "")
-        )
+        return self.sources[key]
+
+    def around_included(self, g: Grounded) -> str | None:
+        """With ``includes`` on a run of lines: a terminal for the runs that hold a line writing such a word, up to
+        ``AROUND_LINES`` lines either side of it; None where no line writes one. Built from the lines themselves, as
+        nested optional lines: a "contains" regex intersected with a long text's substrings exhausts llguidance's lexer."""
+        if g.includes is None or g.span != "lines":
+            return None
+        pattern, around, lines = g.included(), [], _lines(self.text, g)
+        for recase in [str] if g.case == "exact" else [str, str.lower, str.upper, str.title]:
+            pieces = [_literal(_escaped(recase(line))) for line in lines]
+            separator = _literal(_escaped(" " if g.whitespace == "normalize" else "\n"))
+            for k in (k for k, line in enumerate(lines) if pattern.search(line)):
+                before = "(" * min(k, AROUND_LINES) + "".join(f"{p} {separator})? " for p in pieces[max(0, k - AROUND_LINES) : k])
+                after = "".join(f" ({separator} {p}" for p in pieces[k + 1 : k + 1 + AROUND_LINES]) + ")?" * len(pieces[k + 1 : k + 1 + AROUND_LINES])
+                around.append(f"{before} {pieces[k]}{after}")
+        if not around:
+            return None
+        name = f"AROUND{len(self.rules)}"
+        self.rules.append(f"{name}: " + " | ".join(dict.fromkeys(around)))
         return name
 
     @staticmethod
@@ -225,18 +250,37 @@ class _Builder:
 def candidates(g: Grounded, text: str) -> list[str]:
     """The JSON spellings of the numbers or dates ``text`` writes that the field's schema admits."""
     if g.kind == "date":
-        return [json.dumps(d) for d in sorted(set(dates_in(text)) | set(g.allow))]
-    values = numbers_in(text, g.amount) | {Decimal(str(v)) for v in g.allow}
+        return [json.dumps(d) for d in sorted(set(written_values(g, text)) | set(g.allow))]
+    values = set(written_values(g, text)) | {Decimal(str(v)) for v in g.allow}
     return sorted({json_number(v) for v in values if _admits(g, v)}, key=lambda s: (len(s), s))
 
 
-def words(g: Grounded, text: str) -> list[str]:
+def written_values(g: Grounded, text: str) -> dict[Any, list[tuple[int, int]]]:
+    """The numbers (dates) the text writes that a number (date) field admits -> their spans; with ``labels``,
+    only the labelled ones, where the text labels any. Offsets are into the NFC form of ``text``."""
+    if g.kind == "date":
+        found = dates_in(text)
+    else:
+        text = unicodedata.normalize("NFC", text)
+        found = {v: spans for v, spans in number_spans(text, g.amount).items() if _admits(g, v)}
+    return (labelled(found, text, g.labels) or found) if g.labels else found
+
+
+def words(g: Grounded, text: str, included: bool = False) -> list[str]:
     """The distinct words of ``text`` (``span: word``) that fit the string's length bounds, in order: each a
-    maximal run without whitespace, less the punctuation marks at its ends (``(HP-55021),`` is ``HP-55021``)."""
+    maximal run without whitespace, less the punctuation marks at its ends (``(HP-55021),`` is ``HP-55021``);
+    ``included``: only those that hold a word ``includes`` matches, where the text writes one."""
     low, high = g.schema.get("minLength", 1), g.schema.get("maxLength", len(text))
     found = (_strip_marks(w) for w in text.split())
     recased = [w for word in found for w in ([word] if g.case == "exact" else [word, word.lower(), word.upper(), word.title()])]
-    return [w for w in dict.fromkeys(recased) if w and low <= len(w) <= high]
+    fitting = [w for w in dict.fromkeys(recased) if w and low <= len(w) <= high]
+    return [w for w in fitting if writes_included(g, w)] if included and writes_included(g, text) else fitting
+
+
+def writes_included(g: Grounded, text: str) -> bool:
+    """Does ``text`` write a word that the field's ``includes`` matches whole? (True where there is no ``includes``.)"""
+    pattern = g.included()
+    return pattern is None or pattern.search(text) is not None
 
 
 def _strip_marks(word: str) -> str:
@@ -260,10 +304,14 @@ def _chunks(text: str, g: Grounded, recase: Callable[[str], str]) -> list[str]:
     if g.span == "words":
         text = normalize_whitespace(text) if g.whitespace == "normalize" else text
         return _CHUNK.findall(_escaped(recase(text)))
-    lines = [normalize_whitespace(line) if g.whitespace == "normalize" else line for line in text.splitlines()]
     separator = _escaped(" " if g.whitespace == "normalize" else "\n")
-    pieces = [_escaped(recase(line)) for line in lines if line.strip()]
+    pieces = [_escaped(recase(line)) for line in _lines(text, g)]
     return [p for piece in pieces for p in (piece, separator)][:-1]
+
+
+def _lines(text: str, g: Grounded) -> list[str]:
+    """The text's lines that hold anything but whitespace, as a ``span: lines`` value joins them."""
+    return [normalize_whitespace(line) if g.whitespace == "normalize" else line for line in text.splitlines() if line.strip()]
 
 
 def _escaped(text: str) -> str:

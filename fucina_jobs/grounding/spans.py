@@ -43,6 +43,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any, Iterator, Mapping
 
 from .declaration import Grounded, Units, unit_spans
+from .grammar import written_values
 from .values import dates_in, number_spans, numbers_in
 
 Span = tuple[int, int]
@@ -223,13 +224,19 @@ class _Source:
         if g.kind == "date":
             if self._dates is None:
                 self._dates = dates_in(self.text)
-            return sorted(set(self._dates.get(value, [])))
+            return self._labelled_first(g, value, sorted(set(self._dates.get(value, []))))
         if g.amount not in self._numbers:
             self._numbers[g.amount] = number_spans(self.text, g.amount)
         try:
-            return self._numbers[g.amount].get(Decimal(str(value)), [])
+            value = Decimal(str(value))
         except InvalidOperation:
             return []
+        return self._labelled_first(g, value, self._numbers[g.amount].get(value, []))
+
+    def _labelled_first(self, g: Grounded, value: Any, spans: list[Span]) -> list[Span]:
+        """A field with ``labels`` took its value where a label marks it: those occurrences come first."""
+        first = written_values(g, self.text).get(value, []) if g.labels and spans else []
+        return [*first, *(s for s in spans if s not in first)]
 
     def folded(self, g: Grounded) -> _Folded:
         key = (g.whitespace, g.case)

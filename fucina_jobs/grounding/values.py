@@ -14,6 +14,9 @@ import datetime as dt
 import re
 import unicodedata
 from decimal import Decimal
+from typing import Mapping, Sequence, TypeVar
+
+K = TypeVar("K")
 
 _MONTHS = {
     name: number
@@ -174,6 +177,31 @@ def _core_readings(core: str) -> list[Decimal]:
     whole, _, fraction = core.partition(last)
     decimal = Decimal(whole + "." + fraction)
     return [decimal, Decimal(whole + fraction)] if len(fraction) == 3 else [decimal]
+
+
+def labelled(found: Mapping[K, list[tuple[int, int]]], text: str, labels: Sequence[str]) -> dict[K, list[tuple[int, int]]]:
+    """The values of ``found`` (value -> its spans in ``text``) that ``text`` writes after one of ``labels``, with those spans.
+
+    A label marks the first value written after it, on its own line or, where the rest of that line writes
+    none, on the next: forms print a label and its value side by side, and OCR often reads the two as two
+    lines (``TOTAL:`` then ``25.75``). Labels match whole words, in any case, across any spaces."""
+    starts: dict[int, list[tuple[K, tuple[int, int]]]] = {}
+    for value, spans in found.items():
+        for span in spans:
+            starts.setdefault(span[0], []).append((value, span))
+    order = sorted(starts)
+    marked: dict[K, list[tuple[int, int]]] = {}
+    for m in re.finditer(_label_pattern(labels), text):
+        after = next((s for s in order if s >= m.end()), None)
+        if after is not None and text.count("\n", m.end(), after) <= 1:
+            for value, span in starts[after]:
+                marked.setdefault(value, []).append(span)
+    return marked
+
+
+def _label_pattern(labels: Sequence[str]) -> re.Pattern:
+    words = sorted((r"[^\S\n]+".join(map(re.escape, label.split())) for label in labels), key=len, reverse=True)
+    return re.compile(rf"(?<![^\W\d_])(?:{'|'.join(words)})(?![^\W\d_])", re.IGNORECASE)
 
 
 def json_number(value: Decimal) -> str:

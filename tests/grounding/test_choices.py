@@ -79,3 +79,18 @@ def test_every_line_run_of_a_long_receipt_is_in_its_grammar_and_the_lexer_holds(
     for token in encode(valid[-1]):
         grammar.commit(token)
     assert not grammar.is_error and grammar.is_complete
+
+
+def test_labels_and_includes_narrow_the_options_as_they_narrow_the_grammar():
+    schema = {
+        "type": "object",
+        "properties": {
+            "address": {"type": "string", "x-grounded": {"span": "lines", "includes": "[0-9]{5}"}},
+            "total": {"type": "number", "x-grounded": {"amount": True, "labels": ["total"]}},
+        },
+        "required": ["address", "total"],
+    }
+    text = "KEDAI MURNI\nNO. 3, JALAN MAWAR,\n81100 JOHOR BAHRU\nCASH 30.00\nTOTAL RM 25.75"
+    choices = dict(grounded_choices(schema, text))
+    assert all("81100" in option for option in choices['"address":']) and '"81100 JOHOR BAHRU","total' in choices['"address":']
+    assert '"total":' not in choices  # one labelled amount: no choice left

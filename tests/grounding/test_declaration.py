@@ -64,6 +64,12 @@ def test_nested_objects_and_array_items_are_found():
         ({"type": "number", "x-grounded": {"allow": ["zero"]}}, "x-grounded.allow must be a list of number values"),
         ({"type": "string", "format": "date", "x-grounded": {"allow": ["03/04/2025"]}}, "list of date values"),
         ({"anyOf": [{"type": "string", "x-grounded": True}]}, "properties/x/anyOf/0: x-grounded only applies under properties or array items"),
+        ({"type": "string", "x-grounded": {"labels": ["total"]}}, "x-grounded.labels must be a list of non-empty strings, on number"),
+        ({"type": "number", "x-grounded": {"labels": "total"}}, "x-grounded.labels must be a list of non-empty strings"),
+        ({"type": "string", "x-grounded": {"includes": "[0-9]"}}, "on a string of span: lines or span: word"),
+        ({"type": "string", "x-grounded": {"span": "lines", "includes": "[0-9"}}, "x-grounded.includes must be a regex"),
+        ({"type": "string", "x-grounded": {"includes": "(?<![0-9])[0-9]{5}"}}, "x-grounded.includes must be a regex"),
+        ({"type": "string", "x-grounded": {"includes": "^[0-9]{5}$"}}, "x-grounded.includes must be a regex"),
     ],
 )
 def test_bad_declarations_name_the_property(prop, message):

@@ -162,6 +162,42 @@ def test_span_lines_holds_a_string_to_runs_of_whole_lines(tokenizer):
     assert accepts(tokenizer, exact, text, rec("NO. 3, JALAN  MAWAR,\n81100 JOHOR BAHRU."))
 
 
+def test_labels_keep_the_amounts_a_label_marks_where_the_text_labels_any(tokenizer):
+    schema = {"type": "object", "properties": {"total": {"type": "number", "x-grounded": {"amount": True, "labels": ["total", "amount due"]}}}}
+    schema["required"] = ["total"]
+    receipt = "MILO 1KG 17.90\nSUB TOTAL 24.30\nTOTAL:\n25.75\nCASH 30.00\nTOTAL QTY: 3"
+    for total, ok in [(25.75, True), (24.3, True), (17.9, False), (30, False), (3, False)]:
+        assert accepts(tokenizer, schema, receipt, {"total": total}) is ok, total  # a label marks the value on its line, or the next
+    assert not accepts(tokenizer, schema, "Total\nRounding\n0.01\nGrand total 9.00", {"total": 0.01})  # two lines below its label
+    assert accepts(tokenizer, schema, "Amount  Due: $ 1,200.00", {"total": 1200})  # any spaces inside a label, any case
+    assert not accepts(tokenizer, schema, "Subtotal 12.00\nTotals 13.00\nTotal 14.00", {"total": 12})  # whole words only
+    unlabelled = "MILO 17.90\nCASH 30.00"
+    assert accepts(tokenizer, schema, unlabelled, {"total": 17.9}) and accepts(tokenizer, schema, unlabelled, {"total": 30})
+
+
+def test_labels_mark_dates_too(tokenizer):
+    schema = {"type": "object", "properties": {"due": {"type": "string", "format": "date", "x-grounded": {"labels": ["due"]}}}, "required": ["due"]}
+    text = "Invoice date: 2025-03-01\nPayment due: 2025-03-31"
+    assert accepts(tokenizer, schema, text, {"due": "2025-03-31"}) and not accepts(tokenizer, schema, text, {"due": "2025-03-01"})
+
+
+def test_includes_keeps_the_spans_that_hold_such_a_word_where_the_text_writes_one(tokenizer):
+    schema = json.loads(json.dumps(PARTY))
+    schema["properties"]["name"] = {"type": "string", "maxLength": 80, "x-grounded": {"span": "lines", "includes": "[0-9]{5}"}}
+    text = "TAN SDN BHD\nNO. 3, JALAN MAWAR,\n81100 JOHOR BAHRU.\nTEL 07-3507405"
+    assert accepts(tokenizer, schema, text, rec("NO. 3, JALAN MAWAR, 81100 JOHOR BAHRU."))
+    assert accepts(tokenizer, schema, text, rec("81100 JOHOR BAHRU."))
+    assert not accepts(tokenizer, schema, text, rec("NO. 3, JALAN MAWAR,"))  # stops before the postcode
+    assert not accepts(tokenizer, schema, text, rec("TEL 07-3507405"))  # 3507405 is no five-digit word
+    assert not accepts(tokenizer, schema, text, rec("TAN SDN BHD"))
+    assert accepts(tokenizer, schema, "TAN SDN BHD\nNO. 3, JALAN MAWAR", rec("TAN SDN BHD"))  # no such word written: every span
+    word = json.loads(json.dumps(schema))
+    word["properties"]["name"]["x-grounded"] = {"span": "word", "includes": "[A-Z]{2}-[0-9]+"}
+    assert accepts(tokenizer, word, "Ref 42, order HP-55021.", rec("HP-55021")) and not accepts(
+        tokenizer, word, "Ref 42, order HP-55021.", rec("Ref")
+    )
+
+
 def test_a_50_kb_document(tokenizer):
     random.seed(0)
     words = ["invoice", "Ltd", "Müller", 'say "hi"', "back\\slash", "line\nbreak", "€", "12.50", "Corp."]

@@ -187,3 +187,10 @@ def test_items_of_an_array_grounded_by_paragraph_are_located_in_their_own_paragr
     second = text.index("\n\n")
     assert spans["receipts[0].company"][0] < second < spans["receipts[1].company"][0]
     assert all(text[s:e] for s, e in spans.values()) and len(spans) == 6
+
+
+def test_a_labelled_value_points_at_the_occurrence_its_label_marks():
+    fields = grounded_fields({"type": "object", "properties": {"total": {"type": "number", "x-grounded": {"amount": True, "labels": ["total"]}}}})
+    text = "BREAD 9.00\nCASH 10.00\nTOTAL:\n9.00"
+    (start, end) = value_spans({"total": 9}, fields, text)["total"]
+    assert (start, text[start:end]) == (text.rindex("9.00"), "9.00")
