@@ -273,8 +273,12 @@ def compressed_dataset(c: Case) -> None:
 
 
 def kill9_mid_chunked_row(c: Case) -> None:
-    """Rows cut into 4-5 chunks each (``dataset.chunking``): killed while the shards after the first decode their chunks."""
+    """Rows cut into 4-5 chunks each (``dataset.chunking``): killed while the shards after the first decode their chunks.
+
+    One stream and one shard in flight pace the run, a chunk at a time: with the default two of each, every shard
+    had committed before the first commit was seen, and the kill landed after the last chunked row."""
     chunked = ("dataset.chunking.enabled=true", "dataset.chunking.max_tokens=64", "dataset.chunking.overlap_tokens=16")
+    chunked += ("runtime.streams=1", "runtime.shards_in_flight=1")
     proc = c.start(*chunked)
     c.wait(proc, lambda: c.committed() >= 1)
     c.kill(proc)

@@ -58,7 +58,7 @@ def _values(g: Grounded, text: str) -> Iterator[str]:
     elif g.kind == "string":
         if g.span != "words":  # a run of words is one of too many to score: the decoder writes it token by token
             yield from (json.dumps(v, ensure_ascii=False) for v in g.allow)
-            yield from _line_runs(g, text) if g.span == "lines" else (json.dumps(w, ensure_ascii=False) for w in words(g, text, included=True))
+            yield from _line_runs(g, text) if g.span == "lines" else (json.dumps(w, ensure_ascii=False) for w in words(g, text, narrowed=True))
     else:
         yield from candidates(g, text)
 

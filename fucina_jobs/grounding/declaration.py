@@ -44,7 +44,7 @@ class Grounded:
     allow: tuple[Any, ...] = ()  # values accepted although the text does not write them, e.g. 0 for tax
     amount: bool = False  # numbers: only those written as money (currency sign or code, or two decimals; no percentages)
     spellings: dict[str, tuple[str, ...]] = field(default_factory=dict, compare=False)  # enum member -> how texts write it
-    labels: tuple[str, ...] = ()  # numbers and dates: only those written after one of these labels, where the text labels any
+    labels: tuple[str, ...] = ()  # only values written right after one of these labels, where the text labels any
     includes: str | None = None  # span: lines and word: only values holding a word this regex matches whole, where the text writes one
 
     def included(self) -> re.Pattern | None:
@@ -199,9 +199,12 @@ def _declared(node: dict[str, Any], path: tuple[str, ...]) -> Grounded:
     if (
         not isinstance(labels, list)
         or not all(isinstance(w, str) and w.strip() for w in labels)
-        or (labels and kind not in ("number", "integer", "date"))
+        or (labels and kind == "enum")
+        or (labels and span == "lines")
     ):
-        raise GroundingError(f"{where}: {KEYWORD}.labels must be a list of non-empty strings, on number, integer or date properties only")
+        raise GroundingError(
+            f"{where}: {KEYWORD}.labels must be a list of non-empty strings, on number, integer, date or string properties (not span: lines)"
+        )
     includes = options.get("includes")
     if includes is not None and (span == "words" or not isinstance(includes, str) or not _regex(includes)):
         raise GroundingError(

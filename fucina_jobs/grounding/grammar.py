@@ -24,10 +24,12 @@ from decimal import Decimal
 from typing import Any, Callable, Collection, Mapping
 
 from .declaration import Grounded, Units, grounded_arrays, grounded_fields, unit_spans
-from .values import dates_in, json_number, labelled, normalize_whitespace, number_spans, written
+from .values import after_labels, dates_in, json_number, labelled, normalize_whitespace, number_spans, written
 
 #: With ``includes``, the most lines a run of lines (``span: lines``) takes on either side of the line that writes the word.
 AROUND_LINES = 7
+#: With ``labels``, the most characters a run of words after a label takes where the string has no ``maxLength``.
+LABELLED_CHARS = 80
 #: What may sit around an excluded run of words and leave it the same value (``Halden Robotics,``).
 _AROUND = r"/[\s,.;:!?-]*/"
 #: Escapes stay whole, so a span never ends inside ``\\"`` and breaks the JSON string.
@@ -176,7 +178,7 @@ class _Builder:
         if g.kind == "enum":
             choices = [_literal(m) for m in members(g, self.text) if json.loads(m) not in excluded]
         elif g.kind == "string" and g.span == "word":
-            choices = [_literal(json.dumps(w, ensure_ascii=False)) for w in words(g, self.text, included=True) if w not in excluded]
+            choices = [_literal(json.dumps(w, ensure_ascii=False)) for w in words(g, self.text, narrowed=True) if w not in excluded]
             choices += [_literal(json.dumps(v, ensure_ascii=False)) for v in g.allow if v not in excluded]
         elif g.kind == "string":
             writes = any(not c.isspace() and not unicodedata.category(c).startswith("P") for c in self.text)
@@ -195,11 +197,15 @@ class _Builder:
 
     def span(self, g: Grounded, excluded: Collection[Any] = ()) -> str:
         """A terminal for the spans of the text this string may be, within its length bounds, but not ``excluded``."""
-        source = self.around_included(g) or self.source(g)
+        around = self.around_included(g)
         name = f"SPAN{len(self.rules)}"
-        trimmed = _TRIMMED if g.whitespace == "normalize" else f"{_TRIMMED} & {_NO_ESCAPED_BREAK_AT_AN_END}"
+        if around:  # whole lines, none of them only marks: trimmed already, and short enough to count characters in
+            bounds = f"{around}{self.length(g, counted=True)}"
+        else:
+            trimmed = _TRIMMED if g.whitespace == "normalize" else f"{_TRIMMED} & {_NO_ESCAPED_BREAK_AT_AN_END}"
+            bounds = f"{self.after_labels(g) or self.source(g)} & {trimmed}{self.length(g)}"
         banned = [term for v in excluded if isinstance(v, str) for term in _same_thing(v)]
-        self.rules.append(f"{name}: {source} & {trimmed}{self.length(g)}" + (f" & ~({' | '.join(dict.fromkeys(banned))})" if banned else ""))
+        self.rules.append(f"{name}: {bounds}" + (f" & ~({' | '.join(dict.fromkeys(banned))})" if banned else ""))
         return name
 
     def source(self, g: Grounded) -> str:
@@ -213,6 +219,28 @@ class _Builder:
             self.sources[key] = name
         return self.sources[key]
 
+    def after_labels(self, g: Grounded) -> str | None:
+        """With ``labels`` on a run of words: a terminal for the runs that start with the first word after a label,
+        up to the string's ``maxLength`` (``LABELLED_CHARS`` without one); None where the text writes no label."""
+        if not g.labels:
+            return None
+        text = normalize_whitespace(self.text) if g.whitespace == "normalize" else self.text
+        runs = []
+        for recase in [str] if g.case == "exact" else [str, str.lower, str.upper, str.title]:
+            for start in after_labels(text, g.labels):
+                chunks, room = [], g.schema.get("maxLength", LABELLED_CHARS)
+                for chunk in _CHUNK.finditer(_escaped(recase(text[start:]))):
+                    room -= len(chunk.group())
+                    if room < 0:
+                        break
+                    chunks.append(_literal(chunk.group()))
+                runs.append("".join(f"{c} (" for c in chunks[:-1]) + chunks[-1] + ")?" * (len(chunks) - 1))
+        if not runs:
+            return None
+        name = f"LABELLED{len(self.rules)}"
+        self.rules.append(f"{name}: " + " | ".join(dict.fromkeys(runs)))
+        return name
+
     def around_included(self, g: Grounded) -> str | None:
         """With ``includes`` on a run of lines: a terminal for the runs that hold a line writing such a word, up to
         ``AROUND_LINES`` lines either side of it; None where no line writes one. Built from the lines themselves, as
@@ -220,13 +248,16 @@ class _Builder:
         if g.includes is None or g.span != "lines":
             return None
         pattern, around, lines = g.included(), [], _lines(self.text, g)
+        marks = [not any(c.isalnum() for c in line) for line in lines]  # a line of only marks (***, ----) ends a run
         for recase in [str] if g.case == "exact" else [str, str.lower, str.upper, str.title]:
             pieces = [_literal(_escaped(recase(line))) for line in lines]
             separator = _literal(_escaped(" " if g.whitespace == "normalize" else "\n"))
             for k in (k for k, line in enumerate(lines) if pattern.search(line)):
-                before = "(" * min(k, AROUND_LINES) + "".join(f"{p} {separator})? " for p in pieces[max(0, k - AROUND_LINES) : k])
-                after = "".join(f" ({separator} {p}" for p in pieces[k + 1 : k + 1 + AROUND_LINES]) + ")?" * len(pieces[k + 1 : k + 1 + AROUND_LINES])
-                around.append(f"{before} {pieces[k]}{after}")
+                first = next((i + 1 for i in range(k - 1, max(-1, k - 1 - AROUND_LINES), -1) if marks[i]), max(0, k - AROUND_LINES))
+                last = next((i for i in range(k + 1, min(len(lines), k + 1 + AROUND_LINES)) if marks[i]), min(len(lines), k + 1 + AROUND_LINES))
+                before = "(" * (k - first) + "".join(f"{p} {separator})? " for p in pieces[first:k])
+                after = "".join(f" ({separator} {p}" for p in pieces[k + 1 : last]) + ")?" * (last - k - 1)
+                around.append(f"{before}{pieces[k]}{after}")
         if not around:
             return None
         name = f"AROUND{len(self.rules)}"
@@ -234,12 +265,13 @@ class _Builder:
         return name
 
     @staticmethod
-    def length(g: Grounded) -> str:
-        """The string's length bounds as a lexeme, for runs of words. Runs of lines leave them to the schema check
-        and to the likelihood choice, whose options fit them: counting characters across a long text's
-        lines made llguidance build more lexer states than it allows (``too many expressions constructed``)."""
+    def length(g: Grounded, counted: bool = False) -> str:
+        """The string's length bounds as a lexeme, for runs of words (and, ``counted``, the runs of lines around an
+        included word). Other runs of lines leave them to the schema check and to the likelihood choice, whose
+        options fit them: counting characters across a long text's lines made llguidance build more lexer states
+        than it allows (``too many expressions constructed``)."""
         low, high = max(g.schema.get("minLength", 1), 1), g.schema.get("maxLength", "")
-        return f" & /.{{{low},{high}}}/" if g.span == "words" else ""
+        return f" & /.{{{low},{high}}}/" if g.span == "words" or counted else ""
 
     def rule(self, body: str) -> str:
         name = f"r{len(self.rules)}"
@@ -266,15 +298,19 @@ def written_values(g: Grounded, text: str) -> dict[Any, list[tuple[int, int]]]:
     return (labelled(found, text, g.labels) or found) if g.labels else found
 
 
-def words(g: Grounded, text: str, included: bool = False) -> list[str]:
+def words(g: Grounded, text: str, narrowed: bool = False) -> list[str]:
     """The distinct words of ``text`` (``span: word``) that fit the string's length bounds, in order: each a
     maximal run without whitespace, less the punctuation marks at its ends (``(HP-55021),`` is ``HP-55021``);
-    ``included``: only those that hold a word ``includes`` matches, where the text writes one."""
+    ``narrowed``: only those right after a label and matching ``includes``, where the text writes such words."""
     low, high = g.schema.get("minLength", 1), g.schema.get("maxLength", len(text))
     found = (_strip_marks(w) for w in text.split())
     recased = [w for word in found for w in ([word] if g.case == "exact" else [word, word.lower(), word.upper(), word.title()])]
     fitting = [w for w in dict.fromkeys(recased) if w and low <= len(w) <= high]
-    return [w for w in fitting if writes_included(g, w)] if included and writes_included(g, text) else fitting
+    if not narrowed:
+        return fitting
+    labelled = {_strip_marks(text[start:].split()[0]) for start in after_labels(text, g.labels)}
+    fitting = [w for w in fitting if w in labelled] or fitting
+    return [w for w in fitting if writes_included(g, w)] if writes_included(g, text) else fitting
 
 
 def writes_included(g: Grounded, text: str) -> bool:

@@ -199,9 +199,22 @@ def labelled(found: Mapping[K, list[tuple[int, int]]], text: str, labels: Sequen
     return marked
 
 
+def after_labels(text: str, labels: Sequence[str]) -> list[int]:
+    """Where the first word after each of ``labels`` in ``text`` starts (past the marks and spaces that follow a
+    label: ``Bill to:`` then a line break, ``Invoice #: 2025-044``), in text order."""
+    starts = (re.compile(r"[\W_]*").match(text, m.end()).end() for m in _label_pattern(labels).finditer(text))
+    return sorted({start for start in starts if start < len(text)})
+
+
 def _label_pattern(labels: Sequence[str]) -> re.Pattern:
-    words = sorted((r"[^\S\n]+".join(map(re.escape, label.split())) for label in labels), key=len, reverse=True)
-    return re.compile(rf"(?<![^\W\d_])(?:{'|'.join(words)})(?![^\W\d_])", re.IGNORECASE)
+    """Labels as whole words: no letter glued to a label's ends, where its end is a letter (``Invoice #HP-55021``)."""
+    alternatives = []
+    for label in sorted(labels, key=len, reverse=True):
+        words = r"[^\S\n]+".join(map(re.escape, label.split()))
+        alternatives.append(
+            (r"(?<![^\W\d_])" if label.strip()[0].isalpha() else "") + words + (r"(?![^\W\d_])" if label.strip()[-1].isalpha() else "")
+        )
+    return re.compile("|".join(alternatives), re.IGNORECASE)
 
 
 def json_number(value: Decimal) -> str:

@@ -42,9 +42,22 @@ def requests(tokenizer, grammars, copied=()):
     return out
 
 
+#: PARTY with its values narrowed by labels: runs of words after a label, labelled amounts and dates.
+LABELLED = {
+    **PARTY,
+    "properties": {
+        **PARTY["properties"],
+        "name": {"type": "string", "maxLength": 40, "x-grounded": {"labels": ["from", "seller", "händler"]}},
+        "amount": {"type": "number", "minimum": 0, "x-grounded": {"allow": [0], "labels": ["total", "amount", "summe"]}},
+        "date": {"type": ["string", "null"], "format": "date", "x-grounded": {"labels": ["due", "date", "fällig am"]}},
+    },
+}
+
+
+@pytest.mark.parametrize("schema", [PARTY, LABELLED], ids=["grounded", "labelled"])
 @pytest.mark.parametrize("params", [GREEDY, replace(GREEDY, temperature=0.8)], ids=["greedy", "sampled"])
-def test_grounded_plain_equals_speculative(tokenizer, tiny_runner, params):
-    grammars = [Constraint.lark(grounded_lark(PARTY, doc), tokenizer, stop_token=STOP) for doc in DOCS]  # compiled once per row
+def test_grounded_plain_equals_speculative(tokenizer, tiny_runner, params, schema):
+    grammars = [Constraint.lark(grounded_lark(schema, doc), tokenizer, stop_token=STOP) for doc in DOCS]  # compiled once per row
     plain_requests = requests(tokenizer, grammars)
     plain = decode(tiny_runner, plain_requests, params=params)
     other = decode(tiny_runner, requests(tokenizer, grammars), params=replace(GREEDY, temperature=1.3))

@@ -181,6 +181,24 @@ def test_labels_mark_dates_too(tokenizer):
     assert accepts(tokenizer, schema, text, {"due": "2025-03-31"}) and not accepts(tokenizer, schema, text, {"due": "2025-03-01"})
 
 
+def test_labels_start_a_string_at_the_first_word_a_label_marks(tokenizer):
+    schema = {
+        "type": "object",
+        "properties": {
+            "customer": {"type": "string", "maxLength": 24, "x-grounded": {"labels": ["bill to", "customer"]}},
+            "number": {"type": "string", "x-grounded": {"span": "word", "labels": ["invoice #", "invoice no"]}},
+        },
+        "required": ["customer", "number"],
+    }
+    text = "ACME Inc\nReceipt/Invoice #HP-55021\nBill To:\nHalden Robotics LLC\n44 Mill Street, Olympia"
+    for customer, ok in [("Halden Robotics", True), ("Halden Robotics LLC 44", True), ("Robotics LLC", False), ("ACME Inc", False)]:
+        assert accepts(tokenizer, schema, text, {"customer": customer, "number": "HP-55021"}) is ok, customer
+    assert not accepts(tokenizer, schema, text, {"customer": "Halden Robotics LLC 44 Mill Street", "number": "HP-55021"})  # past maxLength
+    assert not accepts(tokenizer, schema, text, {"customer": "Halden", "number": "ACME"})  # a # label needs no space after it
+    unlabelled = "ACME Inc\nHalden Robotics LLC"
+    assert accepts(tokenizer, schema, unlabelled, {"customer": "Robotics LLC", "number": "Inc"})  # no label written: every span
+
+
 def test_includes_keeps_the_spans_that_hold_such_a_word_where_the_text_writes_one(tokenizer):
     schema = json.loads(json.dumps(PARTY))
     schema["properties"]["name"] = {"type": "string", "maxLength": 80, "x-grounded": {"span": "lines", "includes": "[0-9]{5}"}}
@@ -191,6 +209,9 @@ def test_includes_keeps_the_spans_that_hold_such_a_word_where_the_text_writes_on
     assert not accepts(tokenizer, schema, text, rec("TEL 07-3507405"))  # 3507405 is no five-digit word
     assert not accepts(tokenizer, schema, text, rec("TAN SDN BHD"))
     assert accepts(tokenizer, schema, "TAN SDN BHD\nNO. 3, JALAN MAWAR", rec("TAN SDN BHD"))  # no such word written: every span
+    assert not accepts(tokenizer, schema, "TAN SDN BHD\n***\n81100 JOHOR", rec("TAN SDN BHD *** 81100 JOHOR"))  # a line of marks ends a run
+    long = "A" * 70 + "\n81100 JOHOR BAHRU"  # 88 characters as one run, past maxLength 80
+    assert accepts(tokenizer, schema, long, rec("81100 JOHOR BAHRU")) and not accepts(tokenizer, schema, long, rec("A" * 70 + " 81100 JOHOR BAHRU"))
     word = json.loads(json.dumps(schema))
     word["properties"]["name"]["x-grounded"] = {"span": "word", "includes": "[A-Z]{2}-[0-9]+"}
     assert accepts(tokenizer, word, "Ref 42, order HP-55021.", rec("HP-55021")) and not accepts(
