@@ -234,7 +234,8 @@ class _Builder:
                     if room < 0:
                         break
                     chunks.append(_literal(chunk.group()))
-                runs.append("".join(f"{c} (" for c in chunks[:-1]) + chunks[-1] + ")?" * (len(chunks) - 1))
+                if chunks:  # none where the first word after the label is longer than the string may be
+                    runs.append("".join(f"{c} (" for c in chunks[:-1]) + chunks[-1] + ")?" * (len(chunks) - 1))
         if not runs:
             return None
         name = f"LABELLED{len(self.rules)}"

@@ -202,6 +202,8 @@ def labelled(found: Mapping[K, list[tuple[int, int]]], text: str, labels: Sequen
 def after_labels(text: str, labels: Sequence[str]) -> list[int]:
     """Where the first word after each of ``labels`` in ``text`` starts (past the marks and spaces that follow a
     label: ``Bill to:`` then a line break, ``Invoice #: 2025-044``), in text order."""
+    if not labels:
+        return []
     starts = (re.compile(r"[\W_]*").match(text, m.end()).end() for m in _label_pattern(labels).finditer(text))
     return sorted({start for start in starts if start < len(text)})
 

@@ -197,6 +197,8 @@ def test_labels_start_a_string_at_the_first_word_a_label_marks(tokenizer):
     assert not accepts(tokenizer, schema, text, {"customer": "Halden", "number": "ACME"})  # a # label needs no space after it
     unlabelled = "ACME Inc\nHalden Robotics LLC"
     assert accepts(tokenizer, schema, unlabelled, {"customer": "Robotics LLC", "number": "Inc"})  # no label written: every span
+    too_long = "Customer: " + "X" * 30 + "\nInvoice # 7"  # the word after the label is past maxLength: every span
+    assert accepts(tokenizer, schema, too_long, {"customer": "Customer", "number": "7"})
 
 
 def test_includes_keeps_the_spans_that_hold_such_a_word_where_the_text_writes_one(tokenizer):
