@@ -272,19 +272,35 @@ def compressed_dataset(c: Case) -> None:
     c.note += _summary(c, 1)
 
 
+#: What every chunk of an invoice can fill: a grounded vendor and total, null where the chunk writes none.
+CHUNK_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "vendor": {"type": ["string", "null"], "maxLength": 40, "x-grounded": True},
+        "total": {"type": ["number", "null"], "minimum": 0, "x-grounded": {"amount": True, "labels": ["total"]}},
+    },
+    "required": ["vendor", "total"],
+    "additionalProperties": False,
+}
+
+
 def kill9_mid_chunked_row(c: Case) -> None:
     """Rows cut into 4-5 chunks each (``dataset.chunking``): killed while the shards after the first decode their chunks.
 
-    One stream and one shard in flight pace the run, a chunk at a time: with the default two of each, every shard
-    had committed before the first commit was seen, and the kill landed after the last chunked row."""
+    A chunk of 64 tokens holds a few of an invoice's fields, never all, so the schema is two nullable grounded fields:
+    under the invoice schema every chunk was refused before decoding (``ungrounded``), and nothing was killed mid-row.
+    Shards of one row, one stream and one shard in flight pace the run, a chunk at a time: with two of each, every
+    shard had committed before the first commit was seen."""
+    schema = c.out.parent / "chunk_schema.json"
+    schema.write_text(json.dumps(CHUNK_SCHEMA))
     chunked = ("dataset.chunking.enabled=true", "dataset.chunking.max_tokens=64", "dataset.chunking.overlap_tokens=16")
-    chunked += ("runtime.streams=1", "runtime.shards_in_flight=1")
+    chunked += (f"constraint.json_schema={schema}", "decoding.max_tokens=48", "runtime.shard_size=1", "runtime.streams=1", "runtime.shards_in_flight=1")
     proc = c.start(*chunked)
     c.wait(proc, lambda: c.committed() >= 1)
     c.kill(proc)
     committed = c.committed()
     c.run(*chunked)
-    c.note = f"killed with {committed} of 4 shards committed, the next shard's chunks decoding; rerun: {_summary(c, 1)}, chunked rows {_summary(c, 1, 'chunked rows')}"
+    c.note = f"killed with {committed} of 8 shards committed, the next shard's chunks decoding; rerun: {_summary(c, 1)}, chunked rows {_summary(c, 1, 'chunked rows')}"
 
 
 def ctrl_c(c: Case) -> None:
