@@ -294,7 +294,13 @@ def kill9_mid_chunked_row(c: Case) -> None:
     schema = c.out.parent / "chunk_schema.json"
     schema.write_text(json.dumps(CHUNK_SCHEMA))
     chunked = ("dataset.chunking.enabled=true", "dataset.chunking.max_tokens=64", "dataset.chunking.overlap_tokens=16")
-    chunked += (f"constraint.json_schema={schema}", "decoding.max_tokens=48", "runtime.shard_size=1", "runtime.streams=1", "runtime.shards_in_flight=1")
+    chunked += (
+        f"constraint.json_schema={schema}",
+        "decoding.max_tokens=48",
+        "runtime.shard_size=1",
+        "runtime.streams=1",
+        "runtime.shards_in_flight=1",
+    )
     proc = c.start(*chunked)
     c.wait(proc, lambda: c.committed() >= 1)
     c.kill(proc)
