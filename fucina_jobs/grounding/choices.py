@@ -18,8 +18,7 @@ import json
 from typing import Any, Iterator
 
 from .declaration import Grounded, grounded_fields
-from .grammar import candidates, members, words, writes_included
-from .values import normalize_whitespace
+from .grammar import candidates, line_run_starts, members, text_lines, words
 
 #: The most lines a ``span: lines`` option joins.
 MAX_LINES = 8
@@ -64,19 +63,21 @@ def _values(g: Grounded, text: str) -> Iterator[str]:
 
 
 def _line_runs(g: Grounded, text: str) -> Iterator[str]:
-    """Every run of up to ``MAX_LINES`` whole lines that fits the field's length bounds, as a JSON string."""
-    lines = [normalize_whitespace(line) if g.whitespace == "normalize" else line for line in text.splitlines()]
-    lines = [line for line in lines if line.strip()]
+    """Every run of up to ``MAX_LINES`` whole lines that fits the field's length bounds and that ``includes`` and
+    ``first_lines`` allow, as a JSON string."""
+    lines = text_lines(text, g)
+    allowed = line_run_starts(g, lines)
     joiner = " " if g.whitespace == "normalize" else "\n"
     low, high = g.schema.get("minLength", 1), g.schema.get("maxLength", float("inf"))
     seen = set()
-    included = writes_included(g, text)
     for start in range(len(lines)):
-        for end in range(start + 1, min(start + MAX_LINES, len(lines)) + 1):
-            value = joiner.join(lines[start:end])
+        for end in range(start, min(start + MAX_LINES, len(lines))):
+            value = joiner.join(lines[start : end + 1])
             if len(value) > high:
                 break
-            if len(value) >= low and value not in seen and (not included or writes_included(g, value)):
+            if allowed is not None and not any(first == start and least <= end <= most for first, least, most in allowed):
+                continue
+            if len(value) >= low and value not in seen:
                 seen.add(value)
                 yield json.dumps(value, ensure_ascii=False)
 

@@ -21,7 +21,7 @@ ITEM_UNITS = {"paragraph": re.compile(r"\n[ \t\r\f\v]*\n\s*"), "line": re.compil
 _WHITESPACE = ("normalize", "exact")
 _CASE = ("exact", "insensitive")
 _SPAN = ("words", "word", "lines")
-_OPTIONS = ("whitespace", "case", "span", "allow", "amount", "spellings", "labels", "includes")
+_OPTIONS = ("whitespace", "case", "span", "allow", "amount", "spellings", "labels", "includes", "first_lines")
 
 
 class GroundingError(ValueError):
@@ -46,6 +46,7 @@ class Grounded:
     spellings: dict[str, tuple[str, ...]] = field(default_factory=dict, compare=False)  # enum member -> how texts write it
     labels: tuple[str, ...] = ()  # only values written right after one of these labels, where the text labels any
     includes: str | None = None  # span: lines and word: only values holding a word this regex matches whole, where the text writes one
+    first_lines: int | None = None  # span: lines: only runs that start on one of the text's (an item's paragraph's) first N lines
 
     def included(self) -> re.Pattern | None:
         """``includes`` as a Python pattern that finds such a word (a run of letters and digits) in a text."""
@@ -211,8 +212,11 @@ def _declared(node: dict[str, Any], path: tuple[str, ...]) -> Grounded:
             f"{where}: {KEYWORD}.includes must be a regex without look-arounds or anchors (a word the value holds, e.g. [0-9]{{5}}), "
             "on a string of span: lines or span: word"
         )
+    first_lines = options.get("first_lines")
+    if first_lines is not None and (span != "lines" or type(first_lines) is not int or first_lines < 1):
+        raise GroundingError(f"{where}: {KEYWORD}.first_lines must be a whole number of lines, at least 1, on a string of span: lines")
     spellings = {k: tuple(v) for k, v in spellings.items()}
-    return Grounded(path, kind, node, whitespace, case, span, tuple(allow), amount, spellings, tuple(labels), includes)
+    return Grounded(path, kind, node, whitespace, case, span, tuple(allow), amount, spellings, tuple(labels), includes, first_lines)
 
 
 def _regex(pattern: str) -> bool:

@@ -26,8 +26,9 @@ from typing import Any, Callable, Collection, Mapping
 from .declaration import Grounded, Units, grounded_arrays, grounded_fields, unit_spans
 from .values import after_labels, dates_in, json_number, labelled, normalize_whitespace, number_spans, written
 
-#: With ``includes``, the most lines a run of lines (``span: lines``) takes on either side of the line that writes the word.
-AROUND_LINES = 7
+#: With ``includes`` or ``first_lines``, the most lines a run of lines (``span: lines``) takes past the line it
+#: must reach (the one that writes the word, or its first line), and the farthest an included line may be from its start.
+RUN_LINES = 7
 #: With ``labels``, the most characters a run of words after a label takes where the string has no ``maxLength``.
 LABELLED_CHARS = 80
 #: What may sit around an excluded run of words and leave it the same value (``Halden Robotics,``).
@@ -197,10 +198,10 @@ class _Builder:
 
     def span(self, g: Grounded, excluded: Collection[Any] = ()) -> str:
         """A terminal for the spans of the text this string may be, within its length bounds, but not ``excluded``."""
-        around = self.around_included(g)
+        runs = self.line_runs(g) if g.span == "lines" else None
         name = f"SPAN{len(self.rules)}"
-        if around:  # whole lines, none of them only marks: trimmed already, and short enough to count characters in
-            bounds = f"{around}{self.length(g, counted=True)}"
+        if runs:  # whole lines, none of them only marks: trimmed already, and short enough to count characters in
+            bounds = f"{runs}{self.length(g, counted=True)}"
         else:
             trimmed = _TRIMMED if g.whitespace == "normalize" else f"{_TRIMMED} & {_NO_ESCAPED_BREAK_AT_AN_END}"
             bounds = f"{self.after_labels(g) or self.source(g)} & {trimmed}{self.length(g)}"
@@ -242,27 +243,27 @@ class _Builder:
         self.rules.append(f"{name}: " + " | ".join(dict.fromkeys(runs)))
         return name
 
-    def around_included(self, g: Grounded) -> str | None:
-        """With ``includes`` on a run of lines: a terminal for the runs that hold a line writing such a word, up to
-        ``AROUND_LINES`` lines either side of it; None where no line writes one. Built from the lines themselves, as
-        nested optional lines: a "contains" regex intersected with a long text's substrings exhausts llguidance's lexer."""
-        if g.includes is None or g.span != "lines":
+    def line_runs(self, g: Grounded) -> str | None:
+        """With ``includes`` or ``first_lines`` on a run of lines: a terminal for the runs they allow, spelled out
+        line by line; None where neither narrows anything. A run starts on one of the ``first_lines`` lines, holds a
+        line that writes an included word (where the text writes one that such a start can reach: at most
+        ``RUN_LINES`` lines on), takes up to ``RUN_LINES`` lines past it, and never crosses a line of only marks
+        (``***``, ``----``). Each start is a chain of nested optional lines: a "contains" regex intersected with a
+        long text's substrings exhausts llguidance's lexer (``too many expressions constructed``)."""
+        lines = text_lines(self.text, g)
+        starts = line_run_starts(g, lines)
+        if not starts:
             return None
-        pattern, around, lines = g.included(), [], _lines(self.text, g)
-        marks = [not any(c.isalnum() for c in line) for line in lines]  # a line of only marks (***, ----) ends a run
+        runs = []
         for recase in [str] if g.case == "exact" else [str, str.lower, str.upper, str.title]:
             pieces = [_literal(_escaped(recase(line))) for line in lines]
             separator = _literal(_escaped(" " if g.whitespace == "normalize" else "\n"))
-            for k in (k for k, line in enumerate(lines) if pattern.search(line)):
-                first = next((i + 1 for i in range(k - 1, max(-1, k - 1 - AROUND_LINES), -1) if marks[i]), max(0, k - AROUND_LINES))
-                last = next((i for i in range(k + 1, min(len(lines), k + 1 + AROUND_LINES)) if marks[i]), min(len(lines), k + 1 + AROUND_LINES))
-                before = "(" * (k - first) + "".join(f"{p} {separator})? " for p in pieces[first:k])
-                after = "".join(f" ({separator} {p}" for p in pieces[k + 1 : last]) + ")?" * (last - k - 1)
-                around.append(f"{before}{pieces[k]}{after}")
-        if not around:
-            return None
-        name = f"AROUND{len(self.rules)}"
-        self.rules.append(f"{name}: " + " | ".join(dict.fromkeys(around)))
+            for first, least, most in starts:
+                needed = f" {separator} ".join(pieces[first : least + 1])
+                more = pieces[least + 1 : most + 1]
+                runs.append(needed + "".join(f" ({separator} {p}" for p in more) + ")?" * len(more))
+        name = f"RUNS{len(self.rules)}"
+        self.rules.append(f"{name}: " + " | ".join(dict.fromkeys(runs)))
         return name
 
     @staticmethod
@@ -314,6 +315,31 @@ def words(g: Grounded, text: str, narrowed: bool = False) -> list[str]:
     return [w for w in fitting if writes_included(g, w)] if writes_included(g, text) else fitting
 
 
+def line_run_starts(g: Grounded, lines: list[str]) -> list[tuple[int, int, int]] | None:
+    """The runs of whole lines that ``includes`` and ``first_lines`` allow, as (first line, the line it must reach,
+    the last line it may reach); None where they narrow nothing. ``includes`` narrows only where a start that
+    ``first_lines`` allows reaches an included line within the string's ``maxLength``."""
+    if g.includes is None and g.first_lines is None:
+        return None
+    joiner, high = " " if g.whitespace == "normalize" else "\n", g.schema.get("maxLength")
+    fits = lambda a, b: high is None or len(_escaped(joiner.join(lines[a : b + 1]))) <= high  # noqa: E731
+    marks = [not any(c.isalnum() for c in line) for line in lines]  # a line of only marks ends a run
+    pattern = g.included()
+    starts = []
+    for first in range(min(len(lines), g.first_lines or len(lines))):
+        if marks[first] or not fits(first, first):
+            continue
+        end = next((i for i in range(first + 1, len(lines)) if marks[i]), len(lines))  # the run's block
+        reach = range(first, min(end, first + 1 + RUN_LINES))
+        included = [k for k in reach if pattern is not None and pattern.search(lines[k]) and fits(first, k)]
+        starts.append((first, included[0] if included else first, bool(included), end))
+    if pattern is not None and any(reaches for _, _, reaches, _ in starts):
+        starts = [s for s in starts if s[2]]
+    elif g.first_lines is None:
+        return None  # includes alone, and no run can hold an included word: every run
+    return [(first, least, min(end - 1, least + RUN_LINES)) for first, least, _, end in starts] or None
+
+
 def writes_included(g: Grounded, text: str) -> bool:
     """Does ``text`` write a word that the field's ``includes`` matches whole? (True where there is no ``includes``.)"""
     pattern = g.included()
@@ -342,11 +368,11 @@ def _chunks(text: str, g: Grounded, recase: Callable[[str], str]) -> list[str]:
         text = normalize_whitespace(text) if g.whitespace == "normalize" else text
         return _CHUNK.findall(_escaped(recase(text)))
     separator = _escaped(" " if g.whitespace == "normalize" else "\n")
-    pieces = [_escaped(recase(line)) for line in _lines(text, g)]
+    pieces = [_escaped(recase(line)) for line in text_lines(text, g)]
     return [p for piece in pieces for p in (piece, separator)][:-1]
 
 
-def _lines(text: str, g: Grounded) -> list[str]:
+def text_lines(text: str, g: Grounded) -> list[str]:
     """The text's lines that hold anything but whitespace, as a ``span: lines`` value joins them."""
     return [normalize_whitespace(line) if g.whitespace == "normalize" else line for line in text.splitlines() if line.strip()]
 

@@ -94,3 +94,12 @@ def test_labels_and_includes_narrow_the_options_as_they_narrow_the_grammar():
     choices = dict(grounded_choices(schema, text))
     assert all("81100" in option for option in choices['"address":']) and '"81100 JOHOR BAHRU","total' in choices['"address":']
     assert '"total":' not in choices  # one labelled amount: no choice left
+    schema["properties"]["address"]["x-grounded"]["first_lines"] = 2  # a run from the top that reaches the postcode
+    assert dict(grounded_choices(schema, text))['"address":'] == (
+        '"KEDAI MURNI NO. 3, JALAN MAWAR, 81100 JOHOR BAHRU","total',
+        '"KEDAI MURNI NO. 3, JALAN MAWAR, 81100 JOHOR BAHRU CASH 30.00","total',
+        '"KEDAI MURNI NO. 3, JALAN MAWAR, 81100 JOHOR BAHRU CASH 30.00 TOTAL RM 25.75","total',
+        '"NO. 3, JALAN MAWAR, 81100 JOHOR BAHRU","total',
+        '"NO. 3, JALAN MAWAR, 81100 JOHOR BAHRU CASH 30.00","total',
+        '"NO. 3, JALAN MAWAR, 81100 JOHOR BAHRU CASH 30.00 TOTAL RM 25.75","total',
+    )

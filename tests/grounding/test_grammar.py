@@ -221,6 +221,23 @@ def test_includes_keeps_the_spans_that_hold_such_a_word_where_the_text_writes_on
     )
 
 
+def test_first_lines_keeps_the_runs_that_start_at_the_top(tokenizer):
+    schema = json.loads(json.dumps(PARTY))
+    schema["properties"]["name"] = {"type": "string", "maxLength": 80, "x-grounded": {"span": "lines", "first_lines": 2}}
+    text = "CASHIER: AINA\nKEDAI MURNI\nSDN BHD\nSUBTOTAL 9.00\nTHANK YOU"
+    for name, ok in [("CASHIER: AINA", True), ("KEDAI MURNI SDN BHD", True), ("SUBTOTAL 9.00", False), ("SDN BHD", False)]:
+        assert accepts(tokenizer, schema, text, rec(name)) is ok, name
+    with_legal_form = json.loads(json.dumps(schema))
+    with_legal_form["properties"]["name"]["x-grounded"]["includes"] = "BHD"  # both: a top line, on to the legal form
+    assert accepts(tokenizer, with_legal_form, text, rec("KEDAI MURNI SDN BHD"))
+    assert not accepts(tokenizer, with_legal_form, text, rec("KEDAI MURNI")) and not accepts(tokenizer, with_legal_form, text, rec("SDN BHD"))
+    far = "CASHIER: AINA\nKEDAI MURNI\n" + "\n".join(f"ITEM {i}" for i in range(12)) + "\nBHD"  # the word out of reach: first_lines alone
+    assert accepts(tokenizer, with_legal_form, far, rec("KEDAI MURNI")) and not accepts(tokenizer, with_legal_form, far, rec("BHD"))
+    tight = json.loads(json.dumps(with_legal_form))
+    tight["properties"]["name"]["maxLength"] = 15  # "KEDAI MURNI SDN BHD" is 19: the word out of reach again
+    assert accepts(tokenizer, tight, text, rec("KEDAI MURNI")) and not accepts(tokenizer, tight, text, rec("KEDAI MURNI SDN BHD"))
+
+
 def test_a_50_kb_document(tokenizer):
     random.seed(0)
     words = ["invoice", "Ltd", "Müller", 'say "hi"', "back\\slash", "line\nbreak", "€", "12.50", "Corp."]
