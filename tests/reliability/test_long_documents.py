@@ -6,6 +6,7 @@ schema: the model's own context check (8,192 for SmolLM2) decides the chunks. A 
 """
 
 import json
+import re
 import os
 import signal
 import subprocess
@@ -93,7 +94,10 @@ def test_a_driver_killed_while_chunked_rows_decode_leaves_no_half_row(tmp_path):
 
     rerun = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=900)
     assert rerun.returncode == 0, rerun.stderr[-2000:]
-    assert f"({committed} resumed" in rerun.stdout and "chunked rows    3" in rerun.stdout
+    # A replica may still commit the shard it held after the driver's kill -9 (atomically): the rerun resumes at least
+    # the shards committed before it.
+    resumed = int(re.search(r"shards +3 \((\d+) resumed", rerun.stdout).group(1))
+    assert committed <= resumed <= 3 and "chunked rows    3" in rerun.stdout, rerun.stdout
     assert_exactly_once(out, set(ids))
     records = read_dir(out, "records")
     assert all(r["chunk_count"] >= 3 for r in records) and manifest(out)["status"] == "complete"
