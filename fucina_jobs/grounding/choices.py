@@ -66,7 +66,8 @@ def _line_runs(g: Grounded, text: str) -> Iterator[str]:
     """Every run of up to ``MAX_LINES`` whole lines that fits the field's length bounds and that ``includes`` and
     ``first_lines`` allow, as a JSON string."""
     lines = text_lines(text, g)
-    allowed = line_run_starts(g, lines)
+    starts = line_run_starts(g, lines)
+    allowed = None if starts is None else {first: (least, most) for first, least, most in starts}  # one run per start
     joiner = " " if g.whitespace == "normalize" else "\n"
     low, high = g.schema.get("minLength", 1), g.schema.get("maxLength", float("inf"))
     seen = set()
@@ -75,7 +76,7 @@ def _line_runs(g: Grounded, text: str) -> Iterator[str]:
             value = joiner.join(lines[start : end + 1])
             if len(value) > high:
                 break
-            if allowed is not None and not any(first == start and least <= end <= most for first, least, most in allowed):
+            if allowed is not None and not (start in allowed and allowed[start][0] <= end <= allowed[start][1]):
                 continue
             if len(value) >= low and value not in seen:
                 seen.add(value)

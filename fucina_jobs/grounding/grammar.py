@@ -254,10 +254,9 @@ class _Builder:
         starts = line_run_starts(g, lines)
         if not starts:
             return None
-        runs = []
+        runs, separator = [], _literal(_escaped(" " if g.whitespace == "normalize" else "\n"))
         for recase in [str] if g.case == "exact" else [str, str.lower, str.upper, str.title]:
             pieces = [_literal(_escaped(recase(line))) for line in lines]
-            separator = _literal(_escaped(" " if g.whitespace == "normalize" else "\n"))
             for first, least, most in starts:
                 needed = f" {separator} ".join(pieces[first : least + 1])
                 more = pieces[least + 1 : most + 1]
@@ -268,8 +267,8 @@ class _Builder:
 
     @staticmethod
     def length(g: Grounded, counted: bool = False) -> str:
-        """The string's length bounds as a lexeme, for runs of words (and, ``counted``, the runs of lines around an
-        included word). Other runs of lines leave them to the schema check and to the likelihood choice, whose
+        """The string's length bounds as a lexeme, for runs of words (and, ``counted``, the runs of lines that
+        ``includes`` or ``first_lines`` spell out). Other runs of lines leave them to the schema check and to the likelihood choice, whose
         options fit them: counting characters across a long text's lines made llguidance build more lexer states
         than it allows (``too many expressions constructed``)."""
         low, high = max(g.schema.get("minLength", 1), 1), g.schema.get("maxLength", "")
@@ -322,7 +321,10 @@ def line_run_starts(g: Grounded, lines: list[str]) -> list[tuple[int, int, int]]
     if g.includes is None and g.first_lines is None:
         return None
     joiner, high = " " if g.whitespace == "normalize" else "\n", g.schema.get("maxLength")
-    fits = lambda a, b: high is None or len(_escaped(joiner.join(lines[a : b + 1]))) <= high  # noqa: E731
+
+    def fits(a: int, b: int) -> bool:  # lines a..b joined, within maxLength
+        return high is None or len(_escaped(joiner.join(lines[a : b + 1]))) <= high
+
     marks = [not any(c.isalnum() for c in line) for line in lines]  # a line of only marks ends a run
     pattern = g.included()
     starts = []

@@ -210,6 +210,7 @@ class _Source:
         self._folded: dict[tuple[str, str], _Folded] = {}
         self._numbers: dict[bool, dict[Decimal, list[Span]]] = {}
         self._dates: dict[str, list[Span]] | None = None
+        self._labelled: dict[tuple[str, ...], dict[Any, list[Span]]] = {}  # a labelled field's path -> its labelled values
 
     def find(self, g: Grounded, value: Any) -> Span | None:
         """The value's first occurrence (for a string, its first at word boundaries if it has one)."""
@@ -235,7 +236,11 @@ class _Source:
 
     def _labelled_first(self, g: Grounded, value: Any, spans: list[Span]) -> list[Span]:
         """A field with ``labels`` took its value where a label marks it: those occurrences come first."""
-        first = written_values(g, self.text).get(value, []) if g.labels and spans else []
+        if not g.labels or not spans:
+            return spans
+        if g.path not in self._labelled:
+            self._labelled[g.path] = written_values(g, self.text)
+        first = self._labelled[g.path].get(value, [])
         return [*first, *(s for s in spans if s not in first)]
 
     def folded(self, g: Grounded) -> _Folded:

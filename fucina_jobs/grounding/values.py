@@ -10,6 +10,7 @@ alone cannot say which one the writer meant.
 
 from __future__ import annotations
 
+import bisect
 import datetime as dt
 import re
 import unicodedata
@@ -192,7 +193,8 @@ def labelled(found: Mapping[K, list[tuple[int, int]]], text: str, labels: Sequen
     order = sorted(starts)
     marked: dict[K, list[tuple[int, int]]] = {}
     for m in re.finditer(_label_pattern(labels), text):
-        after = next((s for s in order if s >= m.end()), None)
+        i = bisect.bisect_left(order, m.end())
+        after = order[i] if i < len(order) else None
         if after is not None and text.count("\n", m.end(), after) <= 1:
             for value, span in starts[after]:
                 marked.setdefault(value, []).append(span)
