@@ -122,9 +122,13 @@ class VLLMEngine:
         return BatchSession(self.generate)
 
     def generate(self, prompts: Iterable[Prompt], on_step: Callable[[], Any] | None = None) -> Iterator[Completion]:
-        """All prompts in one ``LLM.generate`` call; vLLM schedules ``streams`` of them at a time.
+        """All prompts in one ``LLM.generate`` call (two where greedy and sampled prompts mix); vLLM schedules
+        ``streams`` of them at a time.
 
-        ``on_step`` is not called: the offline engine exposes no step hook.
+        Greedy prompts and sampled ones (voting's samples) go to vLLM in separate calls: with n-gram
+        speculation and structured outputs, vLLM 0.32 decodes a greedy request batched with sampled ones
+        differently from the same request alone, and may end it on a token its grammar refuses
+        (``tests/vllm/test_vllm_engine.py``). ``on_step`` is not called: the offline engine exposes no step hook.
         """
         from vllm.inputs import TokensPrompt
 
@@ -136,11 +140,14 @@ class VLLMEngine:
                 yield Completion(p.id, "", [], "error", StreamStats(prompt_tokens=len(ids)), error=problem)
             else:
                 fits.append((p, TokensPrompt(prompt_token_ids=ids)))
-        if not fits:
-            return
-        outputs = self.llm.generate([i for _, i in fits], [self._sampling(p) for p, _ in fits], use_tqdm=False)
-        for (prompt, _), output in zip(fits, outputs):
-            yield self._completion(prompt.id, output)
+        params = {p.id: self._sampling(p) for p, _ in fits}
+        done = {}
+        for greedy in (True, False):
+            group = [(p, i) for p, i in fits if (params[p.id].temperature == 0) == greedy]
+            if group:
+                outputs = self.llm.generate([i for _, i in group], [params[p.id] for p, _ in group], use_tqdm=False)
+                done |= {p.id: self._completion(p.id, output) for (p, _), output in zip(group, outputs)}
+        yield from (done[p.id] for p, _ in fits)
 
     def _sampling(self, prompt: Prompt) -> Any:
         from vllm import SamplingParams as VLLMSampling

@@ -18,7 +18,7 @@ import json
 from typing import Any, Iterator
 
 from .declaration import Grounded, grounded_fields
-from .grammar import candidates, line_run_starts, members, text_lines, words
+from .grammar import candidates, line_run_starts, members, preferred, text_lines, words
 
 #: The most lines a ``span: lines`` option joins.
 MAX_LINES = 8
@@ -59,24 +59,23 @@ def _values(g: Grounded, text: str) -> Iterator[str]:
             yield from (json.dumps(v, ensure_ascii=False) for v in g.allow)
             yield from _line_runs(g, text) if g.span == "lines" else (json.dumps(w, ensure_ascii=False) for w in words(g, text, narrowed=True))
     else:
-        yield from candidates(g, text)
+        yield from preferred(g, candidates(g, text))
 
 
 def _line_runs(g: Grounded, text: str) -> Iterator[str]:
-    """Every run of up to ``MAX_LINES`` whole lines that fits the field's length bounds and that ``includes`` and
-    ``first_lines`` allow, as a JSON string."""
-    lines = text_lines(text, g)
-    starts = line_run_starts(g, lines)
-    allowed = None if starts is None else {first: (least, most) for first, least, most in starts}  # one run per start
+    """Every run of up to ``MAX_LINES`` whole lines that fits the field's length bounds and that ``includes``,
+    ``ends_on``, ``first_lines`` and ``cut_before`` allow, as a JSON string."""
+    lines, cut = text_lines(text, g)
+    starts = line_run_starts(g, lines, cut)
     joiner = " " if g.whitespace == "normalize" else "\n"
     low, high = g.schema.get("minLength", 1), g.schema.get("maxLength", float("inf"))
     seen = set()
     for start in range(len(lines)):
         for end in range(start, min(start + MAX_LINES, len(lines))):
             value = joiner.join(lines[start : end + 1])
-            if len(value) > high:
+            if len(value) > high or not lines[end] or (end > start and cut[end - 1]):
                 break
-            if allowed is not None and not (start in allowed and allowed[start][0] <= end <= allowed[start][1]):
+            if starts is not None and not any(first == start and least <= end <= most for first, least, most in starts):
                 continue
             if len(value) >= low and value not in seen:
                 seen.add(value)

@@ -21,7 +21,7 @@ ITEM_UNITS = {"paragraph": re.compile(r"\n[ \t\r\f\v]*\n\s*"), "line": re.compil
 _WHITESPACE = ("normalize", "exact")
 _CASE = ("exact", "insensitive")
 _SPAN = ("words", "word", "lines")
-_OPTIONS = ("whitespace", "case", "span", "allow", "amount", "spellings", "labels", "includes", "first_lines")
+_OPTIONS = ("whitespace", "case", "span", "allow", "amount", "spellings", "labels", "includes", "first_lines", "ends_on", "cut_before", "largest")
 
 
 class GroundingError(ValueError):
@@ -47,10 +47,13 @@ class Grounded:
     labels: tuple[str, ...] = ()  # only values written right after one of these labels, where the text labels any
     includes: str | None = None  # span: lines and word: only values holding a word this regex matches whole, where the text writes one
     first_lines: int | None = None  # span: lines: only runs that start on one of the text's (an item's paragraph's) first N lines
+    ends_on: str | None = None  # span: lines: only runs whose last line writes a word this regex matches, where the text writes one
+    cut_before: str | None = None  # span: lines: a line stops before the first word this regex matches, and no run goes past it
+    largest: bool = False  # numbers: only the largest value left (of the labelled ones, with labels); a rule's repair may exclude it
 
     def included(self) -> re.Pattern | None:
         """``includes`` as a Python pattern that finds such a word (a run of letters and digits) in a text."""
-        return re.compile(rf"(?<![^\W_])(?:{self.includes})(?![^\W_])") if self.includes else None
+        return whole_words(self.includes)
 
     def evidence(self, member: str) -> tuple[str, ...]:
         """What in a text shows an enum member: the member itself and its declared spellings."""
@@ -69,6 +72,11 @@ class Grounded:
     @property
     def name(self) -> str:
         return ".".join(self.path).replace(".[]", "[]")
+
+
+def whole_words(pattern: str | None) -> re.Pattern | None:
+    """``pattern`` as a Python pattern that matches only whole words: no letter or digit glued to either end."""
+    return re.compile(rf"(?<![^\W_])(?:{pattern})(?![^\W_])") if pattern else None
 
 
 def grounded_fields(schema: Any) -> list[Grounded]:
@@ -215,8 +223,17 @@ def _declared(node: dict[str, Any], path: tuple[str, ...]) -> Grounded:
     first_lines = options.get("first_lines")
     if first_lines is not None and (span != "lines" or type(first_lines) is not int or first_lines < 1):
         raise GroundingError(f"{where}: {KEYWORD}.first_lines must be a whole number of lines, at least 1, on a string of span: lines")
+    ends_on, cut_before = options.get("ends_on"), options.get("cut_before")
+    for key, value in (("ends_on", ends_on), ("cut_before", cut_before)):
+        if value is not None and (span != "lines" or not isinstance(value, str) or not _regex(value)):
+            raise GroundingError(f"{where}: {KEYWORD}.{key} must be a regex without look-arounds or anchors, on a string of span: lines")
+    largest = options.get("largest", False)
+    if not isinstance(largest, bool) or (largest and kind not in ("number", "integer")):
+        raise GroundingError(f"{where}: {KEYWORD}.largest must be true or false, on number or integer properties only")
     spellings = {k: tuple(v) for k, v in spellings.items()}
-    return Grounded(path, kind, node, whitespace, case, span, tuple(allow), amount, spellings, tuple(labels), includes, first_lines)
+    return Grounded(
+        path, kind, node, whitespace, case, span, tuple(allow), amount, spellings, tuple(labels), includes, first_lines, ends_on, cut_before, largest
+    )
 
 
 def _regex(pattern: str) -> bool:

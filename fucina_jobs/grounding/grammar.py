@@ -23,12 +23,14 @@ import unicodedata
 from decimal import Decimal
 from typing import Any, Callable, Collection, Mapping
 
-from .declaration import Grounded, Units, grounded_arrays, grounded_fields, unit_spans
+from .declaration import Grounded, Units, grounded_arrays, grounded_fields, unit_spans, whole_words
 from .values import after_labels, dates_in, json_number, labelled, normalize_whitespace, number_spans, written
 
 #: With ``includes`` or ``first_lines``, the most lines a run of lines (``span: lines``) takes past the line it
 #: must reach (the one that writes the word, or its first line), and the farthest an included line may be from its start.
 RUN_LINES = 7
+#: What a line that ``cut_before`` cuts loses at its new end, besides spaces: the marks that opened what was cut.
+_CUT_ENDS = " \t([{-,:;/#"
 #: With ``labels``, the most characters a run of words after a label takes where the string has no ``maxLength``.
 LABELLED_CHARS = 80
 #: What may sit around an excluded run of words and leave it the same value (``Halden Robotics,``).
@@ -186,7 +188,7 @@ class _Builder:
             choices = [f'"\\"" {self.span(g, excluded)} "\\""'] if writes else []
             choices += [_literal(json.dumps(v, ensure_ascii=False)) for v in g.allow if v not in excluded]
         else:
-            choices = [_literal(v) for v in candidates(g, self.text) if json.loads(v) not in excluded]
+            choices = [_literal(v) for v in preferred(g, [v for v in candidates(g, self.text) if json.loads(v) not in excluded])]
         if not choices and excluded:  # a repair excluded every candidate: the schema's, and the post-check decides
             return self.json(g.schema)
         if g.nullable:
@@ -214,7 +216,7 @@ class _Builder:
         key = (g.whitespace, g.case, g.span)
         if key not in self.sources:
             recase = [str] if g.case == "exact" else [str, str.lower, str.upper, str.title]
-            chunkings = list(dict.fromkeys(tuple(_chunks(self.text, g, f)) for f in recase))
+            chunkings = list(dict.fromkeys(tuple(block) for f in recase for block in _chunks(self.text, g, f)))
             name = f"SOURCE{len(self.rules)}"  # unique across a document's paragraph builders
             self.rules.append(f"{name}: " + " | ".join(f"%regex {json.dumps({'substring_chunks': list(c)}, ensure_ascii=False)}" for c in chunkings))
             self.sources[key] = name
@@ -250,8 +252,8 @@ class _Builder:
         ``RUN_LINES`` lines on), takes up to ``RUN_LINES`` lines past it, and never crosses a line of only marks
         (``***``, ``----``). Each start is a chain of nested optional lines: a "contains" regex intersected with a
         long text's substrings exhausts llguidance's lexer (``too many expressions constructed``)."""
-        lines = text_lines(self.text, g)
-        starts = line_run_starts(g, lines)
+        lines, cut = text_lines(self.text, g)
+        starts = line_run_starts(g, lines, cut)
         if not starts:
             return None
         runs, separator = [], _literal(_escaped(" " if g.whitespace == "normalize" else "\n"))
@@ -299,6 +301,13 @@ def written_values(g: Grounded, text: str) -> dict[Any, list[tuple[int, int]]]:
     return (labelled(found, text, g.labels) or found) if g.labels else found
 
 
+def preferred(g: Grounded, values: list[str]) -> list[str]:
+    """Of a number field's candidates left (JSON spellings), the ones its grammar holds: with ``largest``, the
+    largest alone. A rule's repair excludes it where it breaks a rule (inv-022's ``Items total`` before its
+    discount), and the next largest is held then."""
+    return [max(values, key=Decimal)] if g.largest and values else values
+
+
 def words(g: Grounded, text: str, narrowed: bool = False) -> list[str]:
     """The distinct words of ``text`` (``span: word``) that fit the string's length bounds, in order: each a
     maximal run without whitespace, less the punctuation marks at its ends (``(HP-55021),`` is ``HP-55021``);
@@ -314,32 +323,37 @@ def words(g: Grounded, text: str, narrowed: bool = False) -> list[str]:
     return [w for w in fitting if writes_included(g, w)] if writes_included(g, text) else fitting
 
 
-def line_run_starts(g: Grounded, lines: list[str]) -> list[tuple[int, int, int]] | None:
-    """The runs of whole lines that ``includes`` and ``first_lines`` allow, as (first line, the line it must reach,
-    the last line it may reach); None where they narrow nothing. ``includes`` narrows only where a start that
-    ``first_lines`` allows reaches an included line within the string's ``maxLength``."""
-    if g.includes is None and g.first_lines is None:
+def line_run_starts(g: Grounded, lines: list[str], cut: list[bool]) -> list[tuple[int, int, int]] | None:
+    """The runs of whole lines that ``includes``, ``ends_on`` and ``first_lines`` allow, as (first line, the line it
+    must reach, the last line it may reach); None where they narrow nothing. ``includes`` (``ends_on``) narrows only
+    where a start that ``first_lines`` allows reaches (ends on) such a line within the string's ``maxLength``. No run
+    goes past a line of only marks or a line that ``cut_before`` cut (``cut``)."""
+    if g.includes is None and g.ends_on is None and g.first_lines is None:
         return None
     joiner, high = " " if g.whitespace == "normalize" else "\n", g.schema.get("maxLength")
 
     def fits(a: int, b: int) -> bool:  # lines a..b joined, within maxLength
         return high is None or len(_escaped(joiner.join(lines[a : b + 1]))) <= high
 
-    marks = [not any(c.isalnum() for c in line) for line in lines]  # a line of only marks ends a run
-    pattern = g.included()
-    starts = []
+    marks = [not any(c.isalnum() for c in line) for line in lines]
+    included, ending = g.included(), whole_words(g.ends_on)
+    starts = []  # (first, least, most, holds an included line, ends on an ending line)
     for first in range(min(len(lines), g.first_lines or len(lines))):
         if marks[first] or not fits(first, first):
             continue
-        end = next((i for i in range(first + 1, len(lines)) if marks[i]), len(lines))  # the run's block
+        end = next((i for i in range(first + 1, len(lines)) if marks[i] or cut[i - 1]), len(lines))  # the run's block
         reach = range(first, min(end, first + 1 + RUN_LINES))
-        included = [k for k in reach if pattern is not None and pattern.search(lines[k]) and fits(first, k)]
-        starts.append((first, included[0] if included else first, bool(included), end))
-    if pattern is not None and any(reaches for _, _, reaches, _ in starts):
-        starts = [s for s in starts if s[2]]
-    elif g.first_lines is None:
-        return None  # includes alone, and no run can hold an included word: every run
-    return [(first, least, min(end - 1, least + RUN_LINES)) for first, least, _, end in starts] or None
+        holds = [k for k in reach if included is not None and included.search(lines[k]) and fits(first, k)]
+        least = holds[0] if holds else first
+        most = min(end - 1, least + RUN_LINES)
+        ends = [k for k in range(least, most + 1) if ending is not None and ending.search(lines[k]) and fits(first, k)]
+        starts += [(first, k, k, bool(holds), True) for k in ends] or [(first, least, most, bool(holds), False)]
+    for narrows, pattern in ((3, included), (4, ending)):
+        if pattern is not None and any(s[narrows] for s in starts):
+            starts = [s for s in starts if s[narrows]]
+    if g.first_lines is None and not any(s[3] or s[4] for s in starts):
+        return None  # includes or ends_on alone, and no run can hold such a line: every run
+    return [s[:3] for s in starts] or None
 
 
 def writes_included(g: Grounded, text: str) -> bool:
@@ -362,21 +376,31 @@ def members(g: Grounded, text: str) -> list[str]:
     return [json.dumps(m, ensure_ascii=False) for m in g.members if m in g.allow or written(text, g.evidence(m), g.case)]
 
 
-def _chunks(text: str, g: Grounded, recase: Callable[[str], str]) -> list[str]:
+def _chunks(text: str, g: Grounded, recase: Callable[[str], str]) -> list[list[str]]:
     """The JSON-escaped text cut into the pieces whose runs a span may be: words, spaces and single
     marks; or (``span: lines``) whole lines, each one piece, between the separators that join them
-    (one space where whitespace is normalised, as the text is read then; else the line break)."""
+    (one space where whitespace is normalised, as the text is read then; else the line break), in
+    blocks that end where ``cut_before`` cut a line."""
     if g.span == "words":
         text = normalize_whitespace(text) if g.whitespace == "normalize" else text
-        return _CHUNK.findall(_escaped(recase(text)))
+        return [_CHUNK.findall(_escaped(recase(text)))]
     separator = _escaped(" " if g.whitespace == "normalize" else "\n")
-    pieces = [_escaped(recase(line)) for line in text_lines(text, g)]
-    return [p for piece in pieces for p in (piece, separator)][:-1]
+    blocks: list[list[str]] = [[]]
+    for line, ends in zip(*text_lines(text, g)):
+        blocks[-1] += [_escaped(recase(line)), separator] if line else []
+        if ends:
+            blocks.append([])
+    return [block[:-1] for block in blocks if block]
 
 
-def text_lines(text: str, g: Grounded) -> list[str]:
-    """The text's lines that hold anything but whitespace, as a ``span: lines`` value joins them."""
-    return [normalize_whitespace(line) if g.whitespace == "normalize" else line for line in text.splitlines() if line.strip()]
+def text_lines(text: str, g: Grounded) -> tuple[list[str], list[bool]]:
+    """The text's lines that hold anything but whitespace, as a ``span: lines`` value joins them, and for each
+    whether ``cut_before`` cut it: such a line stops before the first word the regex matches (less the marks that
+    opened it, ``(``; empty where it starts the line), and no run of lines goes past it."""
+    lines = [normalize_whitespace(line) if g.whitespace == "normalize" else line for line in text.splitlines() if line.strip()]
+    cutter = whole_words(g.cut_before)
+    found = [cutter.search(line) if cutter else None for line in lines]
+    return [line[: m.start()].rstrip(_CUT_ENDS) if m else line for line, m in zip(lines, found)], [m is not None for m in found]
 
 
 def _escaped(text: str) -> str:

@@ -103,3 +103,10 @@ def test_labels_and_includes_narrow_the_options_as_they_narrow_the_grammar():
         '"NO. 3, JALAN MAWAR, 81100 JOHOR BAHRU CASH 30.00","total',
         '"NO. 3, JALAN MAWAR, 81100 JOHOR BAHRU CASH 30.00 TOTAL RM 25.75","total',
     )
+
+
+def test_ends_on_and_cut_before_narrow_the_options_as_they_narrow_the_grammar():
+    options = {"span": "lines", "ends_on": "BHD", "first_lines": 2, "cut_before": r"\([0-9]{5,}-[A-Z]\)"}
+    schema = {"type": "object", "properties": {"company": {"type": "string", "x-grounded": options}}, "required": ["company"]}
+    text = "KEDAI MURNI\nMURNI SDN BHD (126926-H)\nNO. 3, JALAN MAWAR\nSDN BHD"
+    assert dict(grounded_choices(schema, text))['"company":'] == ('"KEDAI MURNI MURNI SDN BHD"}', '"MURNI SDN BHD"}')

@@ -73,6 +73,13 @@ def test_nested_objects_and_array_items_are_found():
         ({"type": "string", "x-grounded": {"includes": "^[0-9]{5}$"}}, "x-grounded.includes must be a regex"),
         ({"type": "string", "x-grounded": {"first_lines": 3}}, "x-grounded.first_lines must be a whole number of lines, at least 1"),
         ({"type": "string", "x-grounded": {"span": "lines", "first_lines": 0}}, "x-grounded.first_lines must be a whole number"),
+        (
+            {"type": "string", "x-grounded": {"ends_on": "BHD"}},
+            "x-grounded.ends_on must be a regex without look-arounds or anchors, on a string of span: lines",
+        ),
+        ({"type": "string", "x-grounded": {"span": "lines", "cut_before": "(?=TEL)"}}, "x-grounded.cut_before must be a regex"),
+        ({"type": "string", "x-grounded": {"largest": True}}, "x-grounded.largest must be true or false, on number or integer properties only"),
+        ({"type": "number", "x-grounded": {"largest": "yes"}}, "x-grounded.largest must be true or false"),
     ],
 )
 def test_bad_declarations_name_the_property(prop, message):

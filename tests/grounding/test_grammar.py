@@ -238,6 +238,48 @@ def test_first_lines_keeps_the_runs_that_start_at_the_top(tokenizer):
     assert accepts(tokenizer, tight, text, rec("KEDAI MURNI")) and not accepts(tokenizer, tight, text, rec("KEDAI MURNI SDN BHD"))
 
 
+def test_ends_on_keeps_the_runs_that_end_on_such_a_line(tokenizer):
+    schema = json.loads(json.dumps(PARTY))
+    schema["properties"]["name"] = {"type": "string", "maxLength": 80, "x-grounded": {"span": "lines", "ends_on": "BHD|LTD", "first_lines": 2}}
+    text = "KEDAI MURNI\nSDN BHD\nNO. 3, JALAN MAWAR\nTEL 07-3507405"
+    for name, ok in [("KEDAI MURNI SDN BHD", True), ("SDN BHD", True), ("KEDAI MURNI SDN BHD NO. 3, JALAN MAWAR", False), ("KEDAI MURNI", False)]:
+        assert accepts(tokenizer, schema, text, rec(name)) is ok, name
+    assert accepts(tokenizer, schema, "KEDAI MURNI\nNO. 3, JALAN MAWAR", rec("KEDAI MURNI NO. 3, JALAN MAWAR"))  # none written: every run
+
+
+def test_cut_before_stops_a_line_and_the_run_at_such_a_word(tokenizer):
+    schema = json.loads(json.dumps(PARTY))
+    cut = r"\(?[0-9]{5,}-[A-Z]\)?|TEL"
+    schema["properties"]["name"] = {"type": "string", "maxLength": 80, "x-grounded": {"span": "lines", "cut_before": cut}}
+    text = "AEON CO. (M) BHD (126926-H)\nNO. 3, JALAN MAWAR, TEL 07-3507405\n(519537-X)\n81100 JOHOR BAHRU"
+    for name, ok in [
+        ("AEON CO. (M) BHD", True),  # the line, less the registration number and its space
+        ("AEON CO. (M) BHD (126926-H)", False),
+        ("NO. 3, JALAN MAWAR", True),  # the line less ", TEL ...": its comma and space too
+        ("AEON CO. (M) BHD NO. 3, JALAN MAWAR", False),  # no run goes past a cut line
+        ("NO. 3, JALAN MAWAR 81100 JOHOR BAHRU", False),
+        ("81100 JOHOR BAHRU", True),
+        ("519537-X", False),  # a line cut at its start is no value
+    ]:
+        assert accepts(tokenizer, schema, text, rec(name)) is ok, name
+    narrowed = json.loads(json.dumps(schema))
+    narrowed["properties"]["name"]["x-grounded"] |= {"ends_on": "BHD", "first_lines": 1}  # the narrowed runs cut the same
+    assert accepts(tokenizer, narrowed, text, rec("AEON CO. (M) BHD")) and not accepts(tokenizer, narrowed, text, rec("AEON CO. (M) BHD (126926-H)"))
+
+
+def test_largest_keeps_the_largest_labelled_amount(tokenizer):
+    schema = {"type": "object", "properties": {"total": {"type": "number", "x-grounded": {"amount": True, "labels": ["total"], "largest": True}}}}
+    schema["required"] = ["total"]
+    receipt = "MILO 1KG 17.90\nSUB TOTAL 24.30\nTOTAL:\n25.75\nCASH 30.00"
+    for total, ok in [(25.75, True), (24.3, False), (30, False)]:
+        assert accepts(tokenizer, schema, receipt, {"total": total}) is ok, total
+    assert accepts(tokenizer, schema, "MILO 17.90\nCASH 30.00", {"total": 30})  # no label written: the largest of all
+    repaired = grounded_lark(schema, receipt, exclude={("total",): [25.75]})
+    for total, ok in [(24.3, True), (25.75, False)]:  # a repair excluded the largest: the next one is held
+        constraint = Constraint.lark(repaired, tokenizer, stop_token=STOP)
+        assert instance_accepted(constraint, tokenizer, {"total": total}, separators=(",", ":")) is ok, total
+
+
 def test_a_50_kb_document(tokenizer):
     random.seed(0)
     words = ["invoice", "Ltd", "Müller", 'say "hi"', "back\\slash", "line\nbreak", "€", "12.50", "Corp."]

@@ -32,21 +32,22 @@ def invoice_prompts(engine, n):
     return [Prompt(r["id"], template.format_map(r), system, engine.constraint(lark=grounded_lark(INVOICE, r["text"])), max_tokens=200) for r in rows]
 
 
-@pytest.mark.xfail(
-    reason="open defect (issue 23): in a batch of voting samples, vLLM's greedy sample ended after 11 tokens "
-    "on token 0, where the same prompt alone decodes 99; not yet explained",
-    strict=False,
-)
 def test_each_prompt_samples_with_its_own_settings_and_seed(engine):
     """Voting's samples: the first as the engine is set (greedy), the others hot. vLLM's seeded draws under its
-    n-gram speculation are not reproducible call to call (docs/VOTING.md), so only the greedy sample is compared."""
+    n-gram speculation are not reproducible call to call (docs/VOTING.md), so only the greedy sample is compared.
+
+    Batched with the hot samples in one vLLM call, the greedy sample diverged from its decode alone and ended on
+    a token its grammar refused in 4 of 5 tries (vLLM 0.32, n-gram speculation); the engine now sends the two
+    kinds in separate calls."""
     prompt = invoice_prompts(engine, 1)[0]
     hot = replace(sampling_params(engine.decoding), temperature=1.0)
-    first = {c.id: c.tokens for c in engine.generate(sample_prompts(prompt, 4, hot))}
-    again = {c.id: c.tokens for c in engine.generate(sample_prompts(prompt, 4, hot))}
-    assert first.keys() == again.keys() and first[prompt.id] == again[prompt.id]
-    assert first[prompt.id] == next(engine.generate([prompt])).tokens
-    assert any(tokens != first[prompt.id] for tokens in first.values())
+    alone = next(engine.generate([prompt]))
+    for _ in range(3):
+        samples = list(engine.generate(sample_prompts(prompt, 4, hot)))
+        assert [c.id for c in samples] == [p.id for p in sample_prompts(prompt, 4, hot)]
+        assert all(c.finish_reason == "stop" and c.error is None for c in samples)
+        assert samples[0].tokens == alone.tokens
+        assert any(c.tokens != alone.tokens for c in samples[1:])
 
 
 def test_invoices_are_valid_and_ngram_acceptance_is_reported(engine):
