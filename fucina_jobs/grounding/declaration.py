@@ -21,7 +21,21 @@ ITEM_UNITS = {"paragraph": re.compile(r"\n[ \t\r\f\v]*\n\s*"), "line": re.compil
 _WHITESPACE = ("normalize", "exact")
 _CASE = ("exact", "insensitive")
 _SPAN = ("words", "word", "lines")
-_OPTIONS = ("whitespace", "case", "span", "allow", "amount", "spellings", "labels", "includes", "first_lines", "ends_on", "cut_before", "largest")
+_OPTIONS = (
+    "whitespace",
+    "case",
+    "span",
+    "allow",
+    "amount",
+    "spellings",
+    "labels",
+    "includes",
+    "first_lines",
+    "ends_on",
+    "cut_before",
+    "largest",
+    "day_first",
+)
 
 
 class GroundingError(ValueError):
@@ -50,6 +64,7 @@ class Grounded:
     ends_on: str | None = None  # span: lines: only runs whose last line writes a word this regex matches, where the text writes one
     cut_before: str | None = None  # span: lines: a line stops before the first word this regex matches, and no run goes past it
     largest: bool = False  # numbers: only the largest value left (of the labelled ones, with labels); a rule's repair may exclude it
+    day_first: bool | None = None  # dates: 04/12/2017 is 4 December (True) or April 12 (False); None: both
 
     def included(self) -> re.Pattern | None:
         """``includes`` as a Python pattern that finds such a word (a run of letters and digits) in a text."""
@@ -230,9 +245,27 @@ def _declared(node: dict[str, Any], path: tuple[str, ...]) -> Grounded:
     largest = options.get("largest", False)
     if not isinstance(largest, bool) or (largest and kind not in ("number", "integer")):
         raise GroundingError(f"{where}: {KEYWORD}.largest must be true or false, on number or integer properties only")
+    day_first = options.get("day_first")
+    if day_first is not None and (not isinstance(day_first, bool) or kind != "date"):
+        raise GroundingError(f"{where}: {KEYWORD}.day_first must be true or false, on format: date strings only")
     spellings = {k: tuple(v) for k, v in spellings.items()}
     return Grounded(
-        path, kind, node, whitespace, case, span, tuple(allow), amount, spellings, tuple(labels), includes, first_lines, ends_on, cut_before, largest
+        path,
+        kind,
+        node,
+        whitespace,
+        case,
+        span,
+        tuple(allow),
+        amount,
+        spellings,
+        tuple(labels),
+        includes,
+        first_lines,
+        ends_on,
+        cut_before,
+        largest,
+        day_first,
     )
 
 

@@ -294,7 +294,7 @@ def written_values(g: Grounded, text: str) -> dict[Any, list[tuple[int, int]]]:
     """The numbers (dates) the text writes that a number (date) field admits -> their spans; with ``labels``,
     only the labelled ones, where the text labels any. Offsets are into the NFC form of ``text``."""
     if g.kind == "date":
-        found = dates_in(text)
+        found = dates_in(text, g.day_first)
     else:
         text = unicodedata.normalize("NFC", text)
         found = {v: spans for v, spans in number_spans(text, g.amount).items() if _admits(g, v)}

@@ -57,12 +57,19 @@ _DATES = [
 ]
 
 
-def dates_in(text: str) -> dict[str, list[tuple[int, int]]]:
-    """Every date the text writes, as ISO ``YYYY-MM-DD`` -> the spans that write it."""
+def dates_in(text: str, day_first: bool | None = None) -> dict[str, list[tuple[int, int]]]:
+    """Every date the text writes, as ISO ``YYYY-MM-DD`` -> the spans that write it.
+
+    A date of numbers only (``04/12/2017``) is read both ways where both are dates; ``day_first`` (True: day
+    first, False: month first) keeps the one reading a locale gives, and reads the other only where that one is
+    no date (``04/15/2025``)."""
     found: dict[str, list[tuple[int, int]]] = {}
     for pattern in _DATES:
         for m in pattern.finditer(text):
-            for iso in _readings(m):
+            readings = _readings(m)
+            if day_first is not None and m.re is _DATES[1] and len(readings) == 2:
+                readings = readings[:1] if day_first else readings[1:]
+            for iso in readings:
                 found.setdefault(iso, []).append(m.span())
     return found
 

@@ -80,6 +80,7 @@ def test_nested_objects_and_array_items_are_found():
         ({"type": "string", "x-grounded": {"span": "lines", "cut_before": "(?=TEL)"}}, "x-grounded.cut_before must be a regex"),
         ({"type": "string", "x-grounded": {"largest": True}}, "x-grounded.largest must be true or false, on number or integer properties only"),
         ({"type": "number", "x-grounded": {"largest": "yes"}}, "x-grounded.largest must be true or false"),
+        ({"type": "string", "x-grounded": {"day_first": True}}, "x-grounded.day_first must be true or false, on format: date strings only"),
     ],
 )
 def test_bad_declarations_name_the_property(prop, message):

@@ -267,6 +267,25 @@ def test_cut_before_stops_a_line_and_the_run_at_such_a_word(tokenizer):
     assert accepts(tokenizer, narrowed, text, rec("AEON CO. (M) BHD")) and not accepts(tokenizer, narrowed, text, rec("AEON CO. (M) BHD (126926-H)"))
 
 
+def test_day_first_reads_a_date_of_numbers_one_way_where_both_are_dates(tokenizer):
+    def schema(day_first):
+        return {
+            "type": "object",
+            "properties": {"d": {"type": "string", "format": "date", "x-grounded": {"day_first": day_first}}},
+            "required": ["d"],
+        }
+
+    text = "Sold 04/12/2017, paid 04/15/2017"
+    for day_first, date, ok in [
+        (True, "2017-12-04", True),
+        (True, "2017-04-12", False),
+        (False, "2017-04-12", True),
+        (False, "2017-12-04", False),
+        (True, "2017-04-15", True),  # 15 is no month: the one reading there is
+    ]:
+        assert accepts(tokenizer, schema(day_first), text, {"d": date}) is ok, (day_first, date)
+
+
 def test_largest_keeps_the_largest_labelled_amount(tokenizer):
     schema = {"type": "object", "properties": {"total": {"type": "number", "x-grounded": {"amount": True, "labels": ["total"], "largest": True}}}}
     schema["required"] = ["total"]

@@ -65,6 +65,12 @@ def test_dates_are_normalised_to_iso(text, expected):
     assert set(dates_in(text)) == expected
 
 
+def test_day_first_keeps_one_reading_of_an_ambiguous_date():
+    text = "Date 03.04.25, due 04/15/2025, sent 2025-05-06"
+    assert set(dates_in(text, day_first=True)) == {"2025-04-03", "2025-04-15", "2025-05-06"}
+    assert set(dates_in(text, day_first=False)) == {"2025-03-04", "2025-04-15", "2025-05-06"}
+
+
 def test_amounts_are_numbers_written_as_money():
     text = "Qty 12 @ $18.50 = $222.00; tax 8.5% = 18.87; CHF 6'750; 2.350,00 €; 1,450 CAD; ZIP 98421; ABN 00 111 222"
     assert {json_number(n) for n in numbers_in(text, amounts=True)} == {"18.5", "222", "18.87", "6750", "2350", "1450", "1.45"}
