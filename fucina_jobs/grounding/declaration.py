@@ -60,7 +60,7 @@ class Grounded:
     spellings: dict[str, tuple[str, ...]] = field(default_factory=dict, compare=False)  # enum member -> how texts write it
     labels: tuple[str, ...] = ()  # only values written right after one of these labels, where the text labels any
     includes: str | None = None  # span: lines and word: only values holding a word this regex matches whole, where the text writes one
-    first_lines: int | None = None  # span: lines: only runs that start on one of the text's (an item's paragraph's) first N lines
+    first_lines: int | None = None  # span: lines and words: only runs that start on one of the text's (an item's paragraph's) first N lines
     ends_on: str | None = None  # span: lines: only runs whose last line writes a word this regex matches, where the text writes one
     cut_before: str | None = None  # span: lines: a line stops before the first word this regex matches, and no run goes past it
     largest: bool = False  # numbers: only the largest value left (of the labelled ones, with labels); a rule's repair may exclude it
@@ -236,8 +236,8 @@ def _declared(node: dict[str, Any], path: tuple[str, ...]) -> Grounded:
             "on a string of span: lines or span: word"
         )
     first_lines = options.get("first_lines")
-    if first_lines is not None and (span != "lines" or type(first_lines) is not int or first_lines < 1):
-        raise GroundingError(f"{where}: {KEYWORD}.first_lines must be a whole number of lines, at least 1, on a string of span: lines")
+    if first_lines is not None and (span == "word" or type(first_lines) is not int or first_lines < 1):
+        raise GroundingError(f"{where}: {KEYWORD}.first_lines must be a whole number of lines, at least 1, on a string of span: lines or words")
     ends_on, cut_before = options.get("ends_on"), options.get("cut_before")
     for key, value in (("ends_on", ends_on), ("cut_before", cut_before)):
         if value is not None and (span != "lines" or not isinstance(value, str) or not _regex(value)):

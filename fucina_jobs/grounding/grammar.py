@@ -223,14 +223,16 @@ class _Builder:
         return self.sources[key]
 
     def after_labels(self, g: Grounded) -> str | None:
-        """With ``labels`` on a run of words: a terminal for the runs that start with the first word after a label,
-        up to the string's ``maxLength`` (``LABELLED_CHARS`` without one); None where the text writes no label."""
-        if not g.labels:
+        """With ``labels`` (or ``first_lines``) on a run of words: a terminal for the runs that start with the first
+        word after a label (with one of the text's first lines, where it writes no label), up to the string's
+        ``maxLength`` (``LABELLED_CHARS`` without one); None where neither narrows anything."""
+        if not g.labels and not g.first_lines:
             return None
         text = normalize_whitespace(self.text) if g.whitespace == "normalize" else self.text
+        starts = after_labels(text, g.labels) or line_starts(self.text, g)
         runs = []
         for recase in [str] if g.case == "exact" else [str, str.lower, str.upper, str.title]:
-            for start in after_labels(text, g.labels):
+            for start in starts:
                 chunks, room = [], g.schema.get("maxLength", LABELLED_CHARS)
                 for chunk in _CHUNK.finditer(_escaped(recase(text[start:]))):
                     room -= len(chunk.group())
@@ -354,6 +356,23 @@ def line_run_starts(g: Grounded, lines: list[str], cut: list[bool]) -> list[tupl
     if g.first_lines is None and not any(s[3] or s[4] for s in starts):
         return None  # includes or ends_on alone, and no run can hold such a line: every run
     return [s[:3] for s in starts] or None
+
+
+def line_starts(text: str, g: Grounded) -> list[int]:
+    """With ``first_lines`` on a run of words: where each of the text's first lines that hold anything starts (a
+    letterhead's name starts its line), in the text as the field reads it; none without the option."""
+    if not g.first_lines:
+        return []
+    read = normalize_whitespace(text) if g.whitespace == "normalize" else text
+    starts, at = [], 0
+    for line in [line for line in text.splitlines() if line.strip()][: g.first_lines]:
+        piece = normalize_whitespace(line) if g.whitespace == "normalize" else line
+        found = read.find(piece, at)
+        if found < 0:
+            break
+        starts.append(found + len(piece) - len(piece.lstrip()))
+        at = found + len(piece)
+    return starts
 
 
 def writes_included(g: Grounded, text: str) -> bool:

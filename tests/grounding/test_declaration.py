@@ -71,7 +71,7 @@ def test_nested_objects_and_array_items_are_found():
         ({"type": "string", "x-grounded": {"span": "lines", "includes": "[0-9"}}, "x-grounded.includes must be a regex"),
         ({"type": "string", "x-grounded": {"includes": "(?<![0-9])[0-9]{5}"}}, "x-grounded.includes must be a regex"),
         ({"type": "string", "x-grounded": {"includes": "^[0-9]{5}$"}}, "x-grounded.includes must be a regex"),
-        ({"type": "string", "x-grounded": {"first_lines": 3}}, "x-grounded.first_lines must be a whole number of lines, at least 1"),
+        ({"type": "string", "x-grounded": {"span": "word", "first_lines": 3}}, "at least 1, on a string of span: lines or words"),
         ({"type": "string", "x-grounded": {"span": "lines", "first_lines": 0}}, "x-grounded.first_lines must be a whole number"),
         (
             {"type": "string", "x-grounded": {"ends_on": "BHD"}},

@@ -238,6 +238,16 @@ def test_first_lines_keeps_the_runs_that_start_at_the_top(tokenizer):
     assert accepts(tokenizer, tight, text, rec("KEDAI MURNI")) and not accepts(tokenizer, tight, text, rec("KEDAI MURNI SDN BHD"))
 
 
+def test_first_lines_starts_a_run_of_words_at_a_top_line_where_no_label_is_written(tokenizer):
+    schema = json.loads(json.dumps(PARTY))
+    schema["properties"]["name"] = {"type": "string", "maxLength": 40, "x-grounded": {"labels": ["from:"], "first_lines": 2}}
+    text = "\n  TAX INVOICE\nCopperline Audio LLC | 301 Broadway\nSold to: Blue Hour Podcast"
+    for name, ok in [("Copperline Audio LLC", True), ("TAX INVOICE", True), ("Audio LLC", False), ("Blue Hour Podcast", False)]:
+        assert accepts(tokenizer, schema, text, rec(name)) is ok, name
+    assert accepts(tokenizer, schema, "From: Halden LLC\nCopperline Audio", rec("Halden LLC"))  # a label written: it rules
+    assert not accepts(tokenizer, schema, "From: Halden LLC\nCopperline Audio", rec("Copperline Audio"))
+
+
 def test_ends_on_keeps_the_runs_that_end_on_such_a_line(tokenizer):
     schema = json.loads(json.dumps(PARTY))
     schema["properties"]["name"] = {"type": "string", "maxLength": 80, "x-grounded": {"span": "lines", "ends_on": "BHD|LTD", "first_lines": 2}}
