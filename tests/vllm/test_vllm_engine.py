@@ -47,7 +47,12 @@ def test_each_prompt_samples_with_its_own_settings_and_seed(engine):
         assert [c.id for c in samples] == [p.id for p in sample_prompts(prompt, 4, hot)]
         assert all(c.finish_reason == "stop" and c.error is None for c in samples)
         assert samples[0].tokens == alone.tokens
-        assert any(c.tokens != alone.tokens for c in samples[1:])
+    # The grounded grammar leaves a peaked model little to vary (9 hot samples all equal the greedy one, at times):
+    # the schema alone, whose strings may be any text, shows that the hot samples are sampled.
+    free = replace(prompt, constraint=engine.constraint(json_schema=INVOICE))
+    free_alone = next(engine.generate([free]))
+    varied = list(engine.generate(sample_prompts(free, 4, hot)))
+    assert varied[0].tokens == free_alone.tokens and any(c.tokens != free_alone.tokens for c in varied[1:])
 
 
 def test_invoices_are_valid_and_ngram_acceptance_is_reported(engine):
