@@ -26,8 +26,8 @@ from typing import Any, Callable, Collection, Mapping
 from .declaration import Grounded, Units, grounded_arrays, grounded_fields, unit_spans, whole_words
 from .values import after_labels, dates_in, json_number, labelled, normalize_whitespace, number_spans, written
 
-#: With ``includes`` or ``first_lines``, the most lines a run of lines (``span: lines``) takes past the line it
-#: must reach (the one that writes the word, or its first line), and the farthest an included line may be from its start.
+#: With ``includes``, ``ends_on`` or ``first_lines``, the most lines a run of lines (``span: lines``) takes past the
+#: line it must reach (the one that writes the word, or its first line), and the farthest an included line may be from its start.
 RUN_LINES = 7
 #: What a line that ``cut_before`` cuts loses at its new end, besides spaces: the marks that opened what was cut.
 _CUT_ENDS = " \t([{-,:;/#"
@@ -248,11 +248,12 @@ class _Builder:
         return name
 
     def line_runs(self, g: Grounded) -> str | None:
-        """With ``includes`` or ``first_lines`` on a run of lines: a terminal for the runs they allow, spelled out
-        line by line; None where neither narrows anything. A run starts on one of the ``first_lines`` lines, holds a
-        line that writes an included word (where the text writes one that such a start can reach: at most
-        ``RUN_LINES`` lines on), takes up to ``RUN_LINES`` lines past it, and never crosses a line of only marks
-        (``***``, ``----``). Each start is a chain of nested optional lines: a "contains" regex intersected with a
+        """With ``includes``, ``ends_on`` or ``first_lines`` on a run of lines: a terminal for the runs they allow
+        (``line_run_starts``), spelled out line by line; None where they narrow nothing. A run starts on one of the
+        ``first_lines`` lines, holds a line that writes an included word (where the text writes one that such a start
+        can reach: at most ``RUN_LINES`` lines on), takes up to ``RUN_LINES`` lines past it (or ends on an ``ends_on``
+        line), and never crosses a line of only marks (``***``, ``----``) or one that ``cut_before`` cut. Each start
+        is a chain of nested optional lines: a "contains" regex intersected with a
         long text's substrings exhausts llguidance's lexer (``too many expressions constructed``)."""
         lines, cut = text_lines(self.text, g)
         starts = line_run_starts(g, lines, cut)
@@ -365,8 +366,7 @@ def line_starts(text: str, g: Grounded) -> list[int]:
         return []
     read = normalize_whitespace(text) if g.whitespace == "normalize" else text
     starts, at = [], 0
-    for line in [line for line in text.splitlines() if line.strip()][: g.first_lines]:
-        piece = normalize_whitespace(line) if g.whitespace == "normalize" else line
+    for piece in text_lines(text, g)[0][: g.first_lines]:
         found = read.find(piece, at)
         if found < 0:
             break
