@@ -59,7 +59,7 @@ def _values(g: Grounded, text: str) -> Iterator[str]:
             yield from (json.dumps(v, ensure_ascii=False) for v in g.allow)
             yield from _line_runs(g, text) if g.span == "lines" else (json.dumps(w, ensure_ascii=False) for w in words(g, text, narrowed=True))
     else:
-        yield from preferred(g, candidates(g, text))
+        yield from preferred(g, candidates(g, text), text)
 
 
 def _line_runs(g: Grounded, text: str) -> Iterator[str]:

@@ -21,6 +21,7 @@ ITEM_UNITS = {"paragraph": re.compile(r"\n[ \t\r\f\v]*\n\s*"), "line": re.compil
 _WHITESPACE = ("normalize", "exact")
 _CASE = ("exact", "insensitive")
 _SPAN = ("words", "word", "lines")
+_VALUES = ("number", "integer", "date")  # the kinds whose candidates are values the text writes: numbers and dates
 _OPTIONS = (
     "whitespace",
     "case",
@@ -33,6 +34,7 @@ _OPTIONS = (
     "first_lines",
     "ends_on",
     "cut_before",
+    "prefer_labels",
     "largest",
     "day_first",
 )
@@ -63,6 +65,7 @@ class Grounded:
     first_lines: int | None = None  # span: lines and words: only runs that start on one of the text's (an item's paragraph's) first N lines
     ends_on: str | None = None  # span: lines: only runs whose last line writes a word this regex matches, where the text writes one
     cut_before: str | None = None  # span: lines: a line stops before the first word this regex matches, and no run goes past it
+    prefer_labels: tuple[str, ...] = ()  # numbers and dates: only the values left that one of these labels marks, where any is left
     largest: bool = False  # numbers: only the largest value left (of the labelled ones, with labels); a rule's repair may exclude it
     day_first: bool | None = None  # dates: 04/12/2017 is 4 December (True) or April 12 (False); None: both
 
@@ -242,6 +245,13 @@ def _declared(node: dict[str, Any], path: tuple[str, ...]) -> Grounded:
     for key, value in (("ends_on", ends_on), ("cut_before", cut_before)):
         if value is not None and (span != "lines" or not isinstance(value, str) or not _regex(value)):
             raise GroundingError(f"{where}: {KEYWORD}.{key} must be a regex without look-arounds or anchors, on a string of span: lines")
+    prefer_labels = options.get("prefer_labels", [])
+    if (
+        not isinstance(prefer_labels, list)
+        or not all(isinstance(w, str) and w.strip() for w in prefer_labels)
+        or (prefer_labels and kind not in _VALUES)
+    ):
+        raise GroundingError(f"{where}: {KEYWORD}.prefer_labels must be a list of non-empty strings, on number, integer or date properties only")
     largest = options.get("largest", False)
     if not isinstance(largest, bool) or (largest and kind not in ("number", "integer")):
         raise GroundingError(f"{where}: {KEYWORD}.largest must be true or false, on number or integer properties only")
@@ -264,6 +274,7 @@ def _declared(node: dict[str, Any], path: tuple[str, ...]) -> Grounded:
         first_lines,
         ends_on,
         cut_before,
+        tuple(prefer_labels),
         largest,
         day_first,
     )

@@ -21,7 +21,7 @@ import json
 import re
 import unicodedata
 from decimal import Decimal
-from typing import Any, Callable, Collection, Mapping
+from typing import Any, Callable, Collection, Iterable, Mapping
 
 from .declaration import Grounded, Units, grounded_arrays, grounded_fields, unit_spans, whole_words
 from .values import after_labels, dates_in, json_number, labelled, normalize_whitespace, number_spans, written
@@ -188,7 +188,7 @@ class _Builder:
             choices = [f'"\\"" {self.span(g, excluded)} "\\""'] if writes else []
             choices += [_literal(json.dumps(v, ensure_ascii=False)) for v in g.allow if v not in excluded]
         else:
-            choices = [_literal(v) for v in preferred(g, [v for v in candidates(g, self.text) if json.loads(v) not in excluded])]
+            choices = [_literal(v) for v in preferred(g, [v for v in candidates(g, self.text) if json.loads(v) not in excluded], self.text)]
         if not choices and excluded:  # a repair excluded every candidate: the schema's, and the post-check decides
             return self.json(g.schema)
         if g.nullable:
@@ -288,26 +288,39 @@ class _Builder:
 def candidates(g: Grounded, text: str) -> list[str]:
     """The JSON spellings of the numbers or dates ``text`` writes that the field's schema admits."""
     if g.kind == "date":
-        return [json.dumps(d) for d in sorted(set(written_values(g, text)) | set(g.allow))]
+        return sorted(_spelled(g, set(written_values(g, text)) | set(g.allow)))
     values = set(written_values(g, text)) | {Decimal(str(v)) for v in g.allow}
-    return sorted({json_number(v) for v in values if _admits(g, v)}, key=lambda s: (len(s), s))
+    return sorted(_spelled(g, (v for v in values if _admits(g, v))), key=lambda s: (len(s), s))
 
 
 def written_values(g: Grounded, text: str) -> dict[Any, list[tuple[int, int]]]:
     """The numbers (dates) the text writes that a number (date) field admits -> their spans; with ``labels``,
     only the labelled ones, where the text labels any. Offsets are into the NFC form of ``text``."""
-    if g.kind == "date":
-        found = dates_in(text, g.day_first)
-    else:
-        text = unicodedata.normalize("NFC", text)
-        found = {v: spans for v, spans in number_spans(text, g.amount).items() if _admits(g, v)}
+    found, text = _found(g, text)
     return (labelled(found, text, g.labels) or found) if g.labels else found
 
 
-def preferred(g: Grounded, values: list[str]) -> list[str]:
-    """Of a number field's candidates left (JSON spellings), the ones its grammar holds: with ``largest``, the
-    largest alone. A rule's repair excludes it where it breaks a rule (inv-022's ``Items total`` before its
-    discount), and the next largest is held then."""
+def _found(g: Grounded, text: str) -> tuple[dict[Any, list[tuple[int, int]]], str]:
+    """Every number (date) the text writes that the field admits -> its spans, and the text they are in (NFC)."""
+    if g.kind == "date":
+        return dates_in(text, g.day_first), text
+    text = unicodedata.normalize("NFC", text)
+    return {v: spans for v, spans in number_spans(text, g.amount).items() if _admits(g, v)}, text
+
+
+def _spelled(g: Grounded, values: Iterable[Any]) -> set[str]:
+    return {json.dumps(v) if g.kind == "date" else json_number(v) for v in values}
+
+
+def preferred(g: Grounded, values: list[str], text: str) -> list[str]:
+    """Of a number or date field's candidates left (JSON spellings), the ones its grammar holds: those that one
+    of ``prefer_labels`` marks, where any is left (a receipt's ``TOTAL ROUNDED`` below its ``TOTAL``); of those,
+    with ``largest``, the largest alone. Both are preferences, not facts: a rule's repair excludes the value held
+    where it breaks a rule (inv-022's ``Items total`` before its discount), and the next one is held then."""
+    if g.prefer_labels:
+        found, text = _found(g, text)
+        marked = _spelled(g, labelled(found, text, g.prefer_labels))
+        values = [v for v in values if v in marked] or values
     return [max(values, key=Decimal)] if g.largest and values else values
 
 

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import bisect
 import datetime as dt
+import itertools
 import re
 import unicodedata
+from dataclasses import dataclass
 from decimal import Decimal
-from typing import Mapping, Sequence, TypeVar
+from typing import Any, Mapping, Sequence, TypeVar
 
 K = TypeVar("K")
 
@@ -190,22 +192,78 @@ def _core_readings(core: str) -> list[Decimal]:
 def labelled(found: Mapping[K, list[tuple[int, int]]], text: str, labels: Sequence[str]) -> dict[K, list[tuple[int, int]]]:
     """The values of ``found`` (value -> its spans in ``text``) that ``text`` writes after one of ``labels``, with those spans.
 
-    A label marks the first value written after it, on its own line or, where the rest of that line writes
-    none, on the next: forms print a label and its value side by side, and OCR often reads the two as two
-    lines (``TOTAL:`` then ``25.75``). Labels match whole words, in any case, across any spaces."""
+    A label marks the first value written after it on its own line. Where the rest of that line writes none, it
+    marks one below it, read the way OCR and PDF text lay out a form (``_below``). Labels match whole words, in any
+    case, across any spaces."""
     starts: dict[int, list[tuple[K, tuple[int, int]]]] = {}
     for value, spans in found.items():
         for span in spans:
             starts.setdefault(span[0], []).append((value, span))
-    order = sorted(starts)
+    lines = _form_lines(text, starts)
+    firsts = [line.start for line in lines]
+    read = [line for line in lines if line.kind != "blank"]
+    places = {line.start: n for n, line in enumerate(read)}
     marked: dict[K, list[tuple[int, int]]] = {}
     for m in re.finditer(_label_pattern(labels), text):
-        i = bisect.bisect_left(order, m.end())
-        after = order[i] if i < len(order) else None
-        if after is not None and text.count("\n", m.end(), after) <= 1:
-            for value, span in starts[after]:
-                marked.setdefault(value, []).append(span)
+        line = lines[bisect.bisect_right(firsts, m.start()) - 1]
+        own = [s for s in line.values if s >= m.end()]
+        start = own[0] if own else _below(read, places[line.start]) if line.start in places else None
+        for value, span in starts.get(start, []):
+            marked.setdefault(value, []).append(span)
     return marked
+
+
+@dataclass(frozen=True)
+class _Line:
+    start: int
+    values: tuple[int, ...]  # where the values it writes start
+    kind: str  # text (no value), value (values and at most 3 letters beside them: RM, a tax code), mixed, or blank
+
+
+#: A line of marks, or of a currency alone (``:``, ``RM``), which OCR splits off between a label and its value.
+_BLANK_LINE = re.compile(rf"[\W_]*(?:(?:{_CURRENCY}|{_CODE})[\W_]*)?")
+
+
+def _form_lines(text: str, starts: Mapping[int, list[tuple[Any, tuple[int, int]]]]) -> list[_Line]:
+    order = sorted(starts)
+    lines, offset = [], 0
+    for line in text.split("\n"):
+        end = offset + len(line)
+        values = tuple(order[bisect.bisect_left(order, offset) : bisect.bisect_left(order, end)])
+        beside = list(line)
+        for s in values:
+            stop = max(span[1] for _, span in starts[s])
+            beside[s - offset : stop - offset] = " " * (min(stop, end) - s)
+        letters = sum(c.isalpha() for c in beside)
+        kind = ("value" if letters <= 3 else "mixed") if values else ("blank" if _BLANK_LINE.fullmatch(line) else "text")
+        lines.append(_Line(offset, values, kind))
+        offset = end + 1
+    return lines
+
+
+def _below(read: list[_Line], n: int) -> int | None:
+    """Where the value starts that a label marks below it, on ``read[n]`` (the text's lines but its blank ones);
+    None where it marks none.
+
+    - A label and its value side by side often come out as lines of their own (``TOTAL:`` then ``25.75``; or
+      ``TOTAL``, ``:``, ``RM``, ``73.00``): the label marks the first value of the next line, blank lines passed over.
+    - A table of labels and amounts comes out as a column of labels, then a column of values (``TOTAL``, ``CASH``,
+      ``CHANGE``, then ``43.70``, ``50.00``, ``6.30``): a label in such a column marks the value in its place,
+      counted from the columns' ends, since lines above the labels (an item's name) often join their column. Of
+      625 dev receipts, this found the total of 77 that no label had marked, and lost 3.
+    """
+    first = last = n
+    if read[n].kind == "text":
+        while first > 0 and read[first - 1].kind == "text":
+            first -= 1
+        while last + 1 < len(read) and read[last + 1].kind == "text":
+            last += 1
+    below = read[last + 1 :]
+    values = len(list(itertools.takewhile(lambda line: line.kind == "value", below)))
+    if 0 < values <= last - first + 1:
+        place = n - last + values - 1  # counted from the ends
+        return below[place].values[0] if place >= 0 else None
+    return below[0].values[0] if n == last and below and below[0].values else None
 
 
 def after_labels(text: str, labels: Sequence[str]) -> list[int]:

@@ -309,6 +309,19 @@ def test_largest_keeps_the_largest_labelled_amount(tokenizer):
         assert instance_accepted(constraint, tokenizer, {"total": total}, separators=(",", ":")) is ok, total
 
 
+def test_prefer_labels_hold_the_values_they_mark_where_the_text_writes_one(tokenizer):
+    grounded = {"amount": True, "labels": ["total"], "prefer_labels": ["total rounded", "grand total"], "largest": True}
+    schema = {"type": "object", "properties": {"total": {"type": "number", "x-grounded": grounded}}, "required": ["total"]}
+    receipt = "TOTAL 33.92\nROUNDING -0.02\nTOTAL ROUNDED 33.90\nCASH 50.00"
+    for total, ok in [(33.9, True), (33.92, False), (50, False)]:  # the rounded total, though not the largest
+        assert accepts(tokenizer, schema, receipt, {"total": total}) is ok, total
+    assert accepts(tokenizer, schema, "SUB TOTAL 30.00\nTOTAL 31.80", {"total": 31.8})  # none written: the largest labelled
+    repaired = grounded_lark(schema, receipt, exclude={("total",): [33.9]})
+    for total, ok in [(33.92, True), (33.9, False)]:  # a repair excluded the preferred value: the labelled ones are left
+        constraint = Constraint.lark(repaired, tokenizer, stop_token=STOP)
+        assert instance_accepted(constraint, tokenizer, {"total": total}, separators=(",", ":")) is ok, total
+
+
 def test_a_50_kb_document(tokenizer):
     random.seed(0)
     words = ["invoice", "Ltd", "Müller", 'say "hi"', "back\\slash", "line\nbreak", "€", "12.50", "Corp."]

@@ -4,7 +4,7 @@ from decimal import Decimal
 
 import pytest
 
-from fucina_jobs.grounding.values import dates_in, json_number, numbers_in, written
+from fucina_jobs.grounding.values import dates_in, json_number, labelled, number_spans, numbers_in, written
 
 
 @pytest.mark.parametrize(
@@ -85,3 +85,25 @@ def test_letter_currency_symbols_glued_to_an_amount_mark_it_as_money():
 def test_written_needs_the_spelling_unglued_from_letters():
     assert written("Total $5", ("$",)) and written("100€", ("€",)) and written("eur 5", ("EUR",), "insensitive")
     assert not written("C$1,260.00", ("$",)) and not written("EUROPE", ("EUR",)) and not written("eur 5", ("EUR",))
+
+
+def marked(text: str, labels=("total",)) -> set[str]:
+    """The amounts of ``text`` that ``labels`` mark, as JSON spellings."""
+    return {json_number(v) for v in labelled(number_spans(text, amounts=True), text, list(labels))}
+
+
+def test_a_label_marks_the_value_on_its_line_or_the_next_line_that_writes_one():
+    assert marked("SUB TOTAL 24.30\nTOTAL:\n25.75\nCASH 30.00") == {"24.3", "25.75"}
+    assert marked("TOTAL\n:\nRM\n73.00\nCASH\n:\nRM\n80.00") == {"73"}  # lines of marks or a currency alone are passed over
+    assert marked("TOTAL\nROUNDING\n0.01\nGRAND TOTAL 9.00") == {"9"}  # 0.01 is the rounding's
+    assert marked("TOTAL\nTHANK YOU\nCASH 9.00") == set()  # a line of text between: no value below is the label's
+
+
+def test_a_column_of_labels_then_a_column_of_values_align_from_their_ends():
+    # OCR reads a two-column table as its labels, then its values; the items' names above join the labels' column
+    receipt = "CENDOL\nSUBTOTAL\nTOTAL\nCASH\nCHANGE\n41.20\n43.70\nRM50.00\n6.30\nGST SUMMARY\n2.47"
+    assert marked(receipt) == {"43.7"}
+    assert marked(receipt, ["cash", "change"]) == {"50", "6.3"}
+    assert marked("TOTAL\nCASH\nCHANGE\n50.00\n6.30") == set()  # fewer values than labels: the first labels have none
+    # more values than labels: the column's last label marks the first of them, as a label on a line of its own does
+    assert marked("ITEM\nTOTAL\n12.00\n3.00\n4.00") == {"12"}
