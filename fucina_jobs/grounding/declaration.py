@@ -34,6 +34,7 @@ _OPTIONS = (
     "first_lines",
     "ends_on",
     "cut_before",
+    "to_block_end",
     "prefer_labels",
     "largest",
     "day_first",
@@ -65,6 +66,7 @@ class Grounded:
     first_lines: int | None = None  # span: lines and words: only runs that start on one of the text's (an item's paragraph's) first N lines
     ends_on: str | None = None  # span: lines: only runs whose last line writes a word this regex matches, where the text writes one
     cut_before: str | None = None  # span: lines: a line stops before the first word this regex matches, and no run goes past it
+    to_block_end: bool = False  # span: lines: a run ends on its block's last line (before marks or a cut), where it can
     prefer_labels: tuple[str, ...] = ()  # numbers and dates: only the values left that one of these labels marks, where any is left
     largest: bool = False  # numbers: only the largest value left (of the labelled ones, with labels); a rule's repair may exclude it
     day_first: bool | None = None  # dates: 04/12/2017 is 4 December (True) or April 12 (False); None: both
@@ -245,6 +247,9 @@ def _declared(node: dict[str, Any], path: tuple[str, ...]) -> Grounded:
     for key, value in (("ends_on", ends_on), ("cut_before", cut_before)):
         if value is not None and (span != "lines" or not isinstance(value, str) or not _regex(value)):
             raise GroundingError(f"{where}: {KEYWORD}.{key} must be a regex without look-arounds or anchors, on a string of span: lines")
+    to_block_end = options.get("to_block_end", False)
+    if not isinstance(to_block_end, bool) or (to_block_end and span != "lines"):
+        raise GroundingError(f"{where}: {KEYWORD}.to_block_end must be true or false, on a string of span: lines only")
     prefer_labels = options.get("prefer_labels", [])
     if (
         not isinstance(prefer_labels, list)
@@ -274,6 +279,7 @@ def _declared(node: dict[str, Any], path: tuple[str, ...]) -> Grounded:
         first_lines,
         ends_on,
         cut_before,
+        to_block_end,
         tuple(prefer_labels),
         largest,
         day_first,

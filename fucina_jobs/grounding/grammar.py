@@ -248,11 +248,11 @@ class _Builder:
         return name
 
     def line_runs(self, g: Grounded) -> str | None:
-        """With ``includes``, ``ends_on`` or ``first_lines`` on a run of lines: a terminal for the runs they allow
+        """With ``includes``, ``ends_on``, ``first_lines`` or ``to_block_end`` on a run of lines: a terminal for the runs they allow
         (``line_run_starts``), spelled out line by line; None where they narrow nothing. A run starts on one of the
         ``first_lines`` lines, holds a line that writes an included word (where the text writes one that such a start
         can reach: at most ``RUN_LINES`` lines on), takes up to ``RUN_LINES`` lines past it (or ends on an ``ends_on``
-        line), and never crosses a line of only marks (``***``, ``----``) or one that ``cut_before`` cut. Each start
+        line, or on its block's last line with ``to_block_end``), and never crosses a line of only marks (``***``, ``----``) or one that ``cut_before`` cut. Each start
         is a chain of nested optional lines: a "contains" regex intersected with a
         long text's substrings exhausts llguidance's lexer (``too many expressions constructed``)."""
         lines, cut = text_lines(self.text, g)
@@ -340,11 +340,12 @@ def words(g: Grounded, text: str, narrowed: bool = False) -> list[str]:
 
 
 def line_run_starts(g: Grounded, lines: list[str], cut: list[bool]) -> list[tuple[int, int, int]] | None:
-    """The runs of whole lines that ``includes``, ``ends_on`` and ``first_lines`` allow, as (first line, the line it
-    must reach, the last line it may reach); None where they narrow nothing. ``includes`` (``ends_on``) narrows only
-    where a start that ``first_lines`` allows reaches (ends on) such a line within the string's ``maxLength``. No run
-    goes past a line of only marks or a line that ``cut_before`` cut (``cut``)."""
-    if g.includes is None and g.ends_on is None and g.first_lines is None:
+    """The runs of whole lines that ``includes``, ``ends_on``, ``first_lines`` and ``to_block_end`` allow, as (first
+    line, the line it must reach, the last line it may reach); None where they narrow nothing. ``includes``
+    (``ends_on``) narrows only where a start that ``first_lines`` allows reaches (ends on) such a line within the
+    string's ``maxLength``. No run goes past a line of only marks or a line that ``cut_before`` cut (``cut``): that
+    is where a run's block ends, and with ``to_block_end`` a run not held by ``ends_on`` reaches it, where it can."""
+    if g.includes is None and g.ends_on is None and g.first_lines is None and not g.to_block_end:
         return None
     joiner, high = " " if g.whitespace == "normalize" else "\n", g.schema.get("maxLength")
 
@@ -363,11 +364,13 @@ def line_run_starts(g: Grounded, lines: list[str], cut: list[bool]) -> list[tupl
         least = holds[0] if holds else first
         most = min(end - 1, least + RUN_LINES)
         ends = [k for k in range(least, most + 1) if ending is not None and ending.search(lines[k]) and fits(first, k)]
+        if g.to_block_end and not ends and end - 1 <= most and fits(first, end - 1):
+            least = end - 1  # the run must reach its block's last line
         starts += [(first, k, k, bool(holds), True) for k in ends] or [(first, least, most, bool(holds), False)]
     for narrows, pattern in ((3, included), (4, ending)):
         if pattern is not None and any(s[narrows] for s in starts):
             starts = [s for s in starts if s[narrows]]
-    if g.first_lines is None and not any(s[3] or s[4] for s in starts):
+    if g.first_lines is None and not g.to_block_end and not any(s[3] or s[4] for s in starts):
         return None  # includes or ends_on alone, and no run can hold such a line: every run
     return [s[:3] for s in starts] or None
 
@@ -432,7 +435,13 @@ def text_lines(text: str, g: Grounded) -> tuple[list[str], list[bool]]:
     lines = [normalize_whitespace(line) if g.whitespace == "normalize" else line for line in text.splitlines() if line.strip()]
     cutter = whole_words(g.cut_before)
     found = [cutter.search(line) if cutter else None for line in lines]
-    return [line[: m.start()].rstrip(_CUT_ENDS) if m else line for line, m in zip(lines, found)], [m is not None for m in found]
+    kept = [_kept(line[: m.start()].rstrip(_CUT_ENDS)) if m else line for line, m in zip(lines, found)]
+    return kept, [m is not None for m in found]
+
+
+def _kept(head: str) -> str:
+    """What is left of a cut line: nothing where a letter or a mark alone is left (``T:`` before a phone number)."""
+    return head if len(head.strip()) > 1 else ""
 
 
 def _escaped(text: str) -> str:

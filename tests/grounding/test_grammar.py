@@ -277,6 +277,22 @@ def test_cut_before_stops_a_line_and_the_run_at_such_a_word(tokenizer):
     assert accepts(tokenizer, narrowed, text, rec("AEON CO. (M) BHD")) and not accepts(tokenizer, narrowed, text, rec("AEON CO. (M) BHD (126926-H)"))
 
 
+def test_to_block_end_runs_to_the_line_before_marks_or_a_cut(tokenizer):
+    schema = json.loads(json.dumps(PARTY))
+    grounded = {"span": "lines", "includes": "[0-9]{5}", "cut_before": "TEL|GST", "to_block_end": True}
+    schema["properties"]["name"] = {"type": "string", "maxLength": 80, "x-grounded": grounded}
+    text = "KEDAI MURNI SDN BHD\nNO. 3, JALAN MAWAR\n81100 JOHOR BAHRU\nJOHOR\nT: TEL 07-3507405\nGST NO 1"
+    for name, ok in [
+        ("NO. 3, JALAN MAWAR 81100 JOHOR BAHRU JOHOR", True),  # the state's line too: the block ends before the cut line
+        ("81100 JOHOR BAHRU JOHOR", True),  # where the run starts is still the model's
+        ("NO. 3, JALAN MAWAR 81100 JOHOR BAHRU", False),  # a line short of its block's end
+        ("NO. 3, JALAN MAWAR 81100 JOHOR BAHRU JOHOR T", False),  # a cut line with a letter alone left is no value
+    ]:
+        assert accepts(tokenizer, schema, text, rec(name)) is ok, name
+    far = "NO. 3, JALAN MAWAR\n81100 JOHOR BAHRU\n" + "\n".join(f"LINE {i}" for i in range(12))
+    assert accepts(tokenizer, schema, far, rec("NO. 3, JALAN MAWAR 81100 JOHOR BAHRU"))  # the block's end out of reach: as without it
+
+
 def test_day_first_reads_a_date_of_numbers_one_way_where_both_are_dates(tokenizer):
     def schema(day_first):
         return {
