@@ -65,7 +65,7 @@ class Grounded:
     includes: str | None = None  # span: lines and word: only values holding a word this regex matches whole, where the text writes one
     first_lines: int | None = None  # span: lines and words: only runs that start on one of the text's (an item's paragraph's) first N lines
     ends_on: str | None = None  # span: lines: only runs whose last line writes a word this regex matches, where the text writes one
-    cut_before: str | None = None  # span: lines: a line stops before the first word this regex matches, and no run goes past it
+    cut_before: str | None = None  # span: lines (words): a line (a run after a label) stops before the first word this regex matches
     to_block_end: bool = False  # span: lines: a run ends on its block's last line (before marks or a cut), where it can
     prefer_labels: tuple[str, ...] = ()  # numbers and dates: only the values left that one of these labels marks, where any is left
     largest: bool = False  # numbers: only the largest value left (of the labelled ones, with labels); a rule's repair may exclude it
@@ -244,9 +244,10 @@ def _declared(node: dict[str, Any], path: tuple[str, ...]) -> Grounded:
     if first_lines is not None and (span == "word" or type(first_lines) is not int or first_lines < 1):
         raise GroundingError(f"{where}: {KEYWORD}.first_lines must be a whole number of lines, at least 1, on a string of span: lines or words")
     ends_on, cut_before = options.get("ends_on"), options.get("cut_before")
-    for key, value in (("ends_on", ends_on), ("cut_before", cut_before)):
-        if value is not None and (span != "lines" or not isinstance(value, str) or not _regex(value)):
-            raise GroundingError(f"{where}: {KEYWORD}.{key} must be a regex without look-arounds or anchors, on a string of span: lines")
+    if ends_on is not None and (span != "lines" or not isinstance(ends_on, str) or not _regex(ends_on)):
+        raise GroundingError(f"{where}: {KEYWORD}.ends_on must be a regex without look-arounds or anchors, on a string of span: lines")
+    if cut_before is not None and (span == "word" or kind != "string" or not isinstance(cut_before, str) or not _regex(cut_before)):
+        raise GroundingError(f"{where}: {KEYWORD}.cut_before must be a regex without look-arounds or anchors, on a string of span: lines or words")
     to_block_end = options.get("to_block_end", False)
     if not isinstance(to_block_end, bool) or (to_block_end and span != "lines"):
         raise GroundingError(f"{where}: {KEYWORD}.to_block_end must be true or false, on a string of span: lines only")

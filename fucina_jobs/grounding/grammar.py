@@ -225,16 +225,20 @@ class _Builder:
     def after_labels(self, g: Grounded) -> str | None:
         """With ``labels`` (or ``first_lines``) on a run of words: a terminal for the runs that start with the first
         word after a label (with one of the text's first lines, where it writes no label), up to the string's
-        ``maxLength`` (``LABELLED_CHARS`` without one); None where neither narrows anything."""
+        ``maxLength`` (``LABELLED_CHARS`` without one) and, with ``cut_before``, up to the first word it matches
+        (none from a start it matches); None where neither narrows anything."""
         if not g.labels and not g.first_lines:
             return None
         text = normalize_whitespace(self.text) if g.whitespace == "normalize" else self.text
         starts = after_labels(text, g.labels) or line_starts(self.text, g)
+        cutter = whole_words(g.cut_before)
         runs = []
         for recase in [str] if g.case == "exact" else [str, str.lower, str.upper, str.title]:
             for start in starts:
+                cut = cutter.search(text, start) if cutter else None
+                rest = _kept(text[start : cut.start()].rstrip(_CUT_ENDS)) if cut else text[start:]
                 chunks, room = [], g.schema.get("maxLength", LABELLED_CHARS)
-                for chunk in _CHUNK.finditer(_escaped(recase(text[start:]))):
+                for chunk in _CHUNK.finditer(_escaped(recase(rest))):
                     room -= len(chunk.group())
                     if room < 0:
                         break
@@ -383,6 +387,8 @@ def line_starts(text: str, g: Grounded) -> list[int]:
     read = normalize_whitespace(text) if g.whitespace == "normalize" else text
     starts, at = [], 0
     for piece in text_lines(text, g)[0][: g.first_lines]:
+        if not piece:  # cut at its start (``cut_before``): no run starts there
+            continue
         found = read.find(piece, at)
         if found < 0:
             break

@@ -78,6 +78,8 @@ def test_nested_objects_and_array_items_are_found():
             "x-grounded.ends_on must be a regex without look-arounds or anchors, on a string of span: lines",
         ),
         ({"type": "string", "x-grounded": {"span": "lines", "cut_before": "(?=TEL)"}}, "x-grounded.cut_before must be a regex"),
+        ({"type": "string", "x-grounded": {"span": "word", "cut_before": "TEL"}}, "x-grounded.cut_before must be a regex without look-arounds"),
+        ({"type": "number", "x-grounded": {"cut_before": "TEL"}}, "on a string of span: lines or words"),
         ({"type": "string", "x-grounded": {"largest": True}}, "x-grounded.largest must be true or false, on number or integer properties only"),
         ({"type": "number", "x-grounded": {"largest": "yes"}}, "x-grounded.largest must be true or false"),
         ({"type": "string", "x-grounded": {"to_block_end": True}}, "x-grounded.to_block_end must be true or false, on a string of span: lines only"),

@@ -248,6 +248,23 @@ def test_first_lines_starts_a_run_of_words_at_a_top_line_where_no_label_is_writt
     assert not accepts(tokenizer, schema, "From: Halden LLC\nCopperline Audio", rec("Copperline Audio"))
 
 
+def test_cut_before_ends_a_run_of_words_and_starts_none(tokenizer):
+    schema = json.loads(json.dumps(PARTY))
+    grounded = {"labels": ["from:"], "first_lines": 3, "cut_before": "(?i:tax invoice|invoice|dear)"}
+    schema["properties"]["name"] = {"type": "string", "maxLength": 40, "x-grounded": grounded}
+    text = "Dear Liam,\nTAX INVOICE\nSaltbush Plumbing - Tax Invoice 118\nSold to: Liam Ng"
+    for name, ok in [
+        ("Saltbush Plumbing", True),  # the run stops before the title, less the dash before it
+        ("Saltbush Plumbing - Tax Invoice", False),
+        ("Dear Liam", False),  # a line cut at its start starts no run
+        ("TAX INVOICE", False),
+        ("TAX", False),
+    ]:
+        assert accepts(tokenizer, schema, text, rec(name)) is ok, name
+    assert accepts(tokenizer, schema, "From: Halden LLC invoice 7", rec("Halden LLC"))  # after a label too
+    assert not accepts(tokenizer, schema, "From: Halden LLC invoice 7", rec("Halden LLC invoice"))
+
+
 def test_ends_on_keeps_the_runs_that_end_on_such_a_line(tokenizer):
     schema = json.loads(json.dumps(PARTY))
     schema["properties"]["name"] = {"type": "string", "maxLength": 80, "x-grounded": {"span": "lines", "ends_on": "BHD|LTD", "first_lines": 2}}
