@@ -33,6 +33,7 @@ _OPTIONS = (
     "includes",
     "first_lines",
     "ends_on",
+    "shortest",
     "cut_before",
     "to_block_end",
     "prefer_labels",
@@ -65,6 +66,7 @@ class Grounded:
     includes: str | None = None  # span: lines and word: only values holding a word this regex matches whole, where the text writes one
     first_lines: int | None = None  # span: lines and words: only runs that start on one of the text's (an item's paragraph's) first N lines
     ends_on: str | None = None  # span: lines: only runs whose last line writes a word this regex matches, where the text writes one
+    shortest: bool = False  # span: lines, with ends_on: the shortest run to each such line that names more than it
     cut_before: str | None = None  # span: lines (words): a line (a run after a label) stops before the first word this regex matches
     to_block_end: bool = False  # span: lines: a run ends on its block's last line (before marks or a cut), where it can
     prefer_labels: tuple[str, ...] = ()  # numbers and dates: only the values left that one of these labels marks, where any is left
@@ -246,6 +248,9 @@ def _declared(node: dict[str, Any], path: tuple[str, ...]) -> Grounded:
     ends_on, cut_before = options.get("ends_on"), options.get("cut_before")
     if ends_on is not None and (span != "lines" or not isinstance(ends_on, str) or not _regex(ends_on)):
         raise GroundingError(f"{where}: {KEYWORD}.ends_on must be a regex without look-arounds or anchors, on a string of span: lines")
+    shortest = options.get("shortest", False)
+    if not isinstance(shortest, bool) or (shortest and ends_on is None):
+        raise GroundingError(f"{where}: {KEYWORD}.shortest must be true or false, with ends_on (on a string of span: lines)")
     if cut_before is not None and (span == "word" or kind != "string" or not isinstance(cut_before, str) or not _regex(cut_before)):
         raise GroundingError(f"{where}: {KEYWORD}.cut_before must be a regex without look-arounds or anchors, on a string of span: lines or words")
     to_block_end = options.get("to_block_end", False)
@@ -279,6 +284,7 @@ def _declared(node: dict[str, Any], path: tuple[str, ...]) -> Grounded:
         includes,
         first_lines,
         ends_on,
+        shortest,
         cut_before,
         to_block_end,
         tuple(prefer_labels),

@@ -374,9 +374,32 @@ def line_run_starts(g: Grounded, lines: list[str], cut: list[bool]) -> list[tupl
     for narrows, pattern in ((3, included), (4, ending)):
         if pattern is not None and any(s[narrows] for s in starts):
             starts = [s for s in starts if s[narrows]]
+    if g.shortest and ending is not None:
+        starts = _shortest(starts, lines, ending)
     if g.first_lines is None and not g.to_block_end and not any(s[3] or s[4] for s in starts):
         return None  # includes or ends_on alone, and no run can hold such a line: every run
     return [s[:3] for s in starts] or None
+
+
+def _shortest(starts: list[tuple[int, int, int, bool, bool]], lines: list[str], ending: re.Pattern) -> list[tuple[int, int, int, bool, bool]]:
+    """Of the runs that end on an ``ends_on`` line, for each such line the shortest that writes a word besides what
+    ``ends_on`` matches and what brackets hold (``KMF FOODICIOUS SDN BHD (1132106-H)`` alone, below a brand line;
+    ``POPULAR BOOK`` then ``CO. (M) SDN BHD``, both lines); the other runs as they are."""
+    firsts: dict[int, list[int]] = {}
+    for first, least, _, _, ends in starts:
+        if ends:
+            firsts.setdefault(least, []).append(first)
+    chosen = {end: next((f for f in sorted(fs, reverse=True) if _names(" ".join(lines[f : end + 1]), ending)), min(fs)) for end, fs in firsts.items()}
+    return [s for s in starts if not s[4] or s[0] == chosen[s[1]]]
+
+
+def _names(run: str, ending: re.Pattern) -> bool:
+    """Does ``run`` write a word besides what ``ending`` matches and what brackets hold? A run that starts inside
+    brackets (``ALAM) SDN BHD`` below ``... ENTERPRISE (SETIA``) names nothing: its start is no name's."""
+    closed, opened = run.find(")"), run.find("(")
+    if closed >= 0 and not 0 <= opened < closed:
+        return False
+    return bool(re.search(r"[^\W_]", ending.sub(" ", re.sub(r"\([^)]*\)?", " ", run))))
 
 
 def line_starts(text: str, g: Grounded) -> list[int]:

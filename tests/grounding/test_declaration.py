@@ -82,6 +82,7 @@ def test_nested_objects_and_array_items_are_found():
         ({"type": "number", "x-grounded": {"cut_before": "TEL"}}, "on a string of span: lines or words"),
         ({"type": "string", "x-grounded": {"largest": True}}, "x-grounded.largest must be true or false, on number or integer properties only"),
         ({"type": "number", "x-grounded": {"largest": "yes"}}, "x-grounded.largest must be true or false"),
+        ({"type": "string", "x-grounded": {"span": "lines", "shortest": True}}, "x-grounded.shortest must be true or false, with ends_on"),
         ({"type": "string", "x-grounded": {"to_block_end": True}}, "x-grounded.to_block_end must be true or false, on a string of span: lines only"),
         ({"type": "string", "x-grounded": {"span": "lines", "to_block_end": 1}}, "x-grounded.to_block_end must be true or false"),
         ({"type": "string", "x-grounded": {"prefer_labels": ["net total"]}}, "on number, integer or date properties only"),

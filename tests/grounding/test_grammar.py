@@ -274,6 +274,22 @@ def test_ends_on_keeps_the_runs_that_end_on_such_a_line(tokenizer):
     assert accepts(tokenizer, schema, "KEDAI MURNI\nNO. 3, JALAN MAWAR", rec("KEDAI MURNI NO. 3, JALAN MAWAR"))  # none written: every run
 
 
+def test_shortest_keeps_the_shortest_run_to_a_legal_form_that_names_more_than_it(tokenizer):
+    schema = json.loads(json.dumps(PARTY))
+    grounded = {"span": "lines", "ends_on": "SDN|BHD|CO|ENTERPRISE", "shortest": True, "first_lines": 3}
+    schema["properties"]["name"] = {"type": "string", "maxLength": 80, "x-grounded": grounded}
+    brand = "SUSHI MENTAI - PANDAN INDAH\nKMF FOODICIOUS SDN BHD\nNO. 9-G, JALAN PERUBATAN 2"
+    assert accepts(tokenizer, schema, brand, rec("KMF FOODICIOUS SDN BHD"))
+    assert not accepts(tokenizer, schema, brand, rec("SUSHI MENTAI - PANDAN INDAH KMF FOODICIOUS SDN BHD"))  # a brand line above
+    split = "POPULAR BOOK\nCO. (M) SDN BHD\nNO 8, JALAN 7/118B"
+    assert accepts(tokenizer, schema, split, rec("POPULAR BOOK CO. (M) SDN BHD"))  # the legal form's line alone names nothing
+    assert not accepts(tokenizer, schema, split, rec("CO. (M) SDN BHD"))
+    bracket = "AIK HUAT ENTERPRISE (SETIA\nALAM) SDN BHD\nNO. 1"
+    assert accepts(tokenizer, schema, bracket, rec("AIK HUAT ENTERPRISE (SETIA ALAM) SDN BHD"))
+    assert not accepts(tokenizer, schema, bracket, rec("ALAM) SDN BHD"))  # a run that starts inside brackets names nothing
+    assert accepts(tokenizer, schema, bracket, rec("AIK HUAT ENTERPRISE (SETIA"))  # the model still chooses between the ends
+
+
 def test_cut_before_stops_a_line_and_the_run_at_such_a_word(tokenizer):
     schema = json.loads(json.dumps(PARTY))
     cut = r"\(?[0-9]{5,}-[A-Z]\)?|TEL"
