@@ -252,13 +252,14 @@ class _Builder:
         return name
 
     def line_runs(self, g: Grounded) -> str | None:
-        """With ``includes``, ``ends_on``, ``first_lines`` or ``to_block_end`` on a run of lines: a terminal for the runs they allow
-        (``line_run_starts``), spelled out line by line; None where they narrow nothing. A run starts on one of the
-        ``first_lines`` lines, holds a line that writes an included word (where the text writes one that such a start
-        can reach: at most ``RUN_LINES`` lines on), takes up to ``RUN_LINES`` lines past it (or ends on an ``ends_on``
-        line, or on its block's last line with ``to_block_end``), and never crosses a line of only marks (``***``, ``----``) or one that ``cut_before`` cut. Each start
-        is a chain of nested optional lines: a "contains" regex intersected with a
-        long text's substrings exhausts llguidance's lexer (``too many expressions constructed``)."""
+        """With ``includes``, ``ends_on``, ``first_lines`` or ``to_block_end`` on a run of lines: a terminal for the
+        runs they allow (``line_run_starts``), spelled out line by line; None where they narrow nothing. A run starts
+        on one of the ``first_lines`` lines, holds a line that writes an included word (where the text writes one
+        that such a start can reach: at most ``RUN_LINES`` lines on), takes up to ``RUN_LINES`` lines past it (or
+        ends on an ``ends_on`` line, or on its block's last line with ``to_block_end``), and never crosses a line of
+        only marks (``***``, ``----``) or one that ``cut_before`` cut. Each start is a chain of nested optional
+        lines: a "contains" regex intersected with a long text's substrings exhausts llguidance's lexer (``too many
+        expressions constructed``)."""
         lines, cut = text_lines(self.text, g)
         starts = line_run_starts(g, lines, cut)
         if not starts:
