@@ -232,11 +232,11 @@ class _Builder:
         text = normalize_whitespace(self.text) if g.whitespace == "normalize" else self.text
         starts = after_labels(text, g.labels) or line_starts(self.text, g)
         cutter = whole_words(g.cut_before)
+        cuts = [cutter.search(text, start) if cutter else None for start in starts]
+        rests = [_kept(text[start : cut.start()].rstrip(_CUT_ENDS)) if cut else text[start:] for start, cut in zip(starts, cuts)]
         runs = []
         for recase in [str] if g.case == "exact" else [str, str.lower, str.upper, str.title]:
-            for start in starts:
-                cut = cutter.search(text, start) if cutter else None
-                rest = _kept(text[start : cut.start()].rstrip(_CUT_ENDS)) if cut else text[start:]
+            for rest in rests:
                 chunks, room = [], g.schema.get("maxLength", LABELLED_CHARS)
                 for chunk in _CHUNK.finditer(_escaped(recase(rest))):
                     room -= len(chunk.group())
