@@ -114,6 +114,7 @@ class RecordingRunner:
         self.feeds: list[list[list[int]]] = []
         self.prefills: list[list[list[int]]] = []
         self.calls = 0
+        self.rows = 0  # logits rows the forwards computed
 
     def new_state(self):
         return self.runner.new_state()
@@ -122,10 +123,12 @@ class RecordingRunner:
         self.calls += 1
         wanted = [logits] * len(batch) if isinstance(logits, bool) else list(logits)
         for log, want in ((self.feeds, True), (self.prefills, False)):
-            fed = [list(tokens) for (_, tokens), w in zip(batch, wanted) if w == want]
+            fed = [list(tokens) for (_, tokens), w in zip(batch, wanted) if (w is not False) == want]
             if fed:
                 log.append(fed)
-        return self.runner.forward(batch, logits=logits)
+        out = self.runner.forward(batch, logits=logits)
+        self.rows += sum(len(r) for r in out)
+        return out
 
     def trim(self, state, length):
         self.runner.trim(state, length)

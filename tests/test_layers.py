@@ -27,7 +27,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "fucina_jobs.decoding": {"fucina_jobs.decoding", "fucina_jobs.native"},
     # The design record's layering inside the decoder:
     "fucina_jobs.decoding.processor": set(),  # the processor knows no grammar
-    "fucina_jobs.decoding.sampler": {"fucina_jobs.decoding.processor"},
+    "fucina_jobs.decoding.sampler": {"fucina_jobs.decoding.processor", "fucina_jobs.native"},
     "fucina_jobs.decoding.constraint": {"fucina_jobs.decoding.processor", "fucina_jobs.native"},  # no speculation, no jobs
     "fucina_jobs.decoding.drafting": set(),  # token lists only
     "fucina_jobs.decoding.constrained_source": {"fucina_jobs.decoding.processor", "fucina_jobs.decoding.drafting"},  # its two protocols

@@ -27,7 +27,7 @@ from .prefix_cache import PrefixCache, cacheable, shared_prefix
 from .processor import LogitProcessor
 from .runner import ModelRunner
 from .sampler import Ahead, AllTokensMasked, Sampler, SamplingParams
-from .speculative import process_ahead, verify
+from .speculative import StepAhead, verify
 
 log = logging.getLogger(__name__)
 
@@ -152,7 +152,7 @@ class Stream:
                 return
 
     def advance(self, rows, stop_tokens: frozenset[int], ahead: Sequence[Ahead] = ()) -> None:
-        """Verify this step's rows (``ahead``: the work done for them before, ``process_ahead``)
+        """Verify this step's rows (``ahead``: the work done for them before, ``StepAhead``)
         and bring history, cache and stats up to date."""
         self.stats.forwards += 1
         try:
@@ -258,12 +258,13 @@ class BatchDecoder:
         prefilling = [s for s, _ in prefill]
         decoding = [s for s in live if s.decoding and s not in prefilling]
         feeds = [s.plan(self.stop_tokens) for s in decoding]
+        looked = StepAhead([(s.sampler, s.history, s.draft.tokens) for s in decoding])
         batch = [(s.kv, feed) for s, feed in zip(decoding, feeds)] + [(s.kv, chunk) for s, chunk in prefill]
-        rows = self.runner.forward(batch, logits=[True] * len(decoding) + [False] * len(prefill))
+        computed = self.runner.forward(batch, logits=looked.wanted() + [False] * len(prefill))
         for stream in prefilling:
             if stream.decoding:
                 self.prefixes.store(stream.request.prompt, stream.kv)
-        ahead = process_ahead([(s.sampler, s.history, s.draft.tokens, r) for s, r in zip(decoding, rows)])
+        rows, ahead = looked.process(computed)
         for stream, stream_rows, stream_ahead in zip(decoding, rows, ahead):
             stream.advance(stream_rows, self.stop_tokens, stream_ahead)
             self.runner.trim(stream.kv, len(stream.history) - 1)

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from .. import native
-from .processor import LogitProcessor, PathJob
+from .processor import LogitProcessor, LookJob, PathsAhead
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +99,7 @@ def _apply_bitmasks(rows: list[tuple["Constraint", torch.Tensor, int]], bitmask:
             group = [(r, i) for c, r, i in rows if (c.vocab_size, r.numel()) == (vocab, width)]
             pointers = (ctypes.c_void_p * len(group))(*[r.data_ptr() for r, _ in group])
             masks = (ctypes.c_void_p * len(group))(*[bitmask[i].ctypes.data for _, i in group])
-            kernel(pointers, masks, len(group), vocab, width, bitmask.shape[1])
+            kernel(pointers, masks, len(group), vocab, width, bitmask.shape[1], torch.get_num_threads())
         return
     for c, row, i in rows:
         c._mask(row, bitmask[i], None)
@@ -109,7 +109,9 @@ def _apply_bitmasks(rows: list[tuple["Constraint", torch.Tensor, int]], bitmask:
 def _apply_bitmasks_kernel() -> Callable[..., None] | None:
     if native.library() is None:
         return None
-    return native.entry("fucina_apply_bitmasks", [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64])
+    return native.entry(
+        "fucina_apply_bitmasks", [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_int]
+    )
 
 
 @functools.cache
@@ -209,39 +211,26 @@ class Constraint(LogitProcessor):
         return self._mask(logits, self._bitmask, only_allowed(self._bitmask))
 
     @classmethod
-    def process_paths(cls, jobs: Sequence[PathJob]) -> list[list[int | None]]:
-        """Every job's rows in one llguidance call, then masked as ``process`` masks them.
+    def look_paths(cls, jobs: Sequence[LookJob]) -> PathsAhead:
+        """Every job's masks in one llguidance call, before the rows exist; the rows are masked in ``process``.
 
         ``fill_next_token_bitmask_par_with_draft_tokens`` advances a matcher
         along its path on llguidance's threads (the host's cores), writes a
         mask per step and rolls the matcher back; it stops at the end of a
         path's valid tokens or of the grammar, where a job's processed rows
         end (unfilled masks are all zero, which no healthy matcher gives). A
-        failed matcher's rows are left to ``process``, which logs it.
+        mask that allows one token names it. A failed matcher's rows are left
+        to ``process``, which logs it.
         """
-        sizes = [rows.shape[0] for _, rows, _, _ in jobs]
-        bitmask = np.zeros((sum(sizes), jobs[0][0]._bitmask.size), dtype=np.int32)
-        starts = np.cumsum([0] + sizes)
-        live = [(c._matcher, int(start), list(path)) for (c, _, _, path), start in zip(jobs, starts) if not c._matcher.is_error()]
+        bitmask = np.zeros((sum(n for *_, n in jobs), jobs[0][0]._bitmask.size), dtype=np.int32)
+        starts = np.cumsum([0] + [n for *_, n in jobs])
+        live = [(c._matcher, int(start), list(path)) for (c, _, path, _), start in zip(jobs, starts) if not c._matcher.is_error()]
         executor, size = _executor(), bitmask.shape[1] * 4
         if steps := [(m, k) for m, k, path in live if not path]:  # llguidance refuses an empty path
             executor.unsafe_compute_mask_ptr(steps, bitmask.ctypes.data, size, len(bitmask))
         if paths := [job for job in live if job[2]]:
             executor.unsafe_compute_mask_ptr_with_draft_token(paths, bitmask.ctypes.data, size, len(bitmask))
-        filled = np.count_nonzero(bitmask, axis=1)
-        out, masked = [], []
-        for (c, rows, _, _), start in zip(jobs, starts):
-            done: list[int | None] = []
-            if not c._matcher.is_error():
-                for i in range(rows.shape[0]):
-                    if not filled[start + i]:
-                        break
-                    done.append(only_allowed(bitmask[start + i]) if filled[start + i] == 1 else None)
-                    if done[-1] is None:
-                        masked.append((c, rows[i], start + i))
-            out.append(done)
-        _apply_bitmasks(masked, bitmask)
-        return out
+        return _Masks(jobs, bitmask, starts)
 
     def _mask(self, logits: torch.Tensor, bitmask: np.ndarray, forced: int | None) -> int | None:
         """``process``'s work on the row, once the mask is filled: name the one allowed token, or mask the row."""
@@ -315,3 +304,30 @@ class Constraint(LogitProcessor):
     @property
     def is_error(self) -> bool:
         return self._matcher.is_error()
+
+
+class _Masks(PathsAhead):
+    """``Constraint.look_paths``'s masks: each job's rows up to its first unfilled mask are processed; those
+    whose mask allows one token are named, the others masked in one pass once the forward computed them."""
+
+    def __init__(self, jobs: Sequence[LookJob], bitmask: np.ndarray, starts: np.ndarray):
+        super().__init__(jobs)
+        self.bitmask, self.starts = bitmask, starts
+        filled = np.count_nonzero(bitmask, axis=1)
+        for (c, _, _, n), start, named in zip(jobs, starts, self.named):
+            if c._matcher.is_error():
+                continue
+            for i in range(start, start + n):
+                if not filled[i]:
+                    break
+                named.append(only_allowed(bitmask[i]) if filled[i] == 1 else None)
+
+    def process(self, rows: Sequence[Sequence[torch.Tensor | None]]) -> list[list[int | None]]:
+        masked = [
+            (c, r[i], start + i)
+            for (c, *_), r, start, named in zip(self.jobs, rows, self.starts, self.named)
+            for i, t in enumerate(named)
+            if t is None
+        ]
+        _apply_bitmasks(masked, self.bitmask)
+        return self.named

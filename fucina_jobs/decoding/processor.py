@@ -12,9 +12,11 @@ let a drafting layer exploit a processor that knows the future
 (``has_structure``); processors without structure keep the neutral defaults.
 
 A batch decoder processes all rows of a step at once where processors can
-look ahead (``process_path``): the rows of a verify forward lie along a
-known token path, and one call for the processors of a class (``process_paths``)
-lets a grammar engine fill every stream's masks together.
+look ahead: the rows of a verify forward lie along a known token path, and
+one call for the processors of a class (``look_paths``) lets a grammar engine
+fill every stream's masks together, before the forward. The rows whose token
+it names are then never computed (under a grounded grammar, most of them);
+the others are masked once the forward has computed them (``PathsAhead``).
 """
 
 from __future__ import annotations
@@ -23,8 +25,8 @@ from typing import Mapping, Protocol, Sequence
 
 import torch
 
-#: One job of ``process_paths``: a processor, a stream's rows, its history and the path the rows lie along.
-PathJob = tuple["LogitProcessor", torch.Tensor, Sequence[int], Sequence[int]]
+#: One job of ``look_paths``: a processor, a stream's history, the path its rows lie along, and how many rows.
+LookJob = tuple["LogitProcessor", Sequence[int], Sequence[int], int]
 
 
 class ContinuationScorer(Protocol):
@@ -65,9 +67,11 @@ class LogitProcessor:
         return []
 
     @classmethod
-    def process_paths(cls, jobs: Sequence[PathJob]) -> list[list[int | None]]:
-        """``process_path`` for many processors of this class at once (a grammar engine fills their masks together)."""
-        return [processor.process_path(rows, history, path) for processor, rows, history, path in jobs]
+    def look_paths(cls, jobs: Sequence[LookJob]) -> "PathsAhead":
+        """Before a batch's forward, for many processors of this class at once: the tokens each names along
+        its path without reading logits (``PathsAhead.named``), and the rest of ``process_path`` to do once
+        the rows are computed (``PathsAhead.process``). This default names none."""
+        return PathsAhead(jobs)
 
     def commit(self, token: int) -> None:
         """Observe the token the sampler selected; called once per selection."""
@@ -91,6 +95,24 @@ class LogitProcessor:
     def valid_prefix_len(self, tokens: Sequence[int]) -> int:
         """How many leading ``tokens`` the processor would allow (pure lookahead)."""
         return len(tokens)
+
+
+class PathsAhead:
+    """What the processors of one class know of a step's rows before the forward (``look_paths``).
+
+    ``named[k]`` holds, for job ``k``'s leading rows, the token its processor
+    names there, or None where it needs the row's logits; a batch leaves the
+    named rows uncomputed. ``process`` takes each job's rows (None at a named
+    row) and returns what ``process_path`` would, the named rows included.
+    This default names nothing, and hands the rows to ``process_path``.
+    """
+
+    def __init__(self, jobs: Sequence[LookJob]):
+        self.jobs = list(jobs)
+        self.named: list[list[int | None]] = [[] for _ in self.jobs]
+
+    def process(self, rows: Sequence[Sequence[torch.Tensor | None]]) -> list[list[int | None]]:
+        return [processor.process_path(r, history, path) for (processor, history, path, _), r in zip(self.jobs, rows)]
 
 
 class TokenBias(LogitProcessor):

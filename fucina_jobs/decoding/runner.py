@@ -19,13 +19,15 @@ class ModelRunner(Protocol):
     def new_state(self) -> Any:
         """An empty per-sequence cache."""
 
-    def forward(self, batch: Sequence[tuple[Any, Sequence[int]]], *, logits: bool | Sequence[bool] = True) -> list[torch.Tensor]:
+    def forward(self, batch: Sequence[tuple[Any, Sequence[int]]], *, logits: bool | Sequence[bool | Sequence[bool]] = True) -> list[torch.Tensor]:
         """Extend each state by its tokens in one forward.
 
-        Returns float32 CPU logits, ``[len(tokens), vocab]``, for each sequence
-        whose ``logits`` flag is set (one flag for all, or one per sequence), in
-        batch order; the others' tokens are only cached (prefill of a prompt's
-        known tokens).
+        ``logits`` is one flag for all, or one per sequence: a bool for all its
+        tokens, or a flag per token. Returns float32 CPU logits, ``[rows,
+        vocab]``, for each sequence whose flag is not False, in batch order:
+        the rows of its flagged tokens (all of them for True). The other
+        tokens are only cached (prefill of a prompt's known tokens, a token a
+        processor named).
         """
 
     def trim(self, state: Any, length: int) -> None:

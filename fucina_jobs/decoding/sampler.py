@@ -9,13 +9,17 @@ probabilities (the verifier's rows are the logits a plain step would see).
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import math
 import time
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
+import numpy as np
 import torch
 
+from .. import native
 from .processor import LogitProcessor
 
 
@@ -40,9 +44,10 @@ class SamplingParams:
 class Ahead:
     """What a batch did for one row before ``Sampler.next`` reached it.
 
-    The processor processed the row (``LogitProcessor.process_path``): it
-    masked it in place, or named ``forced``. For a greedy sampler, ``stats``
-    may hold the row's greedy token and its log-probability (``row_stats``).
+    The processor processed the row (``LogitProcessor.look_paths``): it
+    masked it in place, or named ``forced``, and then the batch may not have
+    computed the row at all. For a greedy sampler, ``stats`` may hold the
+    row's greedy token and its log-probability (``row_stats``).
     """
 
     forced: int | None = None
@@ -52,18 +57,38 @@ class Ahead:
 def row_stats(rows: Sequence[torch.Tensor]) -> list[tuple[int, float]]:
     """Each float32 CPU row's greedy token and its log-probability, as ``Sampler.next`` computes them.
 
-    The token is numpy's argmax (the first maximum; a NaN counts as the
-    maximum), the log-probability torch's ``log_softmax`` there. Rows that lie
-    back to back in one tensor (a runner's logits, split per stream) are
-    computed in one call each: ``log_softmax`` runs a row alike alone or among
-    others, and spreads many rows over the intra-op threads.
+    The token is the first maximum (numpy's argmax: a NaN counts as the
+    maximum), the log-probability the log-softmax there. A step's rows take
+    one call of the C++ pass where the kernels are built (``greedy.cpp``: a
+    row read twice, nothing written, rows spread over the intra-op threads),
+    which at 128 streams takes a fifth of what ``log_softmax`` and numpy's
+    argmax took; without the kernels, those, one call per stretch of rows
+    that lie back to back in one tensor (a runner's logits, split per
+    stream). Either way a row's result does not depend on the rows beside it.
     """
+    kernel = _row_stats_kernel()
+    if (
+        kernel is not None
+        and rows
+        and all(r.dtype == torch.float32 and r.is_cpu and r.is_contiguous() and r.numel() == rows[0].numel() for r in rows)
+    ):
+        best, log_probs = np.empty(len(rows), dtype=np.int64), np.empty(len(rows), dtype=np.float64)
+        pointers = (ctypes.c_void_p * len(rows))(*[r.data_ptr() for r in rows])
+        kernel(pointers, len(rows), rows[0].numel(), best.ctypes.data, log_probs.ctypes.data, torch.get_num_threads())
+        return list(zip(best.tolist(), log_probs.tolist()))
     stats: list[tuple[int, float]] = []
     for run in _runs(rows):
         best = run.numpy().argmax(axis=1)
         log_probs = torch.log_softmax(run, -1)[torch.arange(len(run)), torch.from_numpy(best)]
         stats += zip(best.tolist(), log_probs.tolist())
     return stats
+
+
+@functools.cache
+def _row_stats_kernel() -> Callable[..., None] | None:
+    if native.library() is None:
+        return None
+    return native.entry("fucina_row_stats", [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int])
 
 
 def _runs(rows: Sequence[torch.Tensor]) -> list[torch.Tensor]:
@@ -103,12 +128,12 @@ class Sampler:
         self.processor = processor
         self.generator = torch.Generator().manual_seed(seed)
         #: Seconds the processor spent on rows, one entry per row (a call of ``process``, or a row's share of
-        #: a batch's ``process_paths``: ``speculative.process_ahead``).
+        #: a batch's ``look_paths``: ``speculative.StepAhead``).
         self.process_seconds: list[float] = []
         #: Probability of each selected token, one entry per call (see ``next``).
         self.token_probs: list[float] = []
 
-    def next(self, logits: torch.Tensor, history: Sequence[int], ahead: Ahead | None = None) -> int:
+    def next(self, logits: torch.Tensor | None, history: Sequence[int], ahead: Ahead | None = None) -> int:
         """Select one token from a ``[vocab]`` row and commit it to the processor.
 
         Also records the selected token's probability under the constrained
@@ -119,9 +144,12 @@ class Sampler:
         and it does not depend on the temperature or penalties a job samples with.
 
         ``ahead`` is the work a batch did for this row before ``next`` reached
-        it (``Ahead``): ``next`` then does only the rest, and commits.
+        it (``Ahead``): ``next`` then does only the rest, and commits. Where
+        it named the token, ``logits`` may be None: the row was not computed.
         """
-        row = logits.detach().to(device="cpu", dtype=torch.float32)
+        if logits is None and (ahead is None or ahead.forced is None):
+            raise ValueError("Sampler.next needs the row's logits unless ahead names its token")
+        row = None if logits is None else logits.detach().to(device="cpu", dtype=torch.float32)
         forced = None
         if ahead is not None:
             forced = ahead.forced
@@ -132,8 +160,8 @@ class Sampler:
         if forced is not None:
             token = self._take(row, forced)
             self.token_probs.append(self.processor.named_probability())  # 1: the softmax of a row masked to one token
-        elif ahead is not None and ahead.stats is not None:
-            token, log_prob = ahead.stats
+        elif self.greedy:
+            token, log_prob = ahead.stats if ahead is not None and ahead.stats is not None else row_stats([row])[0]
             self._select(row, history, token)  # only the checks: a greedy row's choice is its first maximum
             self.token_probs.append(math.exp(log_prob))
         else:
@@ -149,9 +177,9 @@ class Sampler:
         """Selects the row's first maximum: what ``row_stats`` reads off the processed row is its choice."""
         return self.params.temperature <= 0.0 and self.params.repeat_penalty == 1.0
 
-    def _take(self, row: torch.Tensor, forced: int) -> int:
-        """What ``_select`` picks from a row masked to ``forced`` alone, without masking it."""
-        if not float(row[forced]) > float("-inf"):  # -inf or NaN: nothing is left, as in _select
+    def _take(self, row: torch.Tensor | None, forced: int) -> int:
+        """What ``_select`` picks from a row masked to ``forced`` alone, without masking it (or computing it: None)."""
+        if row is not None and not float(row[forced]) > float("-inf"):  # -inf or NaN: nothing is left, as in _select
             raise AllTokensMasked("no token is left to sample: the logit processor allowed one token, and its logit is -inf or NaN")
         if self.params.temperature > 0.0:
             torch.rand((), generator=self.generator)  # _sample's one draw a token, so the stream's draws stay in step

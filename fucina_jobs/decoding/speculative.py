@@ -6,9 +6,9 @@ sampler commits it to the processor inside ``Sampler.next``, the processor's
 state moves in lockstep with the history: there is nothing to roll back, and
 speculative output equals plain output token for token.
 
-The same fact lets a batch process its rows ahead (``process_ahead``): row
-``i`` is sampled only once ``drafts[:i]`` were, so the state it is processed
-in is known before any row of the step is sampled.
+The same fact lets a batch process its rows ahead (``StepAhead``): row ``i``
+is sampled only once ``drafts[:i]`` were, so the state it is processed in is
+known before any row of the step is sampled, even before the forward.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Collection, Sequence
 
 import torch
 
-from .processor import LogitProcessor
+from .processor import LogitProcessor, PathsAhead
 from .sampler import Ahead, Sampler, row_stats
 
 
@@ -34,16 +34,17 @@ def verify(
     sampler: Sampler,
     history: list[int],
     drafts: Sequence[int],
-    rows: torch.Tensor,
+    rows: Sequence[torch.Tensor | None],
     stop_tokens: Collection[int],
     ahead: Sequence[Ahead] = (),
 ) -> Verdict:
-    """``rows[i]`` are the logits after ``history`` plus ``drafts[:i]``.
+    """``rows[i]`` are the logits after ``history`` plus ``drafts[:i]`` (None where ``ahead[i]`` named the token,
+    ``StepAhead``: a named token needs no logits).
 
     Appends each committed token to ``history`` in place. A sampled stop token
     ends the turn on every path alike: it is committed to the processor (the
     sampler did select it) but never enters the history. ``ahead`` is the
-    work done for the leading rows before the loop (``process_ahead``).
+    work done for the leading rows before the loop (``StepAhead``).
     """
     accepted = 0
     for i in range(len(drafts) + 1):
@@ -57,30 +58,62 @@ def verify(
     raise AssertionError("unreachable: the last row always returns")
 
 
-def process_ahead(streams: Sequence[tuple[Sampler, Sequence[int], Sequence[int], torch.Tensor]]) -> list[list[Ahead]]:
-    """The work ``Sampler.next`` would do on a step's rows before it selects, done for the whole step at once.
+class StepAhead:
+    """The work ``Sampler.next`` would do on a step's rows before it selects, done for the whole step at
+    once, in two halves around the forward.
 
-    ``streams`` are ``(sampler, history, drafts, rows)``, the rows the
-    runner's float32 CPU logits. Processors of one class process their
-    streams' rows in one call (``LogitProcessor.process_paths``: a grammar
-    engine fills all their masks together, on the host's cores), each along
-    its stream's drafts; the call's time is the processors' time, shared out
-    one entry per row it processed. Then one ``row_stats`` call reads the
-    greedy choice off every greedy sampler's processed rows that nothing
-    forced. ``verify`` takes each stream's list as its ``ahead``.
+    Built from ``(sampler, history, drafts)`` per stream, before the forward:
+    processors of one class look along their streams' drafts in one call
+    (``LogitProcessor.look_paths``: a grammar engine fills all their masks
+    together, on the host's cores). ``wanted`` says which rows the forward
+    must compute: not those whose token a processor named. ``process`` takes
+    the forward's rows, processes them (masks), and reads one ``row_stats``
+    call's greedy choice off every greedy sampler's rows that nothing named;
+    it returns each stream's rows (None where named) for ``verify``, and
+    their ``Ahead``. The processors' time is shared out one entry per row
+    they processed.
     """
-    processed: list[list[int | None]] = [[None] * rows.shape[0] if sampler.processor is None else [] for sampler, _, _, rows in streams]
-    classes: dict[type[LogitProcessor], list[int]] = {}
-    for k, (sampler, *_) in enumerate(streams):
-        if sampler.processor is not None:
-            classes.setdefault(type(sampler.processor), []).append(k)
-    for kind, members in classes.items():
-        start = time.perf_counter()
-        done = kind.process_paths([(streams[k][0].processor, streams[k][3], streams[k][1], streams[k][2]) for k in members])
-        share = (time.perf_counter() - start) / max(1, sum(map(len, done)))
-        for k, rows_done in zip(members, done):
-            processed[k] = rows_done
-            streams[k][0].process_seconds.extend([share] * len(rows_done))
-    free = [(k, i) for k, (sampler, *_) in enumerate(streams) if sampler.greedy for i, forced in enumerate(processed[k]) if forced is None]
-    stats = dict(zip(free, row_stats([streams[k][3][i] for k, i in free])))
-    return [[Ahead(forced, stats.get((k, i))) for i, forced in enumerate(done)] for k, done in enumerate(processed)]
+
+    def __init__(self, streams: Sequence[tuple[Sampler, Sequence[int], Sequence[int]]]):
+        self.streams = streams
+        self.named: list[list[int | None]] = [[] for _ in streams]
+        self.looked: list[tuple[PathsAhead, list[int], float]] = []
+        classes: dict[type[LogitProcessor], list[int]] = {}
+        for k, (sampler, *_) in enumerate(streams):
+            if sampler.processor is not None:
+                classes.setdefault(type(sampler.processor), []).append(k)
+        for kind, members in classes.items():
+            start = time.perf_counter()
+            looked = kind.look_paths([(streams[k][0].processor, streams[k][1], streams[k][2], len(streams[k][2]) + 1) for k in members])
+            self.looked.append((looked, members, time.perf_counter() - start))
+            for k, named in zip(members, looked.named):
+                self.named[k] = named
+
+    def wanted(self) -> list[bool | list[bool]]:
+        """Per stream, the rows the forward must compute: True for all of them, else a flag per row."""
+        out: list[bool | list[bool]] = []
+        for named, (_, _, drafts) in zip(self.named, self.streams):
+            flags = [i >= len(named) or named[i] is None for i in range(len(drafts) + 1)]
+            out.append(True if all(flags) else flags)
+        return out
+
+    def process(self, computed: Sequence[torch.Tensor]) -> tuple[list[Sequence[torch.Tensor | None]], list[list[Ahead]]]:
+        """``computed``: each stream's computed rows, as the runner returned them for ``wanted``."""
+        rows = [c if w is True else _spread(c, w) for c, w in zip(computed, self.wanted())]
+        processed: list[list[int | None]] = [[None] * len(r) if sampler.processor is None else [] for (sampler, *_), r in zip(self.streams, rows)]
+        for looked, members, seconds in self.looked:
+            start = time.perf_counter()
+            done = looked.process([rows[k] for k in members])
+            share = (seconds + time.perf_counter() - start) / max(1, sum(map(len, done)))
+            for k, rows_done in zip(members, done):
+                processed[k] = rows_done
+                self.streams[k][0].process_seconds.extend([share] * len(rows_done))
+        free = [(k, i) for k, (sampler, *_) in enumerate(self.streams) if sampler.greedy for i, named in enumerate(processed[k]) if named is None]
+        stats = dict(zip(free, row_stats([rows[k][i] for k, i in free])))
+        return rows, [[Ahead(named, stats.get((k, i))) for i, named in enumerate(done)] for k, done in enumerate(processed)]
+
+
+def _spread(computed: torch.Tensor, flags: Sequence[bool]) -> list[torch.Tensor | None]:
+    """The computed rows at their flagged places, None at the others."""
+    it = iter(computed)
+    return [next(it) if flag else None for flag in flags]

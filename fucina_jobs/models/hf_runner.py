@@ -364,16 +364,16 @@ def _compiled(model: torch.nn.Module) -> torch.nn.Module:
     return torch.compile(model, dynamic=True)
 
 
-def _rows_to_keep(counts: list[int], wanted: list[bool]) -> torch.Tensor:
-    """transformers' ``logits_to_keep``: the packed rows whose logits are wanted.
+def _rows_to_keep(flags: list[list[bool]]) -> torch.Tensor:
+    """transformers' ``logits_to_keep``: the packed rows whose logits are wanted (a flag per row of each sequence).
 
-    The LM head is the widest layer: prefill rows skip it. Always a tensor:
+    The LM head is the widest layer: prefill rows skip it, and so do rows whose
+    token a processor named (``decoding.speculative.StepAhead``). Always a tensor:
     transformers also takes an int, but one that is an int on some steps and a
     tensor on others makes ``torch.compile`` recompile until it hits its limit
     (docs/history/BENCHMARKS.md, "GPU").
     """
-    starts = [sum(counts[:i]) for i in range(len(counts))]
-    return torch.tensor([row for start, n, want in zip(starts, counts, wanted) if want for row in range(start, start + n)], dtype=torch.long)
+    return torch.tensor([row for row, flag in enumerate(itertools.chain.from_iterable(flags)) if flag], dtype=torch.long)
 
 
 class HFRunner:
@@ -442,19 +442,20 @@ class HFRunner:
         return twin
 
     @torch.no_grad()
-    def forward(self, batch: Sequence[tuple[SlotState, Sequence[int]]], *, logits: bool | Sequence[bool] = True) -> list[torch.Tensor]:
+    def forward(
+        self, batch: Sequence[tuple[SlotState, Sequence[int]]], *, logits: bool | Sequence[bool | Sequence[bool]] = True
+    ) -> list[torch.Tensor]:
         counts = [len(tokens) for _, tokens in batch]
         wanted = [logits] * len(batch) if isinstance(logits, bool) else list(logits)
+        flags = [[want] * n if isinstance(want, bool) else list(want) for want, n in zip(wanted, counts)]
         self.store.reserve(max(state.length + n for (state, _), n in zip(batch, counts)))
         ids = torch.tensor([t for _, tokens in batch for t in tokens], dtype=torch.long)
         positions = torch.cat([torch.arange(state.length, state.length + n) for (state, _), n in zip(batch, counts)])
         step = self._plan(batch, counts, positions)
-        logits = self._run(ids, positions, step, _rows_to_keep(counts, wanted))
+        logits = self._run(ids, positions, step, _rows_to_keep(flags))
         for (state, _), n in zip(batch, counts):
             state.length += n
-        if not any(wanted):
-            return []
-        return list(logits.float().cpu().split([n for n, want in zip(counts, wanted) if want]))
+        return list(logits.float().cpu().split([sum(f) for want, f in zip(wanted, flags) if want is not False]))
 
     @torch.no_grad()
     def tree(self, state: SlotState, length: int, tokens: Sequence[int], parents: Sequence[int]) -> torch.Tensor:

@@ -31,7 +31,7 @@ from ..cache import cache_dir
 log = logging.getLogger(__name__)
 
 _HERE = Path(__file__).parent
-SOURCES = [_HERE / "decode_attention.cpp", _HERE / "layer_ops.cpp", _HERE / "token_mask.cpp"]
+SOURCES = [_HERE / "decode_attention.cpp", _HERE / "layer_ops.cpp", _HERE / "token_mask.cpp", _HERE / "greedy.cpp"]
 _HEADER = _HERE / "native.h"
 _FLAGS = ["-O3", "-march=native", "-ffp-contract=fast", "-fopenmp", "-shared", "-fPIC", "-std=c++17"]
 

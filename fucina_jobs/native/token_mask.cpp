@@ -24,9 +24,11 @@ extern "C" void fucina_apply_bitmask(float* row, int64_t n, const uint32_t* mask
 }
 
 // fucina_apply_bitmask for `n` rows at once, each row and mask at its own address: the first `vocab`
-// columns of a row by its mask's bits, the rest of its `width` set to -inf.
+// columns of a row by its mask's bits, the rest of its `width` set to -inf. Rows are spread over
+// `threads` where there are enough of them: a step of 128 streams masks a few hundred rows.
 extern "C" void fucina_apply_bitmasks(float* const* rows, const uint32_t* const* masks, int64_t n, int64_t vocab, int64_t width,
-                                      int64_t words) {
+                                      int64_t words, int threads) {
+#pragma omp parallel for num_threads(threads) schedule(static) if (n * width >= (1 << 18))
   for (int64_t r = 0; r < n; ++r) {
     fucina_apply_bitmask(rows[r], vocab, masks[r], words);
     std::fill(rows[r] + vocab, rows[r] + width, -std::numeric_limits<float>::infinity());

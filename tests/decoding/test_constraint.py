@@ -435,9 +435,15 @@ def processed_in_turn(constraint: Constraint, rows: torch.Tensor, path: list[int
     return out
 
 
+def process_paths(jobs):
+    """``(constraint, rows, history, path)`` jobs through ``look_paths`` and its ``process``, as a batch step does."""
+    looked = Constraint.look_paths([(c, history, path, len(rows)) for c, rows, history, path in jobs])
+    return looked.process([rows for _, rows, _, _ in jobs])
+
+
 @pytest.mark.parametrize("kernel", [True, False], ids=["kernel", "numpy"])
 def test_rows_processed_ahead_are_processed_as_in_turn(person, tokenizer, kernel, monkeypatch):
-    """One ``process_paths`` call for several constraints in different states: every row it processes is
+    """One ``look_paths`` call for several constraints in different states: every row it processes is
     masked, or its token named, as ``process`` would once the path before it was committed; it leaves the
     constraints' states alone, and stops where a path leaves the grammar or ends it. The rows are masked
     in one C++ call, or without a compiler one by one."""
@@ -465,7 +471,7 @@ def test_rows_processed_ahead_are_processed_as_in_turn(person, tokenizer, kernel
         expected.append((processed_in_turn(c, reference, path), reference))
         constraints.append((c, c.forced_tokens(), c.valid_prefix_len(value)))
         jobs.append((c, rows, [], path))
-    results = Constraint.process_paths(jobs)
+    results = process_paths(jobs)
     for (c, rows, _, path), got, (want, reference), (_, forced, valid) in zip(jobs, results, expected, constraints):
         assert 1 <= len(got) <= len(rows) and got == want[: len(got)]
         for i, result in enumerate(got):
@@ -481,4 +487,4 @@ def test_a_failed_matcher_is_left_to_process(person, tokenizer):
     c.commit(encode(tokenizer, "{")[0])
     c.commit(encode(tokenizer, "hello")[0])
     assert c.is_error
-    assert Constraint.process_paths([(c, torch.zeros(2, VOCAB), [], [5])]) == [[]]
+    assert process_paths([(c, torch.zeros(2, VOCAB), [], [5])]) == [[]]

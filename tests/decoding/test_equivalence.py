@@ -242,16 +242,22 @@ class Logged(Constraint):
 @pytest.mark.parametrize("kind", ["bias", "grammar"])
 def test_rows_processed_ahead_equal_rows_processed_in_turn(tokenizer, tiny_runner, record, kind, mode, spec):
     """The batch decoder processes each step's rows ahead, one call per processor class
-    (``process_ahead``); a ``Recorder`` cannot look ahead, so its rows are processed in turn, as
-    ``Sampler.next`` reaches them. Tokens, probabilities, random draws and commits are the same."""
+    (``StepAhead``); a ``Recorder`` cannot look ahead, so its rows are processed in turn, as
+    ``Sampler.next`` reaches them. Tokens, probabilities, random draws and commits are the same, and the
+    rows whose token the grammar named ahead are not computed."""
     in_turn = make_requests(tokenizer, kind, record)
     ahead = make_requests(tokenizer, kind, record)
     for r in ahead:
         r.processor = Logged.of(record) if kind == "grammar" else r.processor.inner
-    turn = decode(tiny_runner, in_turn, params=PARAMS[mode], spec=spec, streams=4)
-    batched = decode(tiny_runner, ahead, params=PARAMS[mode], spec=spec, streams=4)
+    turn_runner, ahead_runner = RecordingRunner(tiny_runner), RecordingRunner(tiny_runner)
+    turn = decode(turn_runner, in_turn, params=PARAMS[mode], spec=spec, streams=4)
+    batched = decode(ahead_runner, ahead, params=PARAMS[mode], spec=spec, streams=4)
     assert_same(turn, batched)
+    fed = sum(len(feed) for step in turn_runner.feeds for feed in step)
+    assert turn_runner.rows == fed  # a processor in turn reads every row
     if kind == "grammar":
+        # The rows whose token the grammar named ahead were never computed.
+        assert ahead_runner.rows < sum(len(feed) for step in ahead_runner.feeds for feed in step)
         assert commit_logs(in_turn) == {r.id: r.processor.commits for r in ahead}
         # Every row was processed ahead but the ones after a completed grammar's stop (none is sampled).
         assert sum(r.processor.in_turn for r in ahead) == 0

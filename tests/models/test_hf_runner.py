@@ -53,6 +53,21 @@ def test_ragged_batch_matches_full_forwards(tiny_runner, full):
         assert torch.allclose(r, full(s)[-3:], atol=1e-6)
 
 
+def test_rows_flagged_per_token_are_the_rows_computed(tiny_runner, full):
+    """A flag per token: only the flagged tokens' rows come back (none for an entry of all False, and an
+    entry of plain False returns nothing), every token is cached alike."""
+    sequences = [tokens(20 + k, 6) for k in range(4)]
+    states = [tiny_runner.new_state() for _ in sequences]
+    flags = [[True, False, True, False, False], True, [False] * 5, False]
+    rows = tiny_runner.forward([(st, s[:5]) for st, s in zip(states, sequences)], logits=flags)
+    assert [r.shape[0] for r in rows] == [2, 5, 0]
+    assert torch.allclose(rows[0], full(sequences[0])[[0, 2]], atol=1e-6)
+    assert torch.allclose(rows[1], full(sequences[1])[:5], atol=1e-6)
+    nexts = tiny_runner.forward([(st, s[5:]) for st, s in zip(states, sequences)])
+    for s, r in zip(sequences, nexts):
+        assert torch.allclose(r, full(s)[5:], atol=1e-6)
+
+
 def test_batched_rows_equal_one_at_a_time(tiny_runner):
     sequences = [tokens(10 + k, 12) for k in range(3)]
     cuts = [(2, 7), (0, 1), (9, 12)]
