@@ -45,6 +45,7 @@ class ReplicaPool:
         self.args = (cfg.model_dump(), constraint, model_path, base, out, run_id)
         self.replicas = replica_count(cfg, model_path, shards)
         self.retries = 0
+        self.gone: set[int] = set()  # replicas that did not come back
         self._started_ray = False
         self.actors: list[Any] = []
 
@@ -163,7 +164,10 @@ class ReplicaPool:
             yield shard, result, None
 
     def _await_restart(self, replica: int) -> bool:
-        """Wait until Ray has restarted a failed replica; False if it is gone for good."""
+        """Wait until Ray has restarted a failed replica; False if it is gone for good. A replica found gone once
+        is not waited for again: its other shards in flight fail with it, and are retried at once."""
+        if replica in self.gone:
+            return False
         deadline = time.monotonic() + self.cfg.runtime.replica_timeout_s
         while time.monotonic() < deadline:
             try:
@@ -174,6 +178,7 @@ class ReplicaPool:
             except RayError:  # unavailable while it restarts, or killed again on its way up (Ray's out-of-memory killer): wait
                 time.sleep(1.0)
         log.error("replica %d is gone and will get no more shards", replica)
+        self.gone.add(replica)
         return False
 
 
