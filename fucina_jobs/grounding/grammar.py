@@ -37,6 +37,9 @@ LABELLED_CHARS = 80
 _AROUND = r"/[\s,.;:!?-]*/"
 #: Escapes stay whole, so a span never ends inside ``\\"`` and breaks the JSON string.
 _CHUNK = re.compile(r"\\u[0-9a-fA-F]{4}|\\.|\w+|\s|.", re.DOTALL)
+#: Marks that join the parts of one word (``K.K.``, ``3-8-2``, ``O'Brien``, ``A/C``, ``AT&T``): a run of words
+#: neither starts nor ends between them (``Kitagawa Tool Works K.`` is no value).
+_JOIN = re.compile(r"[.\-/'&]")
 #: A grounded string neither starts nor ends with whitespace or a lone punctuation mark (``- ACME``,
 #: ``LOT 6,``+space), and so holds something else; the text's own line breaks, JSON-escaped, count
 #: as whitespace too where whitespace is exact. (Written positively: the negation of a regex over a
@@ -238,11 +241,11 @@ class _Builder:
         for recase in [str] if g.case == "exact" else [str, str.lower, str.upper, str.title]:
             for rest in rests:
                 chunks, room = [], g.schema.get("maxLength", LABELLED_CHARS)
-                for chunk in _CHUNK.finditer(_escaped(recase(rest))):
-                    room -= len(chunk.group())
+                for chunk in _word_chunks(_escaped(recase(rest))):
+                    room -= len(chunk)
                     if room < 0:
                         break
-                    chunks.append(_literal(chunk.group()))
+                    chunks.append(_literal(chunk))
                 if chunks:  # none where the first word after the label is longer than the string may be
                     runs.append("".join(f"{c} (" for c in chunks[:-1]) + chunks[-1] + ")?" * (len(chunks) - 1))
         if not runs:
@@ -448,7 +451,7 @@ def _chunks(text: str, g: Grounded, recase: Callable[[str], str]) -> list[list[s
     blocks that end where ``cut_before`` cut a line."""
     if g.span == "words":
         text = normalize_whitespace(text) if g.whitespace == "normalize" else text
-        return [_CHUNK.findall(_escaped(recase(text)))]
+        return [_word_chunks(_escaped(recase(text)))]
     separator = _escaped(" " if g.whitespace == "normalize" else "\n")
     blocks: list[list[str]] = [[]]
     for line, ends in zip(*text_lines(text, g)):
@@ -474,13 +477,30 @@ def _kept(head: str) -> str:
     return head if len(head.strip()) > 1 else ""
 
 
+def _word_chunks(escaped: str) -> list[str]:
+    """The pieces whose runs a run of words may be: words, spaces and single marks (``_CHUNK``), a word's
+    parts and the marks that join them (``_JOIN``) one piece."""
+    pieces: list[str] = []
+    chunks = _CHUNK.findall(escaped)
+    i = 0
+    while i < len(chunks):
+        joined = pieces and _JOIN.fullmatch(chunks[i]) and pieces[-1][-1].isalnum() and i + 1 < len(chunks) and chunks[i + 1][0].isalnum()
+        if joined:
+            pieces[-1] += chunks[i] + chunks[i + 1]
+            i += 2
+        else:
+            pieces.append(chunks[i])
+            i += 1
+    return pieces
+
+
 def _escaped(text: str) -> str:
     return json.dumps(text, ensure_ascii=False)[1:-1]
 
 
 def _same_thing(value: str) -> list[str]:
     """Lark terms for the spans an excluded string takes away: any span that contains it, and each run of its words."""
-    chunks = _CHUNK.findall(_escaped(value))
+    chunks = _word_chunks(_escaped(value))
     ends = [i for i, c in enumerate(chunks) if not c.isspace()]
     runs = ["".join(chunks[i : j + 1]) for i in ends for j in ends if j >= i]
     return [f"/[\\s\\S]*/ {_literal(''.join(chunks))} /[\\s\\S]*/", *(f"{_AROUND} {_literal(run)} {_AROUND}" for run in runs)]

@@ -181,6 +181,31 @@ def test_labels_mark_dates_too(tokenizer):
     assert accepts(tokenizer, schema, text, {"due": "2025-03-31"}) and not accepts(tokenizer, schema, text, {"due": "2025-03-01"})
 
 
+@pytest.mark.parametrize(
+    "name, ok",
+    [
+        ("Kitagawa Tool Works K.K.", True),
+        ("Kitagawa Tool Works K.K", True),  # the marks after a word's last letter may stay out
+        ("Kitagawa Tool Works K.", False),  # ... but a run never ends between a word's joined parts
+        ("Kitagawa Tool Works K", False),
+        ("K., 3-8-2 Minato", False),  # ... nor starts between them
+        ("8-2 Minato", False),
+        ("3-8-2 Minato", True),
+        ("ACME Trading", True),  # a colon joins nothing: a run starts after To:
+        ("O'Brien Ltd", True),
+        ("Brien Ltd", False),
+    ],
+)
+@pytest.mark.parametrize("labelled", [False, True], ids=["anywhere", "after a label"])
+def test_a_run_of_words_neither_starts_nor_ends_inside_a_word(tokenizer, name, ok, labelled):
+    text = "From: Kitagawa Tool Works K.K., 3-8-2 Minato To:ACME Trading / O'Brien Ltd"
+    schema = {**PARTY, "properties": {**PARTY["properties"]}}
+    if labelled:  # the runs after labels: every value above that may be starts after one
+        labels = ["from", "works k.k.,", "to", "trading /"]
+        schema["properties"]["name"] = {"type": "string", "maxLength": 40, "x-grounded": {"labels": labels}}
+    assert accepts(tokenizer, schema, text, rec(name)) is ok
+
+
 def test_labels_start_a_string_at_the_first_word_a_label_marks(tokenizer):
     schema = {
         "type": "object",
