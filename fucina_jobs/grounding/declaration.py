@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+from decimal import Decimal
 from dataclasses import dataclass, field
 from typing import Any, Iterator, NamedTuple
 
@@ -38,6 +39,7 @@ _OPTIONS = (
     "to_block_end",
     "prefer_labels",
     "largest",
+    "rounding",
     "day_first",
 )
 
@@ -71,6 +73,9 @@ class Grounded:
     to_block_end: bool = False  # span: lines: a run ends on its block's last line (before marks or a cut), where it can
     prefer_labels: tuple[str, ...] = ()  # numbers and dates: only the values left that one of these labels marks, where any is left
     largest: bool = False  # numbers: only the largest value left (of the labelled ones, with labels); a rule's repair may exclude it
+    rounding: Decimal | None = (
+        None  # numbers: cash rounding's step; where the text writes a rounding line, of two values left closer than it, its multiple
+    )
     day_first: bool | None = None  # dates: 04/12/2017 is 4 December (True) or April 12 (False); None: both
 
     def included(self) -> re.Pattern | None:
@@ -266,6 +271,9 @@ def _declared(node: dict[str, Any], path: tuple[str, ...]) -> Grounded:
     largest = options.get("largest", False)
     if not isinstance(largest, bool) or (largest and kind not in ("number", "integer")):
         raise GroundingError(f"{where}: {KEYWORD}.largest must be true or false, on number or integer properties only")
+    rounding = options.get("rounding")
+    if rounding is not None and (isinstance(rounding, bool) or not isinstance(rounding, (int, float)) or rounding <= 0 or kind != "number"):
+        raise GroundingError(f"{where}: {KEYWORD}.rounding must be a positive number (a cash rounding step, e.g. 0.05), on number properties only")
     day_first = options.get("day_first")
     if day_first is not None and (not isinstance(day_first, bool) or kind != "date"):
         raise GroundingError(f"{where}: {KEYWORD}.day_first must be true or false, on format: date strings only")
@@ -289,6 +297,7 @@ def _declared(node: dict[str, Any], path: tuple[str, ...]) -> Grounded:
         to_block_end,
         tuple(prefer_labels),
         largest,
+        None if rounding is None else Decimal(str(rounding)),
         day_first,
     )
 

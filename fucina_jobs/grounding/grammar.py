@@ -33,6 +33,8 @@ RUN_LINES = 7
 _CUT_ENDS = " \t([{-,:;/#"
 #: With ``labels``, the most characters a run of words after a label takes where the string has no ``maxLength``.
 LABELLED_CHARS = 80
+#: A rounding line, in the languages of receipts (``ROUNDING ADJ``, ``Rundung``, ``arrondi``, ``redondeo``, ``öresavrundning``).
+_ROUNDING = re.compile(r"(?i)\b(round|rundung|gerundet|arrondi|redondeo|arrotond|afrond)|avrundning")
 #: What may sit around an excluded run of words and leave it the same value (``Halden Robotics,``).
 _AROUND = r"/[\s,.;:!?-]*/"
 #: Escapes stay whole, so a span never ends inside ``\\"`` and breaks the JSON string.
@@ -322,14 +324,24 @@ def _spelled(g: Grounded, values: Iterable[Any]) -> set[str]:
 
 def preferred(g: Grounded, values: list[str], text: str) -> list[str]:
     """Of a number or date field's candidates left (JSON spellings), the ones its grammar holds: those that one
-    of ``prefer_labels`` marks, where any is left (a receipt's ``TOTAL ROUNDED`` below its ``TOTAL``); of those,
-    with ``largest``, the largest alone. Both are preferences, not facts: a rule's repair excludes the value held
-    where it breaks a rule (inv-022's ``Items total`` before its discount), and the next one is held then."""
+    of ``prefer_labels`` marks, where any is left (a receipt's ``TOTAL ROUNDED`` below its ``TOTAL``); with
+    ``rounding``, where the text writes a rounding line, none that a multiple of the step left is within a step
+    of (``177.22`` beside ``177.20``: cash paid is rounded); of those, with ``largest``, the largest alone. All are
+    preferences, not facts: a rule's repair excludes the value held where it breaks a rule (inv-022's ``Items
+    total`` before its discount), and the next one is held then."""
     if g.prefer_labels:
         found, text = _found(g, text)
         marked = _spelled(g, labelled(found, text, g.prefer_labels))
         values = [v for v in values if v in marked] or values
+    if g.rounding and _ROUNDING.search(text):
+        values = _rounded(values, g.rounding)
     return [max(values, key=Decimal)] if g.largest and values else values
+
+
+def _rounded(values: list[str], step: Decimal) -> list[str]:
+    """``values`` less those a multiple of ``step`` among them is within a step of (an amount before its rounding)."""
+    multiples = [Decimal(v) for v in values if Decimal(v) % step == 0]
+    return [v for v in values if Decimal(v) % step == 0 or not any(abs(m - Decimal(v)) < step for m in multiples)]
 
 
 def words(g: Grounded, text: str, narrowed: bool = False) -> list[str]:

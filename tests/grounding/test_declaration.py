@@ -89,6 +89,12 @@ def test_nested_objects_and_array_items_are_found():
         ({"type": "number", "x-grounded": {"prefer_labels": "net total"}}, "x-grounded.prefer_labels must be a list of non-empty strings"),
         ({"type": "number", "x-grounded": {"prefer_labels": [" "]}}, "x-grounded.prefer_labels must be a list of non-empty strings"),
         ({"type": "string", "x-grounded": {"day_first": True}}, "x-grounded.day_first must be true or false, on format: date strings only"),
+        (
+            {"type": "integer", "x-grounded": {"rounding": 5}},
+            "x-grounded.rounding must be a positive number (a cash rounding step, e.g. 0.05), on number",
+        ),
+        ({"type": "number", "x-grounded": {"rounding": 0}}, "x-grounded.rounding must be a positive number"),
+        ({"type": "number", "x-grounded": {"rounding": True}}, "x-grounded.rounding must be a positive number"),
     ],
 )
 def test_bad_declarations_name_the_property(prop, message):

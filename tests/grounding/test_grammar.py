@@ -396,6 +396,21 @@ def test_prefer_labels_hold_the_values_they_mark_where_the_text_writes_one(token
         assert instance_accepted(constraint, tokenizer, {"total": total}, separators=(",", ":")) is ok, total
 
 
+def test_rounding_holds_the_rounded_amount_where_the_text_writes_a_rounding_line(tokenizer):
+    grounded = {"amount": True, "labels": ["total"], "largest": True, "rounding": 0.05}
+    schema = {"type": "object", "properties": {"total": {"type": "number", "x-grounded": grounded}}, "required": ["total"]}
+    receipt = "TOTAL SALES (INCL GST) 177.22\nROUNDING ADJ -0.02\nTOTAL 177.20\nCASH 200.00"
+    for total, ok in [(177.2, True), (177.22, False), (200, False)]:  # the rounded total, though not the largest
+        assert accepts(tokenizer, schema, receipt, {"total": total}) is ok, total
+    unrounded = "TOTAL SALES 177.22\nTOTAL 177.20"  # no rounding line: the largest, as without the option
+    assert accepts(tokenizer, schema, unrounded, {"total": 177.22}) and not accepts(tokenizer, schema, unrounded, {"total": 177.2})
+    apart = "TOTAL 31.47\nROUNDING 0.00\nTOTAL 25.00"  # no multiple of the step within a step of 31.47: it stays
+    assert accepts(tokenizer, schema, apart, {"total": 31.47})
+    repaired = grounded_lark(schema, receipt, exclude={("total",): [177.2]})
+    constraint = Constraint.lark(repaired, tokenizer, stop_token=STOP)  # a preference: a repair may exclude it
+    assert instance_accepted(constraint, tokenizer, {"total": 177.22}, separators=(",", ":"))
+
+
 def test_a_50_kb_document(tokenizer):
     random.seed(0)
     words = ["invoice", "Ltd", "Müller", 'say "hi"', "back\\slash", "line\nbreak", "€", "12.50", "Corp."]
