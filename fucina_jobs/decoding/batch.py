@@ -260,7 +260,7 @@ class BatchDecoder:
         feeds = [s.plan(self.stop_tokens) for s in decoding]
         looked = StepAhead([(s.sampler, s.history, s.draft.tokens) for s in decoding])
         batch = [(s.kv, feed) for s, feed in zip(decoding, feeds)] + [(s.kv, chunk) for s, chunk in prefill]
-        computed = self.runner.forward(batch, logits=looked.wanted() + [False] * len(prefill))
+        computed = self.runner.forward(batch, logits=looked.wanted + [False] * len(prefill))
         for stream in prefilling:
             if stream.decoding:
                 self.prefixes.store(stream.request.prompt, stream.kv)

@@ -76,7 +76,7 @@ class StepAhead:
 
     def __init__(self, streams: Sequence[tuple[Sampler, Sequence[int], Sequence[int]]]):
         self.streams = streams
-        self.named: list[list[int | None]] = [[] for _ in streams]
+        named: list[list[int | None]] = [[] for _ in streams]
         self.looked: list[tuple[PathsAhead, list[int], float]] = []
         classes: dict[type[LogitProcessor], list[int]] = {}
         for k, (sampler, *_) in enumerate(streams):
@@ -86,20 +86,14 @@ class StepAhead:
             start = time.perf_counter()
             looked = kind.look_paths([(streams[k][0].processor, streams[k][1], streams[k][2], len(streams[k][2]) + 1) for k in members])
             self.looked.append((looked, members, time.perf_counter() - start))
-            for k, named in zip(members, looked.named):
-                self.named[k] = named
-
-    def wanted(self) -> list[bool | list[bool]]:
-        """Per stream, the rows the forward must compute: True for all of them, else a flag per row."""
-        out: list[bool | list[bool]] = []
-        for named, (_, _, drafts) in zip(self.named, self.streams):
-            flags = [i >= len(named) or named[i] is None for i in range(len(drafts) + 1)]
-            out.append(True if all(flags) else flags)
-        return out
+            for k, names in zip(members, looked.named):
+                named[k] = names
+        #: Per stream, the rows the forward must compute: True for all of them, else a flag per row.
+        self.wanted: list[bool | list[bool]] = [_wanted(names, len(drafts) + 1) for names, (_, _, drafts) in zip(named, streams)]
 
     def process(self, computed: Sequence[torch.Tensor]) -> tuple[list[Sequence[torch.Tensor | None]], list[list[Ahead]]]:
         """``computed``: each stream's computed rows, as the runner returned them for ``wanted``."""
-        rows = [c if w is True else _spread(c, w) for c, w in zip(computed, self.wanted())]
+        rows = [c if w is True else _spread(c, w) for c, w in zip(computed, self.wanted)]
         processed: list[list[int | None]] = [[None] * len(r) if sampler.processor is None else [] for (sampler, *_), r in zip(self.streams, rows)]
         for looked, members, seconds in self.looked:
             start = time.perf_counter()
@@ -111,6 +105,12 @@ class StepAhead:
         free = [(k, i) for k, (sampler, *_) in enumerate(self.streams) if sampler.greedy for i, named in enumerate(processed[k]) if named is None]
         stats = dict(zip(free, row_stats([rows[k][i] for k, i in free])))
         return rows, [[Ahead(named, stats.get((k, i))) for i, named in enumerate(done)] for k, done in enumerate(processed)]
+
+
+def _wanted(named: Sequence[int | None], rows: int) -> bool | list[bool]:
+    """True where every one of ``rows`` must be computed, else a flag per row: not those ``named`` names."""
+    flags = [i >= len(named) or named[i] is None for i in range(rows)]
+    return True if all(flags) else flags
 
 
 def _spread(computed: torch.Tensor, flags: Sequence[bool]) -> list[torch.Tensor | None]:

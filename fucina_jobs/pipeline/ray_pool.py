@@ -14,8 +14,8 @@ its rows into rejects that carry the error.
 
 from __future__ import annotations
 
-import logging
 import gc
+import logging
 import os
 import re
 import socket
