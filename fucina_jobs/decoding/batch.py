@@ -182,6 +182,9 @@ class Stream:
         self.gate.record(accepted + 1)
 
     def result(self) -> Generation:
+        """The finished stream's generation. Its cache slot goes back to the runner now: a processor that
+        scores over the cache holds the stream (``bind``), and that cycle would keep the slot until a collection."""
+        self.kv = None
         self.stats.process_seconds = self.sampler.process_seconds
         tokens = self.history[len(self.request.prompt) :]
         # The sampler also scored a final stop token, which the history leaves out.

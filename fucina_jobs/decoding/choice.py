@@ -30,7 +30,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from .processor import ContinuationScorer, LogitProcessor
+from .processor import ContinuationScorer, LogitProcessor, LookJob, PathsAhead
 from .runner import ModelRunner
 
 
@@ -94,6 +94,12 @@ class LikelihoodChoice(LogitProcessor):
             return self.pending[0]
         return self.inner.process(logits, history)
 
+    @classmethod
+    def look_paths(cls, jobs: Sequence[LookJob]) -> PathsAhead:
+        """Ahead along each path: the chosen option's tokens are named; elsewhere the inner processors look
+        (one call per class), up to the row where a choice falls due, which needs its logits and a scoring."""
+        return _Choices(jobs)
+
     def named_probability(self) -> float:
         return self.share if self.pending else self.inner.named_probability()
 
@@ -121,16 +127,22 @@ class LikelihoodChoice(LogitProcessor):
 
     # -- choosing ----------------------------------------------------------------
 
+    def _due(self, text: str) -> tuple[int, int]:
+        """Where in ``text`` (the output) the next choice's text is written, and that choice's index; (-1, -1)
+        while none is. The first choice whose text is written: one whose value the output left out (an optional
+        key) is passed over."""
+        for j, (after, _) in enumerate(self.choices[self.due :], self.due):
+            found = text.find(after, self.searched)
+            if found >= 0:
+                return found, j
+        return -1, -1
+
     def _choose(self, logits: torch.Tensor, history: Sequence[int]) -> None:
         """Make the choice that is due now, if any: the output has just written its text."""
         if self.scorer is None or self.due >= len(self.choices):
             return
         text = self.decode(self.generated)
-        # The first choice whose text is written: one whose value the output left out (an optional key) is passed over.
-        found, j = next(
-            ((text.find(a, self.searched), j) for j, (a, _) in enumerate(self.choices[self.due :], self.due) if text.find(a, self.searched) >= 0),
-            (-1, -1),
-        )
+        found, j = self._due(text)
         if found < 0:
             return
         after, options = self.choices[j]
@@ -149,3 +161,38 @@ class LikelihoodChoice(LogitProcessor):
         top = max(scores)
         self.share = 1.0 / sum(math.exp(s - top) for s in scores)
         self.pending = list(candidates[best])
+
+
+class _Choices(PathsAhead):
+    """``LikelihoodChoice.look_paths``: per job, the pending option's tokens along the path (named), or the inner
+    processor's look up to the row where the next choice falls due (the rows from there are processed in turn)."""
+
+    def __init__(self, jobs: Sequence[LookJob]):
+        super().__init__(jobs)
+        inner: dict[type[LogitProcessor], list[tuple[int, LookJob]]] = {}
+        for k, (choice, history, path, n) in enumerate(jobs):
+            if choice.pending:
+                same = next((i for i, (a, b) in enumerate(zip(path, choice.pending)) if a != b), min(len(path), len(choice.pending)))
+                self.named[k] = list(choice.pending[: min(n, same + 1)])
+            elif rows := _undue_rows(choice, path, n):
+                inner.setdefault(type(choice.inner), []).append((k, (choice.inner, history, path[: rows - 1], rows)))
+        self.looked: list[tuple[PathsAhead, list[int]]] = []
+        for kind, members in inner.items():
+            looked = kind.look_paths([job for _, job in members])
+            self.looked.append((looked, [k for k, _ in members]))
+            for (k, _), named in zip(members, looked.named):
+                self.named[k] = named
+
+    def process(self, rows: Sequence[Sequence[torch.Tensor | None]]) -> list[list[int | None]]:
+        done = [list(named) for named in self.named]
+        for looked, members in self.looked:
+            for k, processed in zip(members, looked.process([rows[k] for k in members])):
+                done[k] = processed
+        return done
+
+
+def _undue_rows(choice: LikelihoodChoice, path: Sequence[int], rows: int) -> int:
+    """How many of the leading ``rows`` along ``path`` the inner processor rules: up to the first where a choice falls due."""
+    if choice.scorer is None or choice.due >= len(choice.choices):
+        return rows
+    return next((i for i in range(rows) if choice._due(choice.decode(choice.generated + list(path[:i])))[0] >= 0), rows)

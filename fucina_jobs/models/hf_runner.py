@@ -50,6 +50,8 @@ _CUDA_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SD
 #: Sequences with more new tokens (prompt chunks, long drafts) attend on their own in batched mode:
 #: every sequence in the grid is padded to the longest one's queries.
 _GRID_QUERIES = 16
+#: A new store's slots: a few streams, the prefix cache's entries and a scratch fork, without a growth.
+_FIRST_SLOTS = 16
 
 
 @dataclass(eq=False)
@@ -65,11 +67,17 @@ class KVStore:
 
     Slots and capacity grow by reallocation, doubling, so growth is rare and
     its copies amortise; slots come back to ``free`` when their state dies.
+    ``zeroed``: a new store is zeros, not garbage, for the batched attention,
+    which reads (masked) positions past a slot's length, where a NaN would
+    survive its zero weight. The other attentions read written positions only,
+    and a store left unwritten costs nothing until used: on CPU, zeroing a
+    store of a few GiB takes seconds of page faults.
     """
 
-    def __init__(self, layers: int, kv_heads: int, head_dim: int, dtype: torch.dtype, device: torch.device):
+    def __init__(self, layers: int, kv_heads: int, head_dim: int, dtype: torch.dtype, device: torch.device, zeroed: bool):
         self.keys = torch.empty((layers, 0, kv_heads, 0, head_dim), dtype=dtype, device=device)
         self.values = torch.empty_like(self.keys)
+        self.zeroed = zeroed
         self.free: list[int] = []
 
     @property
@@ -82,21 +90,21 @@ class KVStore:
 
     def take(self) -> int:
         if not self.free:
-            self._grow(max(4, 2 * self.slots), self.capacity)
+            self._grow(max(_FIRST_SLOTS, 2 * self.slots), self.capacity)
         return self.free.pop()
 
     def reserve(self, length: int) -> None:
-        """Make room for ``length`` positions in every slot."""
+        """Make room for ``length`` positions in every slot, and as many again for what follows (answers,
+        drafts, longer prompts): each growth copies the whole store."""
         if length > self.capacity:
-            self._grow(self.slots, max(length, 2 * self.capacity))
+            self._grow(self.slots, 2 * max(length, self.capacity))
 
     def _grow(self, slots: int, capacity: int) -> None:
         old_slots, old_capacity = self.slots, self.capacity
         for name in ("keys", "values"):
             old = getattr(self, name)
-            # Zeros, not garbage: the batched attention reads (masked) positions past a slot's length,
-            # and a NaN there would survive its zero weight.
-            new = old.new_zeros((old.shape[0], slots, old.shape[2], capacity, old.shape[4]))
+            shape = (old.shape[0], slots, old.shape[2], capacity, old.shape[4])
+            new = old.new_zeros(shape) if self.zeroed else old.new_empty(shape)
             new[:, :old_slots, :, :old_capacity] = old
             setattr(self, name, new)
         self.free += range(slots - 1, old_slots - 1, -1)  # pop() hands out low slots first
@@ -423,7 +431,7 @@ class HFRunner:
         if self.device.type == "cpu" and _onednn_packs(model.dtype):
             _use_onednn_linears(model)
         self._call = _compiled(model) if compile else model
-        self.store = KVStore(config.num_hidden_layers, config.num_key_value_heads, head_dim, model.dtype, self.device)
+        self.store = KVStore(config.num_hidden_layers, config.num_key_value_heads, head_dim, model.dtype, self.device, zeroed=self.batched_attention)
 
     def new_state(self) -> SlotState:
         state = SlotState(self.store.take())

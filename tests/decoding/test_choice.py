@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import gc
 import math
 from dataclasses import replace
 
 import pytest
 import torch
 
-from tests.helpers import GREEDY, SPEC, STOP, Recorder, decode
+from tests.helpers import GREEDY, SPEC, STOP, Recorder, RecordingRunner, decode
 from fucina_jobs.decoding.batch import Request
 from fucina_jobs.decoding.choice import LikelihoodChoice
 from fucina_jobs.decoding.constraint import Constraint
@@ -70,6 +71,61 @@ def test_plain_speculative_and_batched_choose_alike(tokenizer, tiny_runner, gram
         assert plain[p.id].tokens == spec[s.id].tokens and p.processor.commits == s.processor.commits, p.id
         assert plain[p.id].token_probs == pytest.approx(spec[s.id].token_probs, rel=1e-6, abs=1e-9), p.id
     assert sum(g.stats.accepted.get("forced", 0) for g in spec.values()) > 0, "the chosen tokens are certain drafts"
+
+
+class LoggedChoice(LikelihoodChoice):
+    """A choice that logs its commits and the rows it processes in turn, and still looks ahead."""
+
+    @classmethod
+    def of(cls, choice: LikelihoodChoice) -> "LoggedChoice":
+        logged = cls(choice.inner, choice.choices, choice.encode, choice.decode)
+        logged.commits, logged.in_turn = [], 0
+        return logged
+
+    def process(self, logits, history):
+        self.in_turn += 1
+        return super().process(logits, history)
+
+    def commit(self, token):
+        self.commits.append(int(token))
+        super().commit(token)
+
+
+@pytest.mark.parametrize("params", [GREEDY, replace(GREEDY, temperature=0.8)], ids=["greedy", "sampled"])
+def test_a_choice_processed_ahead_chooses_as_in_turn_and_leaves_named_rows_uncomputed(tokenizer, tiny_runner, grammar, params):
+    """Ahead of a batch's forward (``look_paths``), a choice names its option's tokens, and its grammar names
+    the forced ones up to the row where the choice falls due; those rows are not computed. A ``Recorder``
+    cannot look ahead, so it processes every row in turn: tokens, probabilities and commits are the same."""
+
+    def requests(wrap):
+        return [Request(f"r{k}", p, wrap(chooser(tokenizer, grammar.clone())), seed=k, max_tokens=16) for k, p in enumerate(prompts(tokenizer))]
+
+    in_turn, ahead = requests(Recorder), requests(LoggedChoice.of)
+    turn_runner, ahead_runner = RecordingRunner(tiny_runner), RecordingRunner(tiny_runner)
+    turn = decode(turn_runner, in_turn, params=params, spec=SPEC, streams=3)
+    looked = decode(ahead_runner, ahead, params=params, spec=SPEC, streams=3)
+    for t, a in zip(in_turn, ahead):
+        assert turn[t.id].tokens == looked[a.id].tokens and t.processor.commits == a.processor.commits, t.id
+        assert turn[t.id].token_probs == pytest.approx(looked[a.id].token_probs, rel=1e-6, abs=1e-9), t.id
+    fed = sum(len(feed) for step in ahead_runner.feeds for feed in step)
+    assert turn_runner.rows == sum(len(feed) for step in turn_runner.feeds for feed in step)
+    assert ahead_runner.rows < fed, "the chosen option's tokens and the grammar's forced ones were named ahead"
+    assert sum(a.processor.in_turn for a in ahead) >= len(ahead), "each choice fell due in turn, where its row was computed"
+
+
+def test_a_finished_streams_slot_comes_back_without_a_collection(tokenizer, tiny_model, grammar):
+    """A choice holds its stream (the scorer reads the stream's cache), a cycle only a collection frees:
+    the stream gives its cache slot back as it finishes, so a long run needs no more slots than streams."""
+    from fucina_jobs.models.hf_runner import _FIRST_SLOTS, HFRunner
+
+    runner = HFRunner(tiny_model)
+    requests = [Request(f"r{k}", p, chooser(tokenizer, grammar.clone()), max_tokens=16) for k, p in enumerate(prompts(tokenizer) * 10)]
+    gc.disable()
+    try:
+        decode(runner, requests, spec=SPEC, streams=2)
+    finally:
+        gc.enable()
+    assert runner.store.slots == _FIRST_SLOTS
 
 
 def test_an_option_the_inner_grammar_refuses_is_never_chosen(tokenizer, tiny_runner, grammar, tiny_model):
