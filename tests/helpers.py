@@ -115,18 +115,19 @@ class RecordingRunner:
         self.prefills: list[list[list[int]]] = []
         self.calls = 0
         self.rows = 0  # logits rows the forwards computed
+        self.trees = 0  # forwards of their own for token trees (``tree``)
 
     def new_state(self):
         return self.runner.new_state()
 
-    def forward(self, batch, *, logits=True):
+    def forward(self, batch, *, logits=True, parents=None):
         self.calls += 1
         wanted = [logits] * len(batch) if isinstance(logits, bool) else list(logits)
         for log, want in ((self.feeds, True), (self.prefills, False)):
             fed = [list(tokens) for (_, tokens), w in zip(batch, wanted) if (w is not False) == want]
             if fed:
                 log.append(fed)
-        out = self.runner.forward(batch, logits=logits)
+        out = self.runner.forward(batch, logits=logits, parents=parents)
         self.rows += sum(len(r) for r in out)
         return out
 
@@ -137,6 +138,7 @@ class RecordingRunner:
         return self.runner.fork(state, length)
 
     def tree(self, state, length, tokens, parents):
+        self.trees += 1
         return self.runner.tree(state, length, tokens, parents)
 
 

@@ -26,33 +26,38 @@ from __future__ import annotations
 
 import itertools
 import math
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
 import torch
 
-from .processor import ContinuationScorer, LogitProcessor, LookJob, PathsAhead
-from .runner import ModelRunner
+from .processor import ContinuationScorer, LogitProcessor, LookJob, PathsAhead, ScoringAhead
 
 
-def continuation_logprobs(
-    runner: ModelRunner, state: Any, history: Sequence[int], row: torch.Tensor, continuations: Sequence[Sequence[int]]
-) -> list[float]:
-    """The ``ContinuationScorer`` of a stream whose cache ``state`` holds ``history``: one forward for all continuations.
+#: Logits after each node of a token tree (tokens, parents; ``ModelRunner.tree``) grown on a stream's history.
+TreeRows = Callable[[list[int], list[int]], torch.Tensor]
 
-    The continuations but their last tokens grow one token tree over the cache
-    (``ModelRunner.tree``), so options that start alike (``25.75`` and
-    ``25.00``, a line and the run it starts) share those tokens' rows; ``row``
-    scores every first token. In float64, so that sums of many small terms rank
-    alike on every path."""
-    nodes: dict[tuple[int, ...], int] = {}  # a continuation's first tokens -> their node
+
+def token_tree(continuations: Sequence[Sequence[int]]) -> tuple[list[int], list[int], dict[tuple[int, ...], int]]:
+    """The token tree whose rows score ``continuations`` but their last tokens: tokens, parents (-1: the history),
+    and the node of each leading run of tokens. Continuations that start alike (``25.75`` and ``25.00``, a line
+    and the run it starts) share those tokens' nodes."""
+    nodes: dict[tuple[int, ...], int] = {}
     tokens, parents = [], []
-    for c in continuations:
+    for c in map(tuple, continuations):
         for j in range(1, len(c)):
             if c[:j] not in nodes:
                 nodes[c[:j]] = len(tokens)
                 tokens.append(c[j - 1])
                 parents.append(nodes.get(c[: j - 1], -1))
-    rows = torch.log_softmax(runner.tree(state, len(history), tokens, parents).double(), -1) if tokens else None
+    return tokens, parents, nodes
+
+
+def continuation_logprobs(tree_rows: TreeRows, row: torch.Tensor, continuations: Sequence[Sequence[int]]) -> list[float]:
+    """A stream's ``ContinuationScorer``: ``row`` scores every first token, one forward over ``token_tree`` the rest
+    (``tree_rows``: the stream's ``ModelRunner.tree``, or the rows its step already computed). In float64, so that
+    sums of many small terms rank alike on every path."""
+    tokens, parents, nodes = token_tree(continuations)
+    rows = torch.log_softmax(tree_rows(tokens, parents).double(), -1) if tokens else None
     first = torch.log_softmax(row.double(), -1)
     return [float(first[c[0]]) + sum(float(rows[nodes[c[:j]], c[j]]) for j in range(1, len(c))) for c in map(tuple, continuations)]
 
@@ -137,19 +142,26 @@ class LikelihoodChoice(LogitProcessor):
                 return found, j
         return -1, -1
 
+    def _options(self, text: str) -> tuple[int, int, list[tuple[int, ...]]] | None:
+        """The choice due once the output reads ``text``: its index, where its text ends, and its options' tokens
+        past what the output wrote after it; None while none is due."""
+        found, j = self._due(text)
+        if found < 0:
+            return None
+        after, options = self.choices[j]
+        end = found + len(after)
+        written = text[end:]  # what the last token wrote past the choice's text
+        return j, end, list(dict.fromkeys(tuple(self.encode(o[len(written) :])) for o in options if o.startswith(written) and len(o) > len(written)))
+
     def _choose(self, logits: torch.Tensor, history: Sequence[int]) -> None:
         """Make the choice that is due now, if any: the output has just written its text."""
         if self.scorer is None or self.due >= len(self.choices):
             return
-        text = self.decode(self.generated)
-        found, j = self._due(text)
-        if found < 0:
+        due = self._options(self.decode(self.generated))
+        if due is None:
             return
-        after, options = self.choices[j]
+        j, self.searched, candidates = due  # the next choice's text may be in this one's options: look from its end
         self.due = j + 1
-        self.searched = found + len(after)  # the next choice's text may be in this one's options: look from here
-        written = text[self.searched :]  # what the last token wrote past the choice's text
-        candidates = list(dict.fromkeys(tuple(self.encode(o[len(written) :])) for o in options if o.startswith(written) and len(o) > len(written)))
         if len(candidates) > self.max_options:  # the first tokens' log-probabilities are free: try the likeliest first
             first = torch.log_softmax(logits.double(), -1)
             candidates.sort(key=lambda c: -float(first[c[0]]))
@@ -164,35 +176,54 @@ class LikelihoodChoice(LogitProcessor):
 
 
 class _Choices(PathsAhead):
-    """``LikelihoodChoice.look_paths``: per job, the pending option's tokens along the path (named), or the inner
-    processor's look up to the row where the next choice falls due (the rows from there are processed in turn)."""
+    """``LikelihoodChoice.look_paths``: per job, the pending option's tokens along the path (named); once the path
+    has written them all, the inner processor's look up to the row where the next choice falls due (the rows from
+    there are processed in turn), and what that choice will score there (``scoring``)."""
 
     def __init__(self, jobs: Sequence[LookJob]):
         super().__init__(jobs)
+        self.chosen = [0] * len(self.jobs)  # per job, the leading rows that name the pending option's tokens
         inner: dict[type[LogitProcessor], list[tuple[int, LookJob]]] = {}
         for k, (choice, history, path, n) in enumerate(jobs):
-            if choice.pending:
-                same = next((i for i, (a, b) in enumerate(zip(path, choice.pending)) if a != b), min(len(path), len(choice.pending)))
-                self.named[k] = list(choice.pending[: min(n, same + 1)])
-            elif rows := _undue_rows(choice, path, n):
+            pending = choice.pending
+            same = next((i for i, (a, b) in enumerate(zip(path, pending)) if a != b), min(len(path), len(pending)))
+            self.chosen[k] = min(n, same + 1, len(pending))
+            self.named[k] = list(pending[: self.chosen[k]])
+            if same < len(pending) or len(pending) >= n:
+                continue  # the pending option's tokens cover every row the path reaches
+            rows = _undue_rows(choice, path, n, len(pending))
+            if rows < n:
+                self.scoring[k] = _scoring_ahead(choice, path, rows)
+            if rows > len(pending):
                 inner.setdefault(type(choice.inner), []).append((k, (choice.inner, history, path[: rows - 1], rows)))
         self.looked: list[tuple[PathsAhead, list[int]]] = []
         for kind, members in inner.items():
             looked = kind.look_paths([job for _, job in members])
             self.looked.append((looked, [k for k, _ in members]))
             for (k, _), named in zip(members, looked.named):
-                self.named[k] = named
+                self.named[k] += named[self.chosen[k] :]
 
     def process(self, rows: Sequence[Sequence[torch.Tensor | None]]) -> list[list[int | None]]:
         done = [list(named) for named in self.named]
         for looked, members in self.looked:
             for k, processed in zip(members, looked.process([rows[k] for k in members])):
-                done[k] = processed
+                done[k] = done[k][: self.chosen[k]] + processed[self.chosen[k] :]
         return done
 
 
-def _undue_rows(choice: LikelihoodChoice, path: Sequence[int], rows: int) -> int:
-    """How many of the leading ``rows`` along ``path`` the inner processor rules: up to the first where a choice falls due."""
+def _undue_rows(choice: LikelihoodChoice, path: Sequence[int], rows: int, start: int) -> int:
+    """How many of the leading ``rows`` along ``path`` pass before a choice falls due, from row ``start`` on."""
     if choice.scorer is None or choice.due >= len(choice.choices):
         return rows
-    return next((i for i in range(rows) if choice._due(choice.decode(choice.generated + list(path[:i])))[0] >= 0), rows)
+    return next((i for i in range(start, rows) if choice._due(choice.decode(choice.generated + list(path[:i])))[0] >= 0), rows)
+
+
+def _scoring_ahead(choice: LikelihoodChoice, path: Sequence[int], row: int) -> ScoringAhead | None:
+    """What the choice that falls due at ``row`` will score, as ``_choose`` will find it there; None where that
+    needs the row's logits (more options than ``max_options``, ranked by their first tokens) or nothing to score."""
+    due = choice._options(choice.decode(choice.generated + list(path[:row])))
+    lead = list(path[:row])
+    if due is None or len(due[2]) > choice.max_options or choice.inner.valid_prefix_len(lead) < row:
+        return None
+    candidates = tuple(c for c in due[2] if choice.inner.valid_prefix_len(lead + list(c)) == row + len(c))
+    return ScoringAhead(row, candidates) if len(candidates) > 1 and token_tree(candidates)[0] else None

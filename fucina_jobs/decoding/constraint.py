@@ -327,7 +327,7 @@ class _Masks(PathsAhead):
             (c, r[i], start + i)
             for (c, *_), r, start, named in zip(self.jobs, rows, self.starts, self.named)
             for i, t in enumerate(named)
-            if t is None
+            if t is None and r[i] is not None  # a processor layered over this one may have named a row it would mask
         ]
         _apply_bitmasks(masked, self.bitmask)
         return self.named

@@ -21,6 +21,7 @@ the others are masked once the forward has computed them (``PathsAhead``).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Mapping, Protocol, Sequence
 
 import torch
@@ -97,19 +98,30 @@ class LogitProcessor:
         return len(tokens)
 
 
+@dataclass(frozen=True)
+class ScoringAhead:
+    """Continuations a processor will score (``ContinuationScorer``) when it processes row ``row`` of its path."""
+
+    row: int
+    continuations: tuple[tuple[int, ...], ...]
+
+
 class PathsAhead:
     """What the processors of one class know of a step's rows before the forward (``look_paths``).
 
     ``named[k]`` holds, for job ``k``'s leading rows, the token its processor
     names there, or None where it needs the row's logits; a batch leaves the
-    named rows uncomputed. ``process`` takes each job's rows (None at a named
-    row) and returns what ``process_path`` would, the named rows included.
-    This default names nothing, and hands the rows to ``process_path``.
+    named rows uncomputed. ``scoring[k]``, where not None, is what job ``k``'s
+    processor will score on the way: a batch scores it in the same forward.
+    ``process`` takes each job's rows (None at a named row) and returns what
+    ``process_path`` would, the named rows included. This default names
+    nothing, and hands the rows to ``process_path``.
     """
 
     def __init__(self, jobs: Sequence[LookJob]):
         self.jobs = list(jobs)
         self.named: list[list[int | None]] = [[] for _ in self.jobs]
+        self.scoring: list[ScoringAhead | None] = [None] * len(self.jobs)
 
     def process(self, rows: Sequence[Sequence[torch.Tensor | None]]) -> list[list[int | None]]:
         return [processor.process_path(r, history, path) for (processor, history, path, _), r in zip(self.jobs, rows)]

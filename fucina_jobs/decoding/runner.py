@@ -19,7 +19,13 @@ class ModelRunner(Protocol):
     def new_state(self) -> Any:
         """An empty per-sequence cache."""
 
-    def forward(self, batch: Sequence[tuple[Any, Sequence[int]]], *, logits: bool | Sequence[bool | Sequence[bool]] = True) -> list[torch.Tensor]:
+    def forward(
+        self,
+        batch: Sequence[tuple[Any, Sequence[int]]],
+        *,
+        logits: bool | Sequence[bool | Sequence[bool]] = True,
+        parents: Sequence[Sequence[int] | None] | None = None,
+    ) -> list[torch.Tensor]:
         """Extend each state by its tokens in one forward.
 
         ``logits`` is one flag for all, or one per sequence: a bool for all its
@@ -28,6 +34,12 @@ class ModelRunner(Protocol):
         the rows of its flagged tokens (all of them for True). The other
         tokens are only cached (prefill of a prompt's known tokens, a token a
         processor named).
+
+        ``parents``, per sequence, None for a chain, or a parent per token
+        (-1: the cached positions; parents before children): its tokens are a
+        token tree, as ``tree`` grows one, and a step also scores a
+        processor's continuations (``PathsAhead.scoring``). The state's length
+        counts every token; a trim drops the branches.
         """
 
     def trim(self, state: Any, length: int) -> None:

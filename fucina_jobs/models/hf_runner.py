@@ -122,6 +122,23 @@ class _Span:
     folded: bool  # the query heads that share a kv head are folded into the query axis
 
 
+class _Tree:
+    """A sequence's new tokens as a token tree: token ``j`` continues new token ``parents[j]`` (-1: the ``length``
+    cached positions), parents before children. Each token takes the position it would have on its own path and
+    sees the cached keys and its ancestors' (``mask``, ``[tokens, length + tokens]``); a chain is plain causal."""
+
+    def __init__(self, length: int, parents: Sequence[int]):
+        n = len(parents)
+        ancestry = torch.eye(n, dtype=torch.bool)
+        depth = [0] * n
+        for i, parent in enumerate(parents):
+            if parent >= 0:
+                ancestry[i] |= ancestry[parent]
+                depth[i] = depth[parent] + 1
+        self.positions = torch.tensor(depth, dtype=torch.long) + length
+        self.mask = torch.cat([torch.ones(n, length, dtype=torch.bool), ancestry], 1)
+
+
 @dataclass
 class _Grid:
     """The batched attention's layout: slots ``[first, first + slots)``, ``queries`` rows each."""
@@ -451,46 +468,35 @@ class HFRunner:
 
     @torch.no_grad()
     def forward(
-        self, batch: Sequence[tuple[SlotState, Sequence[int]]], *, logits: bool | Sequence[bool | Sequence[bool]] = True
+        self,
+        batch: Sequence[tuple[SlotState, Sequence[int]]],
+        *,
+        logits: bool | Sequence[bool | Sequence[bool]] = True,
+        parents: Sequence[Sequence[int] | None] | None = None,
     ) -> list[torch.Tensor]:
         counts = [len(tokens) for _, tokens in batch]
         wanted = [logits] * len(batch) if isinstance(logits, bool) else list(logits)
         flags = [[want] * n if isinstance(want, bool) else list(want) for want, n in zip(wanted, counts)]
+        trees = [None if p is None else _Tree(state.length, p) for (state, _), p in zip(batch, parents or [None] * len(batch))]
         self.store.reserve(max(state.length + n for (state, _), n in zip(batch, counts)))
         ids = torch.tensor([t for _, tokens in batch for t in tokens], dtype=torch.long)
-        positions = torch.cat([torch.arange(state.length, state.length + n) for (state, _), n in zip(batch, counts)])
-        step = self._plan(batch, counts, positions)
+        stored = torch.cat([torch.arange(state.length, state.length + n) for (state, _), n in zip(batch, counts)])
+        step = self._plan(batch, counts, stored, trees)
+        positions = torch.cat([t.positions if t else torch.arange(state.length, state.length + n) for (state, _), n, t in zip(batch, counts, trees)])
         logits = self._run(ids, positions, step, _rows_to_keep(flags))
         for (state, _), n in zip(batch, counts):
             state.length += n
         return list(logits.float().cpu().split([sum(f) for want, f in zip(wanted, flags) if want is not False]))
 
-    @torch.no_grad()
     def tree(self, state: SlotState, length: int, tokens: Sequence[int], parents: Sequence[int]) -> torch.Tensor:
         """The logits after each node of a token tree grown on ``state``'s first ``length`` positions, ``[nodes, vocab]``.
 
         Node ``i`` holds ``tokens[i]`` and continues node ``parents[i]``
         (``-1``: the prefix itself), and parents come before their children.
-        One forward over one copy of the prefix: the nodes' keys go past the
-        prefix of a scratch fork, each node attending to the prefix and to its
-        ancestors (a tree mask) at the position it would have on its own path,
-        so continuations that share their first tokens compute them once.
-        ``state`` is left as it was."""
-        n = len(tokens)
-        ancestry = torch.eye(n, dtype=torch.bool)
-        depth = [0] * n
-        for i, parent in enumerate(parents):
-            if parent >= 0:
-                ancestry[i] |= ancestry[parent]
-                depth[i] = depth[parent] + 1
-        twin = self.fork(state, length)
-        self.store.reserve(length + n)
-        heads = torch.arange(self.store.keys.shape[2])[:, None]
-        rows = ((twin.slot * self.store.keys.shape[2] + heads) * self.store.capacity + torch.arange(length, length + n)).flatten()
-        mask = torch.cat([torch.ones(n, length, dtype=torch.bool), ancestry], 1).to(self.device)
-        step = _Step(self.store, rows.to(self.device), [_Span(twin.slot, 0, n, length + n, mask, False)], None, None, self._fused)
-        positions = torch.tensor(depth) + length
-        return self._run(torch.tensor(list(tokens), dtype=torch.long), positions, step, torch.arange(n)).float().cpu()
+        One forward over a scratch fork of the prefix (``forward``'s
+        ``parents``), so continuations that share their first tokens compute
+        them once. ``state`` is left as it was."""
+        return self.forward([(self.fork(state, length), tokens)], parents=[parents])[0]
 
     def _run(self, ids: torch.Tensor, positions: torch.Tensor, step: _Step, keep: torch.Tensor) -> torch.Tensor:
         """The model over one packed row, through the slotted attention; the logits of the rows in ``keep``."""
@@ -511,12 +517,16 @@ class HFRunner:
             config._attn_implementation = own
         return out.logits[0]
 
-    def _plan(self, batch: Sequence[tuple[SlotState, Sequence[int]]], counts: list[int], positions: torch.Tensor) -> _Step:
-        """Where the new keys go, and what each sequence's queries see.
+    def _plan(
+        self, batch: Sequence[tuple[SlotState, Sequence[int]]], counts: list[int], positions: torch.Tensor, trees: list["_Tree | None"]
+    ) -> _Step:
+        """Where the new keys go (``positions`` in their slots), and what each sequence's queries see.
 
         Query ``j`` of a sequence sees its keys up to ``length + j`` (causal,
         bottom-right aligned). A fresh sequence is plain causal, which SDPA
-        runs without a mask, faster; a single token needs no mask either.
+        runs without a mask, faster; a single token needs no mask either. A
+        token tree's queries see the cached keys and their ancestors' (``_Tree``):
+        SDPA on its own, with that mask.
         """
         store = self.store
         # Per-token lists are built in Python: CPU ``repeat_interleave`` wakes every intra-op thread even for
@@ -524,25 +534,29 @@ class HFRunner:
         slots = torch.tensor([state.slot for (state, _), n in zip(batch, counts) for _ in range(n)])
         heads = torch.arange(store.keys.shape[2])[:, None]
         rows = ((slots * store.keys.shape[2] + heads) * store.capacity + positions).flatten()
+        starts = list(itertools.accumulate(counts[:-1], initial=0))
+        spans = [
+            _Span(state.slot, start, n, state.length + n, t.mask.to(self.device), False)
+            for (state, _), n, start, t in zip(batch, counts, starts, trees)
+            if t
+        ]
         if self._kernel:
-            starts = itertools.accumulate(counts[:-1], initial=0)
-            table = [(state.slot, start, n, state.length + n) for (state, _), n, start in zip(batch, counts, starts)]
-            return _Step(store, rows, [], None, torch.tensor(table, dtype=torch.long), self._fused)
-        in_grid = [self.batched_attention and n <= _GRID_QUERIES for n in counts]
+            table = [(state.slot, start, n, state.length + n) for (state, _), n, start, t in zip(batch, counts, starts, trees) if not t]
+            return _Step(store, rows, spans, None, torch.tensor(table, dtype=torch.long) if table else None, self._fused)
+        in_grid = [self.batched_attention and n <= _GRID_QUERIES and not t for n, t in zip(counts, trees)]
         group = self.model.config.num_attention_heads // self.model.config.num_key_value_heads
-        spans, start = [], 0
-        for (state, _), n, grid in zip(batch, counts, in_grid):
+        for (state, _), n, grid, start, t in zip(batch, counts, in_grid, starts, trees):
+            if grid or t:
+                continue
             end = state.length + n
             folded = self._fold_heads and n <= _GRID_QUERIES
             mask = None
-            if n > 1 and (state.length or folded) and not grid:
+            if n > 1 and (state.length or folded):
                 keys = torch.arange(end, device=self.device)
                 mask = keys <= torch.arange(state.length, end, device=self.device)[:, None]
                 if folded:
                     mask = mask.repeat(group, 1)
-            if not grid:
-                spans.append(_Span(state.slot, start, n, end, mask, folded))
-            start += n
+            spans.append(_Span(state.slot, start, n, end, mask, folded))
         token_in_grid = [g for g, n in zip(in_grid, counts) for _ in range(n)]
         tokens = torch.tensor([i for i, g in enumerate(token_in_grid) if g], dtype=torch.long)
         grid = self._grid(tokens, slots[tokens], [n for n, g in zip(counts, in_grid) if g], positions[tokens]) if len(tokens) else None

@@ -91,11 +91,14 @@ class LoggedChoice(LikelihoodChoice):
         super().commit(token)
 
 
+@pytest.mark.parametrize("spec", [None, SPEC], ids=["plain", "spec"])
 @pytest.mark.parametrize("params", [GREEDY, replace(GREEDY, temperature=0.8)], ids=["greedy", "sampled"])
-def test_a_choice_processed_ahead_chooses_as_in_turn_and_leaves_named_rows_uncomputed(tokenizer, tiny_runner, grammar, params):
+def test_a_choice_processed_ahead_chooses_as_in_turn_and_leaves_named_rows_uncomputed(tokenizer, tiny_runner, grammar, params, spec):
     """Ahead of a batch's forward (``look_paths``), a choice names its option's tokens, and its grammar names
-    the forced ones up to the row where the choice falls due; those rows are not computed. A ``Recorder``
-    cannot look ahead, so it processes every row in turn: tokens, probabilities and commits are the same."""
+    the forced ones up to the row where the choice falls due; those rows are not computed, and the options
+    it will score there are a token tree in the same forward, not a forward of their own. A ``Recorder``
+    cannot look ahead, so it processes every row in turn: tokens, probabilities and commits are the same,
+    plain or speculative."""
 
     def requests(wrap):
         return [Request(f"r{k}", p, wrap(chooser(tokenizer, grammar.clone())), seed=k, max_tokens=16) for k, p in enumerate(prompts(tokenizer))]
@@ -103,7 +106,7 @@ def test_a_choice_processed_ahead_chooses_as_in_turn_and_leaves_named_rows_uncom
     in_turn, ahead = requests(Recorder), requests(LoggedChoice.of)
     turn_runner, ahead_runner = RecordingRunner(tiny_runner), RecordingRunner(tiny_runner)
     turn = decode(turn_runner, in_turn, params=params, spec=SPEC, streams=3)
-    looked = decode(ahead_runner, ahead, params=params, spec=SPEC, streams=3)
+    looked = decode(ahead_runner, ahead, params=params, spec=spec, streams=3)
     for t, a in zip(in_turn, ahead):
         assert turn[t.id].tokens == looked[a.id].tokens and t.processor.commits == a.processor.commits, t.id
         assert turn[t.id].token_probs == pytest.approx(looked[a.id].token_probs, rel=1e-6, abs=1e-9), t.id
@@ -111,6 +114,34 @@ def test_a_choice_processed_ahead_chooses_as_in_turn_and_leaves_named_rows_uncom
     assert turn_runner.rows == sum(len(feed) for step in turn_runner.feeds for feed in step)
     assert ahead_runner.rows < fed, "the chosen option's tokens and the grammar's forced ones were named ahead"
     assert sum(a.processor.in_turn for a in ahead) >= len(ahead), "each choice fell due in turn, where its row was computed"
+    # Each choice's options were scored in a step's forward, as a token tree after the row it falls due at.
+    assert turn_runner.trees == len(in_turn) and ahead_runner.trees == 0
+
+
+def test_choices_in_a_row_are_scored_in_the_steps_forwards(tokenizer, tiny_runner):
+    """The second choice falls due just after the first's option is written: the look goes past the pending
+    option's tokens to find it, and both are scored in a step's forward, as in turn."""
+    lark = 'start: "{\\"total\\":" ("12.50" | "125" | "7.00") ",\\"cash\\":" ("70" | "3.14" | "12.50") "}"'
+    inner = Constraint.lark(lark, tokenizer, stop_token=STOP)
+    choices = [('{"total":', ('12.50,"cash', '125,"cash', '7.00,"cash')), (',"cash":', ("70}", "3.14}", "12.50}"))]
+    encode, decode_text = encoder(tokenizer), lambda ids: tokenizer.decode(ids)
+
+    def requests(wrap):
+        return [
+            Request(f"r{k}", encode(text), wrap(LikelihoodChoice(inner.clone(), choices, encode, decode_text)), max_tokens=24)
+            for k, text in enumerate(texts)
+        ]
+
+    # Earlier answers in the prompt: the n-gram drafts run on past an option into the next key.
+    texts = [f'receipt {k}: {{"total":7.00,"cash":3.14}} {{"total":125,"cash":70}} {{"total":12.50,"cash":12.50}} JSON:' for k in range(4)]
+
+    in_turn, ahead = requests(Recorder), requests(LoggedChoice.of)
+    turn_runner, ahead_runner = RecordingRunner(tiny_runner), RecordingRunner(tiny_runner)
+    turn = decode(turn_runner, in_turn, spec=SPEC, streams=3)
+    looked = decode(ahead_runner, ahead, spec=SPEC, streams=3)
+    for t, a in zip(in_turn, ahead):
+        assert turn[t.id].tokens == looked[a.id].tokens and turn[t.id].token_probs == pytest.approx(looked[a.id].token_probs, rel=1e-6), t.id
+    assert turn_runner.trees == 2 * len(in_turn) and ahead_runner.trees == 0
 
 
 def test_a_finished_streams_slot_comes_back_without_a_collection(tokenizer, tiny_model, grammar):
