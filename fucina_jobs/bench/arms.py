@@ -36,10 +36,10 @@ class ForwardClock:
         self.reset()
         inner = runner.forward
 
-        def forward(batch, *, logits=True):
+        def forward(batch, *, logits=True, parents=None):
             start = time.perf_counter()
             try:
-                return inner(batch, logits=logits)
+                return inner(batch, logits=logits, parents=parents)
             finally:
                 elapsed = time.perf_counter() - start
                 if logits is True or (logits is not False and any(logits)):  # prompt chunks inside a decode step count as decode
