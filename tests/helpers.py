@@ -105,6 +105,22 @@ class StopAfter(LogitProcessor):
         self.seen = 0
 
 
+class LogsTurns:
+    """A mixin for a processor class that still looks ahead (``look_paths``): it logs its commits and counts
+    the rows ``process`` processed in turn. The class that uses it sets ``commits`` and ``in_turn``."""
+
+    commits: list[int]
+    in_turn: int
+
+    def process(self, logits, history):
+        self.in_turn += 1
+        return super().process(logits, history)
+
+    def commit(self, token):
+        self.commits.append(int(token))
+        super().commit(token)
+
+
 class RecordingRunner:
     """Delegates to a runner and logs the token feed of every forward."""
 

@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from tests.helpers import GREEDY, SPEC, STOP, Recorder, RecordingRunner, decode
+from tests.helpers import GREEDY, SPEC, STOP, LogsTurns, Recorder, RecordingRunner, decode
 from fucina_jobs.decoding.batch import Request
 from fucina_jobs.decoding.choice import LikelihoodChoice
 from fucina_jobs.decoding.constraint import Constraint
@@ -73,7 +73,7 @@ def test_plain_speculative_and_batched_choose_alike(tokenizer, tiny_runner, gram
     assert sum(g.stats.accepted.get("forced", 0) for g in spec.values()) > 0, "the chosen tokens are certain drafts"
 
 
-class LoggedChoice(LikelihoodChoice):
+class LoggedChoice(LogsTurns, LikelihoodChoice):
     """A choice that logs its commits and the rows it processes in turn, and still looks ahead."""
 
     @classmethod
@@ -81,14 +81,6 @@ class LoggedChoice(LikelihoodChoice):
         logged = cls(choice.inner, choice.choices, choice.encode, choice.decode)
         logged.commits, logged.in_turn = [], 0
         return logged
-
-    def process(self, logits, history):
-        self.in_turn += 1
-        return super().process(logits, history)
-
-    def commit(self, token):
-        self.commits.append(int(token))
-        super().commit(token)
 
 
 @pytest.mark.parametrize("spec", [None, SPEC], ids=["plain", "spec"])

@@ -11,7 +11,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from tests.helpers import GREEDY, SPEC, STOP, decode, repetitive_prompt, Recorder, RecordingRunner, StopAfter
+from tests.helpers import GREEDY, SPEC, STOP, LogsTurns, decode, repetitive_prompt, Recorder, RecordingRunner, StopAfter
 from fucina_jobs.decoding.batch import Request, SharedBatchProcessor
 from fucina_jobs.decoding.constraint import Constraint
 from fucina_jobs.decoding.processor import TokenBias
@@ -214,7 +214,7 @@ def test_stop_as_correction_ends_identically(tokenizer, tiny_runner, mode):
 # -- rows processed ahead == rows processed in turn ------------------------------------
 
 
-class Logged(Constraint):
+class Logged(LogsTurns, Constraint):
     """A constraint that logs its commits and counts the rows ``process`` processed in turn."""
 
     @classmethod
@@ -227,14 +227,6 @@ class Logged(Constraint):
         twin = super().clone()
         twin.commits, twin.in_turn = [], 0
         return twin
-
-    def process(self, logits, history):
-        self.in_turn += 1
-        return super().process(logits, history)
-
-    def commit(self, token):
-        self.commits.append(int(token))
-        super().commit(token)
 
 
 @pytest.mark.parametrize("spec", [None, SPEC], ids=["plain", "spec"])
