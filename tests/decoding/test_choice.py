@@ -85,18 +85,24 @@ class LoggedChoice(LogsTurns, LikelihoodChoice):
 
 @pytest.mark.parametrize("spec", [None, SPEC], ids=["plain", "spec"])
 @pytest.mark.parametrize("params", [GREEDY, replace(GREEDY, temperature=0.8)], ids=["greedy", "sampled"])
-def test_a_choice_processed_ahead_chooses_as_in_turn_and_leaves_named_rows_uncomputed(tokenizer, tiny_runner, grammar, params, spec):
+@pytest.mark.parametrize("attention", ["kernel", "grid", "sdpa-per-sequence"])
+def test_a_choice_processed_ahead_chooses_as_in_turn_and_leaves_named_rows_uncomputed(
+    tokenizer, tiny_model, tiny_runner, grammar, params, spec, attention
+):
     """Ahead of a batch's forward (``look_paths``), a choice names its option's tokens, and its grammar names
     the forced ones up to the row where the choice falls due; those rows are not computed, and the options
     it will score there are a token tree in the same forward, not a forward of their own. A ``Recorder``
     cannot look ahead, so it processes every row in turn: tokens, probabilities and commits are the same,
-    plain or speculative."""
+    plain or speculative, on every attention path (the tree is a span of its own, with its mask)."""
+    from fucina_jobs.models.hf_runner import HFRunner
+
+    runner = tiny_runner if attention == "kernel" else HFRunner(tiny_model, batched_attention=attention == "grid")
 
     def requests(wrap):
         return [Request(f"r{k}", p, wrap(chooser(tokenizer, grammar.clone())), seed=k, max_tokens=16) for k, p in enumerate(prompts(tokenizer))]
 
     in_turn, ahead = requests(Recorder), requests(LoggedChoice.of)
-    turn_runner, ahead_runner = RecordingRunner(tiny_runner), RecordingRunner(tiny_runner)
+    turn_runner, ahead_runner = RecordingRunner(runner), RecordingRunner(runner)
     turn = decode(turn_runner, in_turn, params=params, spec=SPEC, streams=3)
     looked = decode(ahead_runner, ahead, params=params, spec=spec, streams=3)
     for t, a in zip(in_turn, ahead):
