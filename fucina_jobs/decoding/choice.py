@@ -221,9 +221,10 @@ def _undue_rows(choice: LikelihoodChoice, path: Sequence[int], rows: int, start:
 def _scoring_ahead(choice: LikelihoodChoice, path: Sequence[int], row: int) -> ScoringAhead | None:
     """What the choice that falls due at ``row`` will score, as ``_choose`` will find it there; None where that
     needs the row's logits (more options than ``max_options``, ranked by their first tokens) or nothing to score."""
-    due = choice._options(choice.decode(choice.generated + list(path[:row])))
     lead = list(path[:row])
+    due = choice._options(choice.decode(choice.generated + lead))
     if due is None or len(due[2]) > choice.max_options or choice.inner.valid_prefix_len(lead) < row:
         return None
     candidates = tuple(c for c in due[2] if choice.inner.valid_prefix_len(lead + list(c)) == row + len(c))
-    return ScoringAhead(row, candidates) if len(candidates) > 1 and token_tree(candidates)[0] else None
+    has_tree = any(len(c) > 1 for c in candidates)  # single tokens are all scored by the row itself
+    return ScoringAhead(row, candidates) if len(candidates) > 1 and has_tree else None

@@ -482,7 +482,9 @@ class HFRunner:
         ids = torch.tensor([t for _, tokens in batch for t in tokens], dtype=torch.long)
         stored = torch.cat([torch.arange(state.length, state.length + n) for (state, _), n in zip(batch, counts)])
         step = self._plan(batch, counts, stored, trees)
-        positions = torch.cat([t.positions if t else torch.arange(state.length, state.length + n) for (state, _), n, t in zip(batch, counts, trees)])
+        positions = torch.cat(
+            [t.positions if t is not None else torch.arange(state.length, state.length + n) for (state, _), n, t in zip(batch, counts, trees)]
+        )
         logits = self._run(ids, positions, step, _rows_to_keep(flags))
         for (state, _), n in zip(batch, counts):
             state.length += n
@@ -538,15 +540,15 @@ class HFRunner:
         spans = [
             _Span(state.slot, start, n, state.length + n, t.mask.to(self.device), False)
             for (state, _), n, start, t in zip(batch, counts, starts, trees)
-            if t
+            if t is not None
         ]
         if self._kernel:
-            table = [(state.slot, start, n, state.length + n) for (state, _), n, start, t in zip(batch, counts, starts, trees) if not t]
+            table = [(state.slot, start, n, state.length + n) for (state, _), n, start, t in zip(batch, counts, starts, trees) if t is None]
             return _Step(store, rows, spans, None, torch.tensor(table, dtype=torch.long) if table else None, self._fused)
-        in_grid = [self.batched_attention and n <= _GRID_QUERIES and not t for n, t in zip(counts, trees)]
+        in_grid = [self.batched_attention and n <= _GRID_QUERIES and t is None for n, t in zip(counts, trees)]
         group = self.model.config.num_attention_heads // self.model.config.num_key_value_heads
         for (state, _), n, grid, start, t in zip(batch, counts, in_grid, starts, trees):
-            if grid or t:
+            if grid or t is not None:
                 continue
             end = state.length + n
             folded = self._fold_heads and n <= _GRID_QUERIES
