@@ -136,6 +136,9 @@ class RecordingRunner:
     def new_state(self):
         return self.runner.new_state()
 
+    def spare(self):
+        return self.runner.spare()
+
     def forward(self, batch, *, logits=True, parents=None):
         self.calls += 1
         wanted = [logits] * len(batch) if isinstance(logits, bool) else list(logits)

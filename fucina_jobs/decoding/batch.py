@@ -244,6 +244,7 @@ class BatchDecoder:
         self.prefill_tokens = prefill_tokens
         self.prefixes = PrefixCache(runner)
         self.waiting: deque[Request] = deque()
+        self._firsts = 0  # the leading waiting requests that were added ``first``
         self.live: list[Stream] = []  # at most ``streams``, in admission order
 
     def run(self, requests: Iterable[Request]) -> Iterator[Generation]:
@@ -253,9 +254,14 @@ class BatchDecoder:
         while self.busy:
             yield from self.step()
 
-    def add(self, request: Request) -> None:
-        """Queue a request; it takes a stream at the next step with a free one, so callers can feed a running decoder."""
-        self.waiting.append(request)
+    def add(self, request: Request, first: bool = False) -> None:
+        """Queue a request; it takes a stream at the next step with a free one, so callers can feed a running decoder.
+        ``first`` queues it before the requests already waiting (in the order such requests come)."""
+        if first:
+            self.waiting.insert(self._firsts, request)
+            self._firsts += 1
+        else:
+            self.waiting.append(request)
 
     @property
     def busy(self) -> bool:
@@ -264,6 +270,7 @@ class BatchDecoder:
     def step(self) -> list[Generation]:
         """Fill free streams from the queue, run one forward, and return the generations that finished."""
         newcomers = [self.waiting.popleft() for _ in range(min(len(self.waiting), self.streams - len(self.live)))]
+        self._firsts = max(0, self._firsts - len(newcomers))
         if newcomers:
             _check_unshared(self.live, newcomers)
             self.live += [Stream(request, self.params, self.spec, self.runner) for request in newcomers]

@@ -4,6 +4,12 @@ Every row of a job carries the same system prompt and template, often
 hundreds of tokens, and prefill of those tokens costs more than decoding the
 answer. Keeping the caches of a few recent prompts and starting each new one
 from its longest common prefix computes the shared part once.
+
+A row's whole prompt comes back too: a repair (``rules``) decodes it again
+once the rest of its shard is decoded, and so do a vote's samples. So the
+cache keeps as many recent prompts as the runner's memory holds beside the
+live streams (``ModelRunner.spare``), never fewer than ``KEEP``: an entry
+gives its room back before the runner would grow for one.
 """
 
 from __future__ import annotations
@@ -14,6 +20,11 @@ from typing import Any, Sequence
 import numpy as np
 
 from .runner import ModelRunner
+
+#: Entries kept even where the runner must grow for them: the shared system prompt outlives a few rows.
+KEEP = 4
+#: States left spare for the decoder's own needs (a newcomer, a token tree's scratch fork) before an entry gives way.
+SPARE = 1
 
 
 def shared_prefix(a: np.ndarray, b: np.ndarray) -> int:
@@ -29,9 +40,9 @@ def cacheable(prompt: Sequence[int]) -> np.ndarray:
 
 
 class PrefixCache:
-    def __init__(self, runner: ModelRunner, capacity: int = 4):
+    def __init__(self, runner: ModelRunner):
         self.runner = runner
-        self.entries: deque[tuple[np.ndarray, Any]] = deque(maxlen=capacity)
+        self.entries: deque[tuple[np.ndarray, Any]] = deque()
         self.reused_tokens = 0
 
     def longest(self, prompt: Sequence[int]) -> tuple[int, Any]:
@@ -48,9 +59,19 @@ class PrefixCache:
         """A fresh state holding the longest cached prefix of ``cacheable(prompt)``, and its length."""
         best, state = self.longest(prompt)
         self.reused_tokens += best
+        self._make_room(keeping=state)
         return (self.runner.fork(state, best) if state is not None else self.runner.new_state()), best
 
     def store(self, prompt: Sequence[int], state: Any) -> None:
         """Remember a state that holds exactly ``cacheable(prompt)``."""
         tokens = cacheable(prompt)
+        self._make_room()
         self.entries.append((tokens, self.runner.fork(state, len(tokens))))
+
+    def _make_room(self, keeping: Any = None) -> None:
+        """Drop the oldest entries (but the one about to be forked) while the runner has no state to spare."""
+        while len(self.entries) > KEEP and self.runner.spare() <= SPARE:
+            oldest = next((i for i, (_, s) in enumerate(self.entries) if s is not keeping), None)
+            if oldest is None:
+                return
+            del self.entries[oldest]

@@ -19,6 +19,9 @@ class ModelRunner(Protocol):
     def new_state(self) -> Any:
         """An empty per-sequence cache."""
 
+    def spare(self) -> int:
+        """How many more states ``new_state`` and ``fork`` hand out from the memory they hold now, before they must grow it."""
+
     def forward(
         self,
         batch: Sequence[tuple[Any, Sequence[int]]],

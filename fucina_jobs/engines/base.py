@@ -56,7 +56,8 @@ class Session(Protocol):
 
     width: int | None
 
-    def add(self, prompt: Prompt) -> None: ...
+    def add(self, prompt: Prompt, first: bool = False) -> None:
+        """Queue ``prompt``; ``first`` puts it before the prompts already waiting."""
 
     @property
     def busy(self) -> bool: ...
@@ -91,8 +92,8 @@ class BatchSession:
         self.generate = generate
         self.pending: list[Prompt] = []
 
-    def add(self, prompt: Prompt) -> None:
-        self.pending.append(prompt)
+    def add(self, prompt: Prompt, first: bool = False) -> None:
+        self.pending.append(prompt)  # every step decodes all that is pending: ``first`` changes nothing
 
     @property
     def busy(self) -> bool:

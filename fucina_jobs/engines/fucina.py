@@ -208,7 +208,7 @@ class FucinaSession:
         self.refused: list[Completion] = []
         self.width: int | None = 0
 
-    def add(self, p: Prompt) -> None:
+    def add(self, p: Prompt, first: bool = False) -> None:
         ids = encode_chat(self.engine.tokenizer, p.text, p.system, p.examples)
         max_tokens = self.engine.decoding.max_tokens if p.max_tokens is None else p.max_tokens
         problem = context_overflow(len(ids), max_tokens, self.engine.context)
@@ -216,7 +216,7 @@ class FucinaSession:
             self.refused.append(Completion(p.id, "", [], "error", StreamStats(prompt_tokens=len(ids)), error=problem))
             return
         document = self.engine.document(p.text) if self.engine.spec else ()
-        self.decoder.add(Request(p.id, ids, self.engine.processor(p), p.seed, max_tokens=max_tokens, params=p.params, document=document))
+        self.decoder.add(Request(p.id, ids, self.engine.processor(p), p.seed, max_tokens=max_tokens, params=p.params, document=document), first)
 
     @property
     def busy(self) -> bool:

@@ -456,6 +456,9 @@ class HFRunner:
         weakref.finalize(state, self.store.free.append, state.slot)
         return state
 
+    def spare(self) -> int:
+        return len(self.store.free)
+
     def trim(self, state: SlotState, length: int) -> None:
         state.length = min(state.length, length)
 

@@ -27,6 +27,7 @@ class Batch:
     """One shard's prompts and, once it is done, their completions."""
 
     prompts: list[Prompt]
+    first: bool = False  # decoded before the prompts waiting when it comes (``DecodeLoop.submit``)
     completions: list[Completion] = field(default_factory=list)
     error: BaseException | None = None
     done: threading.Event = field(default_factory=threading.Event)
@@ -49,13 +50,15 @@ class DecodeLoop:
         self.thread = threading.Thread(target=self._run, name="decode-loop", daemon=True)
         self.thread.start()
 
-    def decode(self, prompts: list[Prompt]) -> tuple[list[Completion], float | None]:
+    def decode(self, prompts: list[Prompt], first: bool = False) -> tuple[list[Completion], float | None]:
         """The prompts' completions (in finishing order) and the shard's occupancy; blocks until all are done."""
-        return self.submit(prompts).result(self.streams)
+        return self.submit(prompts, first).result(self.streams)
 
-    def submit(self, prompts: list[Prompt]) -> Batch:
-        """Hand a shard's prompts to the running decoder; ``Batch.result`` waits for them."""
-        batch = Batch(prompts)
+    def submit(self, prompts: list[Prompt], first: bool = False) -> Batch:
+        """Hand a shard's prompts to the running decoder; ``Batch.result`` waits for them. ``first``: before the
+        prompts waiting, as for a shard's repairs, which its commit waits on while their rows' prompts may still
+        be in the prefix cache."""
+        batch = Batch(prompts, first)
         if prompts:
             self.inbox.put(batch)
         else:
@@ -71,7 +74,7 @@ class DecodeLoop:
                 held.append(batch)
                 for prompt in batch.prompts:
                     owners[prompt.id] = batch
-                    session.add(prompt)
+                    session.add(prompt, batch.first)
             try:
                 finished = session.step()
             except Exception as err:  # the shards held fail (the pool retries them); a fresh session takes the next ones

@@ -98,10 +98,13 @@ class ShardWorker:
         log.info("replica %d committed shard %d: %d rows in %.1fs", self.replica, shard, len(rows), time.perf_counter() - start)
         return summary
 
-    def _decode(self, pending: list[tuple[Row, Prompt]], relaxed: dict[str, list[str]]) -> tuple[dict[str, dict], list[Completion], float | None]:
-        """Each prompt's output, by prompt id, its ``decoding.samples`` samples voted (``voting.py``); every completion; the occupancy."""
+    def _decode(
+        self, pending: list[tuple[Row, Prompt]], relaxed: dict[str, list[str]], first: bool = False
+    ) -> tuple[dict[str, dict], list[Completion], float | None]:
+        """Each prompt's output, by prompt id, its ``decoding.samples`` samples voted (``voting.py``); every completion; the
+        occupancy. ``first``: before the prompts waiting in the decoder (``DecodeLoop.submit``)."""
         samples = {prompt.id: sample_prompts(prompt, self.cfg.decoding.samples, self.vote_params) for _, prompt in pending}
-        completions, occupancy = self.loop.decode([s for prompts in samples.values() for s in prompts])
+        completions, occupancy = self.loop.decode([s for prompts in samples.values() for s in prompts], first)
         by_id = {c.id: c for c in completions}
         kind = self.cfg.constraint.kind
         pattern = self.job_constraint.pattern if self.job_constraint else None  # a regex's named groups carry confidence
@@ -147,7 +150,7 @@ class ShardWorker:
                         plans.setdefault(row.id, []).append((again[-1][1].id, plan))
             if not again:
                 break
-            redone, more, _ = self._decode(again, relaxed)
+            redone, more, _ = self._decode(again, relaxed, first=True)
             completions += more
             for row_id, alternatives in plans.items():
                 chosen, plan = max(alternatives, key=lambda a: self._standing(rows_by_id[row_id], redone[a[0]], a[1]))

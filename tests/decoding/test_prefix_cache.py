@@ -1,7 +1,7 @@
 """Prompts that share a prefix compute it once, and decode exactly as if they had not."""
 
 from fucina_jobs.decoding.batch import BatchDecoder, Request
-from fucina_jobs.decoding.prefix_cache import cacheable, shared_prefix
+from fucina_jobs.decoding.prefix_cache import KEEP, cacheable, shared_prefix
 
 from tests.helpers import GREEDY, STOPS, decode, RecordingRunner
 
@@ -73,3 +73,29 @@ def test_unrelated_newcomers_prefill_in_one_forward(tiny_runner, tokenizer):
     runner = RecordingRunner(tiny_runner)
     list(BatchDecoder(runner, STOPS, GREEDY, streams=3).run([Request(str(k), p, max_tokens=4) for k, p in enumerate(prompts)]))
     assert runner.prefills[0] == [p[:-1] for p in prompts] and len(runner.prefills) == 1
+
+
+def test_the_cache_keeps_what_the_runner_can_spare_and_never_grows_it(tiny_runner, tokenizer):
+    """A row's prompt comes back after a shard's other rows (a repair): the cache holds more than ``KEEP`` prompts
+    while the runner's store has room, and gives the oldest up rather than grow it."""
+    decoder = BatchDecoder(tiny_runner, STOPS, GREEDY, streams=1)
+    run = lambda texts: list(decoder.run([Request(t, tokenizer.encode(t), max_tokens=2) for t in texts]))  # noqa: E731
+    run(["Hello."])
+    slots = tiny_runner.store.slots
+    receipts = [f"Receipt {k} from shop number {k * 7}, paid in cash, thank you." for k in range(slots)]
+    run(receipts)
+    assert KEEP < len(decoder.prefixes.entries) < slots
+    again = receipts[-KEEP - 2]  # older than the last KEEP prompts
+    reused = decoder.prefixes.reused_tokens
+    run([again])
+    assert decoder.prefixes.reused_tokens - reused == len(tokenizer.encode(again)) - 1
+    run([f"Invoice {k} for {k * 3} apples." for k in range(2 * slots)])
+    assert tiny_runner.store.slots == slots and len(decoder.prefixes.entries) > KEEP
+
+
+def test_requests_added_first_take_streams_before_those_waiting(tiny_runner, tokenizer):
+    decoder = BatchDecoder(tiny_runner, STOPS, GREEDY, streams=1)
+    for name, first in (("a", False), ("b", False), ("c", True), ("d", True)):
+        decoder.add(Request(name, tokenizer.encode(f"Note {name}."), max_tokens=2), first)
+    done = [g.id for g in decoder.run([Request("e", tokenizer.encode("Note e."), max_tokens=2)])]
+    assert done == ["c", "d", "a", "b", "e"]
