@@ -7,12 +7,16 @@ field may take are a short list (the amounts, dates or enum members a
 document writes), the whole of each can be scored instead.
 
 A *choice* is due once the output has written its text ``after`` (a key such
-as ``"total":``); its ``options`` are the texts that may follow, each a value
-and the fixed text after it, so that where a value ends is scored too.
-``LikelihoodChoice`` then scores every option's tokens under the model in one
-batched forward over the stream's cache (the decoder's ``ContinuationScorer``),
-and from there on names the best option's tokens one by one, which makes them
-certain drafts for speculation. Between choices the inner processor rules.
+as ``"total":``); its options are the values that may follow, each with the
+fixed text after it (the next key), so that where a value ends is scored too.
+An option is scored up to the first token that writes any of that fixed
+text: that token says where the value ends, and the rest of the key, the
+same after every value, would cost a token of the forward per option for
+hardly any evidence. ``LikelihoodChoice`` then scores every option's tokens
+under the model in one batched forward over the stream's cache (the decoder's
+``ContinuationScorer``), and from there on names the best option's tokens one
+by one, which makes them certain drafts for speculation. Between choices the
+inner processor rules.
 
 The choice is a function of the history alone, made inside ``Sampler.next``
 through ``process``, so plain, speculative and batched decoding choose alike
@@ -63,21 +67,22 @@ def continuation_logprobs(tree_rows: TreeRows, row: torch.Tensor, continuations:
 
 
 class LikelihoodChoice(LogitProcessor):
-    """``inner``, except at each of ``choices``: (text written before it, option texts) pairs, in output order."""
+    """``inner``, except at each of ``choices``: (text written before it, values, text after each) triples, in output order."""
 
     def __init__(
         self,
         inner: LogitProcessor,
-        choices: Sequence[tuple[str, Sequence[str]]],
+        choices: Sequence[tuple[str, Sequence[str], str]],
         encode: Callable[[str], list[int]],
         decode: Callable[[list[int]], str],
         max_options: int = 16,
     ):
         self.inner = inner
         self.has_structure = inner.has_structure
-        self.choices = [(after, tuple(options)) for after, options in choices]
+        self.choices = [(after, tuple(values), follow) for after, values, follow in choices]
         self.encode, self.decode, self.max_options = encode, decode, max_options
         self.scorer: ContinuationScorer | None = None
+        self._encoded: dict[tuple[int, str], list[tuple[int, ...]]] = {}  # ``_options``' tokens, by choice and text written
         self.reset_state()
 
     def reset_state(self) -> None:
@@ -136,7 +141,7 @@ class LikelihoodChoice(LogitProcessor):
         """Where in ``text`` (the output) the next choice's text is written, and that choice's index; (-1, -1)
         while none is. The first choice whose text is written: one whose value the output left out (an optional
         key) is passed over."""
-        for j, (after, _) in enumerate(self.choices[self.due :], self.due):
+        for j, (after, _, _) in enumerate(self.choices[self.due :], self.due):
             found = text.find(after, self.searched)
             if found >= 0:
                 return found, j
@@ -148,10 +153,23 @@ class LikelihoodChoice(LogitProcessor):
         found, j = self._due(text)
         if found < 0:
             return None
-        after, options = self.choices[j]
-        end = found + len(after)
+        end = found + len(self.choices[j][0])
         written = text[end:]  # what the last token wrote past the choice's text
-        return j, end, list(dict.fromkeys(tuple(self.encode(o[len(written) :])) for o in options if o.startswith(written) and len(o) > len(written)))
+        if (j, written) not in self._encoded:
+            self._encoded[j, written] = self._encode_options(j, written)
+        return j, end, self._encoded[j, written]
+
+    def _encode_options(self, j: int, written: str) -> list[tuple[int, ...]]:
+        """Choice ``j``'s options past ``written``, each up to the first token that writes its fixed text after the value."""
+        _, values, follow = self.choices[j]
+        options = []
+        for value in values:
+            option = value + follow
+            if option.startswith(written) and len(option) > len(written):
+                tokens, rest = self.encode(option[len(written) :]), value[len(written) :]
+                ends = next((k for k in range(1, len(tokens)) if _covers(self.decode(tokens[:k]), rest)), len(tokens)) if follow else len(tokens)
+                options.append(tuple(tokens[:ends]))
+        return list(dict.fromkeys(options))
 
     def _choose(self, logits: torch.Tensor, history: Sequence[int]) -> None:
         """Make the choice that is due now, if any: the output has just written its text."""
@@ -209,6 +227,12 @@ class _Choices(PathsAhead):
             for k, processed in zip(members, looked.process([rows[k] for k in members])):
                 done[k] = done[k][: self.chosen[k]] + processed[self.chosen[k] :]
         return done
+
+
+def _covers(decoded: str, value: str) -> bool:
+    """Whether tokens that decode to ``decoded`` write all of ``value`` and some of what follows it (a token that
+    stops inside a character decodes to a replacement mark, which is no prefix)."""
+    return len(decoded) > len(value) and decoded.startswith(value)
 
 
 def _undue_rows(choice: LikelihoodChoice, path: Sequence[int], rows: int, start: int) -> int:

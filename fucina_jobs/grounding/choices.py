@@ -4,12 +4,12 @@ A grounded number, date or enum member is one of the few the row's text
 writes (``grammar.candidates``, ``grammar.members``); a ``span: word`` string
 one of its words, a ``span: lines`` string one of the runs of its whole lines. Each such field of the root
 object gives one choice: the text the output writes just before the value
-(its key, ``"total":``) and the options, each a value as the grammar writes it
-followed by the fixed text that comes after it (the next key, or the closing
-brace), so that a scorer also weighs where the value ends.
+(its key, ``"total":``), the values as the grammar writes them, and the fixed
+text that comes after each (the next key, or the closing brace), so that a
+scorer also weighs where the value ends.
 
-Pure, like ``grammar``: schema + text -> (text before, options) pairs, in
-output order; the decoder's ``LikelihoodChoice`` takes them as they are.
+Pure, like ``grammar``: schema + text -> (text before, values, text after)
+triples, in output order; the decoder's ``LikelihoodChoice`` takes them as they are.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from .grammar import candidates, line_run_starts, members, preferred, text_lines
 MAX_LINES = 8
 
 
-def grounded_choices(schema: dict[str, Any], text: str) -> list[tuple[str, tuple[str, ...]]]:
-    """(text before the value, option texts) for each choosable field of the root object, in key order.
+def grounded_choices(schema: dict[str, Any], text: str) -> list[tuple[str, tuple[str, ...], str]]:
+    """(text before the value, values, text after the value) for each choosable field of the root object, in key order.
 
     Fields after one that may hold an object or an array are left to the
     decoder: a key inside it could be taken for theirs."""
@@ -47,7 +47,7 @@ def grounded_choices(schema: dict[str, Any], text: str) -> list[tuple[str, tuple
         if follow is None and g.kind in ("number", "integer"):
             continue  # where the number ends would go unscored: 1 would beat 1.50
         if len(values) > 1:
-            choices.append((after, tuple(v + (follow or "") for v in values)))
+            choices.append((after, tuple(values), follow or ""))
     return choices
 
 

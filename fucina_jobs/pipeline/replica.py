@@ -292,7 +292,7 @@ class ShardWorker:
             return self.engine.constraint(lark=grounded_lark(schema, source, exclude, pinned)), [], True
         return *(self._row_constraint(schema) if field_name else (self.constraint, self.relaxations)), False
 
-    def _choices(self, row: Row, source: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    def _choices(self, row: Row, source: str) -> tuple[tuple[str, tuple[str, ...], str], ...]:
         """The grounded fields of the row whose value is one of a short list in ``source``: choose them by their likelihood."""
         return tuple(grounded_choices(self._schema(row), source))
 

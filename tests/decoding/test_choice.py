@@ -14,7 +14,8 @@ from fucina_jobs.decoding.batch import Request
 from fucina_jobs.decoding.choice import LikelihoodChoice
 from fucina_jobs.decoding.constraint import Constraint
 
-OPTIONS = ("12.50}", "125}", "1.25}", "7.00}", "70}", "3.14}")
+VALUES = ("12.50", "125", "1.25", "7.00", "70", "3.14")
+OPTIONS = tuple(v + "}" for v in VALUES)  # each value with the text after it, as they are scored
 LARK = 'start: "{\\"total\\":" ("12.50" | "125" | "1.25" | "7.00" | "70" | "3.14") "}"'
 AFTER = '{"total":'
 
@@ -28,8 +29,8 @@ def encoder(tokenizer):
     return lambda text: tokenizer(text, add_special_tokens=False, split_special_tokens=True).input_ids
 
 
-def chooser(tokenizer, inner, options=OPTIONS):
-    return LikelihoodChoice(inner, [(AFTER, options)], encoder(tokenizer), lambda ids: tokenizer.decode(ids))
+def chooser(tokenizer, inner, values=VALUES):
+    return LikelihoodChoice(inner, [(AFTER, values, "}")], encoder(tokenizer), lambda ids: tokenizer.decode(ids))
 
 
 def prompts(tokenizer):
@@ -121,7 +122,7 @@ def test_choices_in_a_row_are_scored_in_the_steps_forwards(tokenizer, tiny_runne
     option's tokens to find it, and both are scored in a step's forward, as in turn."""
     lark = 'start: "{\\"total\\":" ("12.50" | "125" | "7.00") ",\\"cash\\":" ("70" | "3.14" | "12.50") "}"'
     inner = Constraint.lark(lark, tokenizer, stop_token=STOP)
-    choices = [('{"total":', ('12.50,"cash', '125,"cash', '7.00,"cash')), (',"cash":', ("70}", "3.14}", "12.50}"))]
+    choices = [('{"total":', ("12.50", "125", "7.00"), ',"cash'), (',"cash":', ("70", "3.14", "12.50"), "}")]
     encode, decode_text = encoder(tokenizer), lambda ids: tokenizer.decode(ids)
 
     def requests(wrap):
@@ -160,9 +161,9 @@ def test_a_finished_streams_slot_comes_back_without_a_collection(tokenizer, tiny
 def test_an_option_the_inner_grammar_refuses_is_never_chosen(tokenizer, tiny_runner, grammar, tiny_model):
     encode = encoder(tokenizer)
     prompt = prompts(tokenizer)[0]
-    options = ("999.99}", "70}", "3.14}")  # the grammar has no 999.99
-    chosen = decode(tiny_runner, [Request("c", prompt, chooser(tokenizer, grammar.clone(), options), max_tokens=16)])["c"]
-    scores = {o: total_logprob(tiny_model, prompt + encode(AFTER), encode(o)) for o in options[1:]}
+    values = ("999.99", "70", "3.14")  # the grammar has no 999.99
+    chosen = decode(tiny_runner, [Request("c", prompt, chooser(tokenizer, grammar.clone(), values), max_tokens=16)])["c"]
+    scores = {v + "}": total_logprob(tiny_model, prompt + encode(AFTER), encode(v + "}")) for v in values[1:]}
     assert tokenizer.decode(chosen.tokens) == AFTER + max(scores, key=scores.get)
 
 
@@ -170,10 +171,11 @@ def test_a_choice_past_a_token_that_overshoots_its_text(tokenizer, tiny_runner, 
     """``":"`` is one token: the output may have written the value's opening quote with the key's colon."""
     lark = 'start: "{\\"kind\\":" ("\\"alpha beta\\"" | "\\"gamma\\"" | "\\"delta epsilon\\"") "}"'
     inner = Constraint.lark(lark, tokenizer, stop_token=STOP)
-    options = ('"alpha beta"}', '"gamma"}', '"delta epsilon"}')
+    values = ('"alpha beta"', '"gamma"', '"delta epsilon"')
+    options = tuple(v + "}" for v in values)
     encode = encoder(tokenizer)
     for prompt in prompts(tokenizer):
-        processor = LikelihoodChoice(inner.clone(), [('"kind":', options)], encode, lambda ids: tokenizer.decode(ids))
+        processor = LikelihoodChoice(inner.clone(), [('"kind":', values, "}")], encode, lambda ids: tokenizer.decode(ids))
         tokens = decode(tiny_runner, [Request("c", prompt, processor, max_tokens=16)])["c"].tokens
         # The choice was due after the first tokens whose text holds the key; what they wrote past it, options must start with.
         due = next(i for i in range(1, len(tokens) + 1) if '"kind":' in tokenizer.decode(tokens[:i]))
@@ -182,3 +184,15 @@ def test_a_choice_past_a_token_that_overshoots_its_text(tokenizer, tiny_runner, 
         rests = [o[len(past) :] for o in options if o.startswith(past)]
         scores = {r: total_logprob(tiny_model, prompt + tokens[:due], encode(r)) for r in rests}
         assert tokenizer.decode(tokens) == written + max(scores, key=scores.get)
+
+
+def test_an_option_is_scored_up_to_the_first_token_that_writes_the_text_after_its_value(tokenizer, grammar):
+    """Where the value ends is in that token; the rest of the next key is the same after every value."""
+    follow = ',"currency_of_the_invoice'
+    choice = LikelihoodChoice(grammar.clone(), [(AFTER, VALUES, follow)], encoder(tokenizer), lambda ids: tokenizer.decode(ids))
+    _, _, options = choice._options(AFTER)
+    assert len(options) == len(VALUES)
+    for value, tokens in zip(VALUES, options):
+        text = tokenizer.decode(list(tokens))
+        assert text.startswith(value) and len(value) < len(text) < len(value + follow) and follow.startswith(text[len(value) :])
+        assert not tokenizer.decode(list(tokens[:-1])).startswith(value + follow[:1])

@@ -2,6 +2,12 @@
 
 from fucina_jobs.grounding.choices import grounded_choices
 
+
+def options(choices):
+    """Each choice's values with the text after them, by the text before them."""
+    return {after: tuple(v + follow for v in values) for after, values, follow in choices}
+
+
 RECEIPT = {
     "type": "object",
     "properties": {
@@ -17,7 +23,7 @@ TEXT = "KEDAI MURNI\nSDN BHD\nDATE: 03/02/2018\nTOTAL RM 25.75\nCASH 30.00"
 
 
 def test_numbers_dates_members_and_line_runs_are_choices_with_the_text_that_follows_them():
-    choices = dict(grounded_choices(RECEIPT, TEXT))
+    choices = options(grounded_choices(RECEIPT, TEXT))
     assert list(choices) == ['"company":', '"date":', '"currency":', '"total":']  # a run of words is not a short list
     assert choices['"company":'][:4] == (
         '"KEDAI MURNI","note',
@@ -41,7 +47,7 @@ def test_fields_after_a_nested_one_are_left_to_the_decoder_and_an_optional_next_
         },
         "required": ["date", "lines", "total"],
     }
-    assert [a for a, _ in grounded_choices(schema, TEXT)] == ['"date":']
+    assert [a for a, *_ in grounded_choices(schema, TEXT)] == ['"date":']
     optional = {"type": "object", "properties": {"total": {"type": "number", "x-grounded": True}, "tax": {"type": "number"}}}
     assert grounded_choices(optional, TEXT) == []  # where 30 ends would go unscored
 
@@ -70,12 +76,12 @@ def test_every_line_run_of_a_long_receipt_is_in_its_grammar_and_the_lexer_holds(
         "required": ["address"],
     }
     grammar = Constraint.lark(grounded_lark(schema, text), tokenizer, stop_token=STOP)
-    [(after, options)] = grounded_choices(schema, text)
+    [(after, texts)] = options(grounded_choices(schema, text)).items()
     encode = lambda s: tokenizer.encode(s, add_special_tokens=False)  # noqa: E731
     for token in encode("{" + after):
         grammar.commit(token)
-    valid = [o for o in options if grammar.valid_prefix_len(encode(o)) == len(encode(o))]
-    assert set(options) - set(valid) == {o for o in options if o.endswith(' !"}')}  # a run ending in a lone mark is no value
+    valid = [o for o in texts if grammar.valid_prefix_len(encode(o)) == len(encode(o))]
+    assert set(texts) - set(valid) == {o for o in texts if o.endswith(' !"}')}  # a run ending in a lone mark is no value
     for token in encode(valid[-1]):
         grammar.commit(token)
     assert not grammar.is_error and grammar.is_complete
@@ -91,11 +97,11 @@ def test_labels_and_includes_narrow_the_options_as_they_narrow_the_grammar():
         "required": ["address", "total"],
     }
     text = "KEDAI MURNI\nNO. 3, JALAN MAWAR,\n81100 JOHOR BAHRU\nCASH 30.00\nTOTAL RM 25.75"
-    choices = dict(grounded_choices(schema, text))
+    choices = options(grounded_choices(schema, text))
     assert all("81100" in option for option in choices['"address":']) and '"81100 JOHOR BAHRU","total' in choices['"address":']
     assert '"total":' not in choices  # one labelled amount: no choice left
     schema["properties"]["address"]["x-grounded"]["first_lines"] = 2  # a run from the top that reaches the postcode
-    assert dict(grounded_choices(schema, text))['"address":'] == (
+    assert options(grounded_choices(schema, text))['"address":'] == (
         '"KEDAI MURNI NO. 3, JALAN MAWAR, 81100 JOHOR BAHRU","total',
         '"KEDAI MURNI NO. 3, JALAN MAWAR, 81100 JOHOR BAHRU CASH 30.00","total',
         '"KEDAI MURNI NO. 3, JALAN MAWAR, 81100 JOHOR BAHRU CASH 30.00 TOTAL RM 25.75","total',
@@ -106,7 +112,7 @@ def test_labels_and_includes_narrow_the_options_as_they_narrow_the_grammar():
 
 
 def test_ends_on_and_cut_before_narrow_the_options_as_they_narrow_the_grammar():
-    options = {"span": "lines", "ends_on": "BHD", "first_lines": 2, "cut_before": r"\([0-9]{5,}-[A-Z]\)"}
-    schema = {"type": "object", "properties": {"company": {"type": "string", "x-grounded": options}}, "required": ["company"]}
+    grounded = {"span": "lines", "ends_on": "BHD", "first_lines": 2, "cut_before": r"\([0-9]{5,}-[A-Z]\)"}
+    schema = {"type": "object", "properties": {"company": {"type": "string", "x-grounded": grounded}}, "required": ["company"]}
     text = "KEDAI MURNI\nMURNI SDN BHD (126926-H)\nNO. 3, JALAN MAWAR\nSDN BHD"
-    assert dict(grounded_choices(schema, text))['"company":'] == ('"KEDAI MURNI MURNI SDN BHD"}', '"MURNI SDN BHD"}')
+    assert options(grounded_choices(schema, text))['"company":'] == ('"KEDAI MURNI MURNI SDN BHD"}', '"MURNI SDN BHD"}')
