@@ -266,9 +266,9 @@ def _read(f: Field, written: str, problems: list[str]) -> Any:
     if g.kind == "string":
         return normalize_whitespace(written) if g.whitespace == "normalize" else written
     if g.kind == "enum":
-        member = next((m for m in g.schema["enum"] if writes(g, written, m)), None)
+        member = next((m for m in g.members if writes(g, written, m)), None)
         if member is None:
-            problems.append(f"{f.path}: {written!r} writes no member of {g.schema['enum']}")
+            problems.append(f"{f.path}: {written!r} writes no member of {g.members}")
         return member
     if g.kind == "date":
         return _one(f, list(dates_in(written)), written, problems)

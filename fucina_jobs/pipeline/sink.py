@@ -102,7 +102,8 @@ def arrow_type(schema: dict[str, Any]) -> pa.DataType | None:
     if isinstance(kind, list):  # ["string", "null"]: nullable is the Arrow default
         kinds = [k for k in kind if k != "null"]
         kind = kinds[0] if len(kinds) == 1 else None
-    if "enum" in schema and all(isinstance(v, str) for v in schema["enum"]):
+    members = [v for v in schema.get("enum", ()) if v is not None]  # a null member is a null in the column
+    if members and all(isinstance(v, str) for v in members):
         return pa.string()
     if kind == "string":
         return pa.date32() if schema.get("format") == "date" else pa.string()

@@ -88,8 +88,8 @@ def field_types(schema: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
 
 
 def _type(schema: Mapping[str, Any]) -> str | None:
-    if "enum" in schema:
-        return STRING if all(isinstance(v, str) for v in schema["enum"]) else None
+    if "enum" in schema:  # a null member makes the field nullable, which a rule reads as not applying
+        return STRING if all(isinstance(v, str) for v in schema["enum"] if v is not None) else None
     kinds = schema.get("type")
     kinds = [k for k in kinds if k != "null"] if isinstance(kinds, list) else [kinds]
     if len(kinds) != 1:

@@ -32,7 +32,7 @@ SCHEMA = {
     "properties": {
         "vendor": {"type": "string", "x-grounded": True},
         "date": {"type": "string", "format": "date", "x-grounded": True},
-        "currency": {"enum": ["EUR", "USD"], "x-grounded": {"spellings": {"EUR": ["€"], "USD": ["$"]}}},
+        "currency": {"enum": ["EUR", "USD", None], "x-grounded": {"spellings": {"EUR": ["€"], "USD": ["$"]}}},
         "total": {"type": "number", "x-grounded": {"amount": True}},
         "tax": {"type": "number", "x-grounded": {"amount": True, "allow": [0]}},
         "paid": {"type": "boolean"},

@@ -8,6 +8,7 @@ import llguidance.hf
 import pytest
 
 from fucina_jobs.grounding.declaration import GroundingError, grounded_fields
+from fucina_jobs.grounding.grammar import field_values, grounded_lark
 from fucina_jobs.pipeline.config import ConfigError, validate
 from fucina_jobs.pipeline.driver import Job
 from fucina_jobs.pipeline.config import SHIPPED
@@ -129,3 +130,15 @@ def test_validators_and_llguidance_ignore_the_keyword(tokenizer):
     grammar = llguidance.LLMatcher.grammar_from_json_schema(INVOICE, defaults={"whitespace_flexible": False})
     bridge = llguidance.hf.from_tokenizer(tokenizer, n_vocab=len(tokenizer), eos_token=2)
     assert llguidance.LLMatcher.validate_grammar(grammar, bridge) == ""
+
+
+def test_the_invoice_currency_is_a_code_the_text_writes_or_null():
+    """Real invoices are billed in many currencies, and some name none: the grammar offers the codes the text
+    writes, by code or symbol, and null, so that no such invoice is rejected before it is decoded."""
+    currency = {g.name: g for g in grounded_fields(INVOICE)}["currency"]
+    assert currency.nullable
+    assert field_values(currency, "Należność ogółem: 316,83 PLN") == ["PLN"]
+    assert field_values(currency, "Grand Total: ₹ 4,720.00") == ["INR"]
+    assert field_values(currency, "Total due: $ 572.34") == ["USD"]
+    assert field_values(currency, "Total due: 572.34") == []
+    grounded_lark(INVOICE, "Invoice 7\nDate: 2025-01-02\nACME Ltd\nTotal due: 572.34")  # no NothingToGround

@@ -26,10 +26,16 @@ def test_nested_schema_maps_to_struct_list_and_map():
             "who": {"type": "object", "properties": {"age": {"type": "integer"}}},
             "extra": {"type": "object", "additionalProperties": {"type": "number"}},
             "either": {"oneOf": [{"type": "string"}, {"type": "integer"}]},
+            "unit": {"enum": ["kg", "g", None]},
         },
     }
     types = {f.name: f.type for f in json_schema_fields(schema)}
-    assert types == {"tags": pa.list_(pa.string()), "who": pa.struct([("age", pa.int64())]), "extra": pa.map_(pa.string(), pa.float64())}
+    assert types == {
+        "tags": pa.list_(pa.string()),
+        "who": pa.struct([("age", pa.int64())]),
+        "extra": pa.map_(pa.string(), pa.float64()),
+        "unit": pa.string(),  # a null member is a null in the column
+    }
 
 
 def test_validator_reasons():

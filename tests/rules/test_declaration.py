@@ -19,7 +19,7 @@ SCHEMA = {
     "properties": {
         "vendor": {"type": "string"},
         "customer": {"type": ["string", "null"]},
-        "currency": {"enum": ["USD", "EUR"]},
+        "currency": {"enum": ["USD", "EUR", None]},
         "issued": {"type": "string", "format": "date"},
         "total": {"type": "number"},
         "lines": {"type": "integer"},
