@@ -8,7 +8,7 @@ writes each layer's new keys and values into their slots, then attends in one
 of three ways, all over views of the store, so no cache is ever copied:
 
 - the CPU kernel (``decode_attention``), float32, float64 and bfloat16: one
-  call per layer for every sequence of the step, prompt chunks included, each
+  call per layer for every sequence of the step, prompt chunks and token trees included, each
   row's result independent of the batch. The CPU default where it builds:
   SDPA's calls per sequence took a fifth of a decode step. With it, in
   float32 and bfloat16, a Llama layer's element-wise ops run fused too
@@ -128,15 +128,22 @@ class _Tree:
     sees the cached keys and its ancestors' (``mask``, ``[tokens, length + tokens]``); a chain is plain causal."""
 
     def __init__(self, length: int, parents: Sequence[int]):
-        n = len(parents)
-        ancestry = torch.eye(n, dtype=torch.bool)
-        depth = [0] * n
+        self.length, self.parents = length, list(parents)
+        depth = [0] * len(parents)
         for i, parent in enumerate(parents):
             if parent >= 0:
-                ancestry[i] |= ancestry[parent]
                 depth[i] = depth[parent] + 1
         self.positions = torch.tensor(depth, dtype=torch.long) + length
-        self.mask = torch.cat([torch.ones(n, length, dtype=torch.bool), ancestry], 1)
+
+    @property
+    def mask(self) -> torch.Tensor:
+        """What each token sees, for SDPA (the CPU kernel reads ``parents``)."""
+        n = len(self.parents)
+        ancestry = torch.eye(n, dtype=torch.bool)
+        for i, parent in enumerate(self.parents):
+            if parent >= 0:
+                ancestry[i] |= ancestry[parent]
+        return torch.cat([torch.ones(n, self.length, dtype=torch.bool), ancestry], 1)
 
 
 @dataclass
@@ -160,7 +167,8 @@ class _Step:
     rows: torch.Tensor  # per kv head, then per new token: its row in a layer's store seen as ``[-1, head_dim]``
     spans: list[_Span]  # the sequences that attend on their own
     grid: _Grid | None  # the others, in one call
-    kernel: torch.Tensor | None  # or every sequence through the CPU kernel: (slot, first token, tokens, length) rows
+    kernel: torch.Tensor | None  # or every sequence through the CPU kernel: ``decode_attention.attend``'s spans
+    parents: torch.Tensor | None = None  # and its trees' parents
     fused: bool = False  # a Llama layer's element-wise ops run on the CPU kernels (``layer_ops``)
 
 
@@ -212,7 +220,7 @@ def _attend_in_slots(
     if slot_step.grid is not None:
         out.index_copy_(0, slot_step.grid.tokens, _grid_attention(query, keys, values, scaling, slot_step.grid))
     if slot_step.kernel is not None:
-        decode_attention.attend(out, query[0], keys, values, slot_step.kernel, scaling)
+        decode_attention.attend(out, query[0], keys, values, slot_step.kernel, scaling, slot_step.parents)
     return out[None], None
 
 
@@ -531,7 +539,7 @@ class HFRunner:
         bottom-right aligned). A fresh sequence is plain causal, which SDPA
         runs without a mask, faster; a single token needs no mask either. A
         token tree's queries see the cached keys and their ancestors' (``_Tree``):
-        SDPA on its own, with that mask.
+        in the CPU kernel with the other sequences, else SDPA on its own, with that mask.
         """
         store = self.store
         # Per-token lists are built in Python: CPU ``repeat_interleave`` wakes every intra-op thread even for
@@ -540,14 +548,18 @@ class HFRunner:
         heads = torch.arange(store.keys.shape[2])[:, None]
         rows = ((slots * store.keys.shape[2] + heads) * store.capacity + positions).flatten()
         starts = list(itertools.accumulate(counts[:-1], initial=0))
+        if self._kernel:
+            table, parents = [], []
+            for (state, _), n, start, t in zip(batch, counts, starts, trees):
+                table.append((state.slot, start, n, state.length + n, -1 if t is None else len(parents)))
+                parents += [] if t is None else t.parents
+            tree_parents = torch.tensor(parents, dtype=torch.long) if parents else None
+            return _Step(store, rows, [], None, torch.tensor(table, dtype=torch.long), tree_parents, fused=self._fused)
         spans = [
             _Span(state.slot, start, n, state.length + n, t.mask.to(self.device), False)
             for (state, _), n, start, t in zip(batch, counts, starts, trees)
             if t is not None
         ]
-        if self._kernel:
-            table = [(state.slot, start, n, state.length + n) for (state, _), n, start, t in zip(batch, counts, starts, trees) if t is None]
-            return _Step(store, rows, spans, None, torch.tensor(table, dtype=torch.long) if table else None, self._fused)
         in_grid = [self.batched_attention and n <= _GRID_QUERIES and t is None for n, t in zip(counts, trees)]
         group = self.model.config.num_attention_heads // self.model.config.num_key_value_heads
         for (state, _), n, grid, start, t in zip(batch, counts, in_grid, starts, trees):

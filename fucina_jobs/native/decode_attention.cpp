@@ -26,7 +26,7 @@ struct Buffers {
 // h * group + g at packed token start + j, and sees keys [0, length - count + j].
 template <typename S, int DIM, typename T = typename Compute<S>::type>
 void attend_rows(S* out, int64_t os0, int64_t os1, const S* q, int64_t qs0, int64_t qs1, const S* kh, const S* vh,
-                 int64_t group, int64_t h, int64_t start, int64_t count, int64_t length, T scale,
+                 int64_t group, int64_t h, int64_t start, int64_t count, int64_t length, const int64_t* parents, T scale,
                  int64_t first, int64_t n, Buffers& buf) {
   constexpr int W = LANES<T>, C = DIM / W, K = 8;
   constexpr bool same = std::is_same_v<S, T>;  // else keys and values are widened a block at a time
@@ -65,6 +65,17 @@ void attend_rows(S* out, int64_t os0, int64_t os1, const S* q, int64_t qs0, int6
   }
   for (int64_t i = 0; i < n; ++i)  // each row's keys past its own token
     for (int64_t key = limit[i]; key < reach; ++key) scores[key * lanes + i] = -INFINITY;
+  if (parents != nullptr) {  // a token tree: a row's new keys are its own and its ancestors' only
+    const int64_t cached = length - count;
+    std::vector<char> seen(count);
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t j = (first + i) % count;
+      std::fill(seen.begin(), seen.begin() + j, 0);
+      for (int64_t p = parents[j]; p >= 0; p = parents[p]) seen[p] = 1;
+      for (int64_t key = 0; key < j; ++key)
+        if (!seen[key]) scores[(cached + key) * lanes + i] = -INFINITY;
+    }
+  }
   T top[CHUNK], sums[CHUNK];
   for (int64_t i = 0; i < lanes; ++i) top[i] = -INFINITY, sums[i] = T(0);
   for (int64_t key = 0; key < reach; ++key)
@@ -106,23 +117,24 @@ void attend_rows(S* out, int64_t os0, int64_t os1, const S* q, int64_t qs0, int6
 
 template <typename S, int DIM, typename T = typename Compute<S>::type>
 void attend(S* out, int64_t os0, int64_t os1, const S* q, int64_t qs0, int64_t qs1, const S* keys, const S* values,
-            int64_t heads, int64_t kv_heads, int64_t capacity, const int64_t* spans, int64_t n_spans, T scale, int threads) {
+            int64_t heads, int64_t kv_heads, int64_t capacity, const int64_t* spans, int64_t n_spans, const int64_t* parents,
+            T scale, int threads) {
   const int64_t group = heads / kv_heads;
   struct Item { int64_t span, h, first; };
   std::vector<Item> items;  // a sequence, a kv head, and up to CHUNK of their query rows
   for (int64_t i = 0; i < n_spans; ++i)
     for (int64_t h = 0; h < kv_heads; ++h)
-      for (int64_t first = 0; first < group * spans[4 * i + 2]; first += CHUNK) items.push_back({i, h, first});
+      for (int64_t first = 0; first < group * spans[5 * i + 2]; first += CHUNK) items.push_back({i, h, first});
 #pragma omp parallel num_threads(threads)
   {
     Buffers buf;
 #pragma omp for schedule(dynamic)
     for (size_t k = 0; k < items.size(); ++k) {
       const Item& it = items[k];
-      const int64_t* s = spans + 4 * it.span;  // slot, first token, tokens, length
+      const int64_t* s = spans + 5 * it.span;  // slot, first token, tokens, length, where its parents start or -1
       const int64_t base = (s[0] * kv_heads + it.h) * capacity * DIM, rows = group * s[2];
-      attend_rows<S, DIM>(out, os0, os1, q, qs0, qs1, keys + base, values + base, group, it.h, s[1], s[2], s[3], scale,
-                          it.first, std::min(CHUNK, rows - it.first), buf);
+      attend_rows<S, DIM>(out, os0, os1, q, qs0, qs1, keys + base, values + base, group, it.h, s[1], s[2], s[3],
+                          s[4] < 0 ? nullptr : parents + s[4], scale, it.first, std::min(CHUNK, rows - it.first), buf);
     }
   }
 }
@@ -130,15 +142,15 @@ void attend(S* out, int64_t os0, int64_t os1, const S* q, int64_t qs0, int64_t q
 template <typename S>
 int dispatch(void* out, int64_t os0, int64_t os1, const void* q, int64_t qs0, int64_t qs1, const void* k, const void* v,
              int64_t heads, int64_t kv_heads, int64_t capacity, int64_t dim, const int64_t* spans, int64_t n_spans,
-             double scale, int threads) {
+             const int64_t* parents, double scale, int threads) {
   const auto s = static_cast<typename Compute<S>::type>(scale);
   S* o = static_cast<S*>(out);
   const S *qq = static_cast<const S*>(q), *keys = static_cast<const S*>(k), *values = static_cast<const S*>(v);
   switch (dim) {
-    case 16: attend<S, 16>(o, os0, os1, qq, qs0, qs1, keys, values, heads, kv_heads, capacity, spans, n_spans, s, threads); return 0;
-    case 32: attend<S, 32>(o, os0, os1, qq, qs0, qs1, keys, values, heads, kv_heads, capacity, spans, n_spans, s, threads); return 0;
-    case 64: attend<S, 64>(o, os0, os1, qq, qs0, qs1, keys, values, heads, kv_heads, capacity, spans, n_spans, s, threads); return 0;
-    case 128: attend<S, 128>(o, os0, os1, qq, qs0, qs1, keys, values, heads, kv_heads, capacity, spans, n_spans, s, threads); return 0;
+    case 16: attend<S, 16>(o, os0, os1, qq, qs0, qs1, keys, values, heads, kv_heads, capacity, spans, n_spans, parents, s, threads); return 0;
+    case 32: attend<S, 32>(o, os0, os1, qq, qs0, qs1, keys, values, heads, kv_heads, capacity, spans, n_spans, parents, s, threads); return 0;
+    case 64: attend<S, 64>(o, os0, os1, qq, qs0, qs1, keys, values, heads, kv_heads, capacity, spans, n_spans, parents, s, threads); return 0;
+    case 128: attend<S, 128>(o, os0, os1, qq, qs0, qs1, keys, values, heads, kv_heads, capacity, spans, n_spans, parents, s, threads); return 0;
     default: return -1;
   }
 }
@@ -150,9 +162,9 @@ int dispatch(void* out, int64_t os0, int64_t os1, const void* q, int64_t qs0, in
 #define ENTRY(name, S)                                                                                              \
   extern "C" int name(void* out, int64_t os0, int64_t os1, const void* q, int64_t qs0, int64_t qs1, const void* keys, \
                       const void* values, int64_t heads, int64_t kv_heads, int64_t capacity, int64_t dim,            \
-                      const int64_t* spans, int64_t n_spans, double scale, int threads) {                            \
+                      const int64_t* spans, int64_t n_spans, const int64_t* parents, double scale, int threads) {                            \
     return dispatch<S>(out, os0, os1, q, qs0, qs1, keys, values, heads, kv_heads, capacity, dim, spans, n_spans,    \
-                       scale, threads);                                                                             \
+                       parents, scale, threads);                                                                             \
   }
 ENTRY(fucina_decode_attention_f32, float)
 ENTRY(fucina_decode_attention_f64, double)
