@@ -13,7 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 from decimal import Decimal
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Iterator, NamedTuple
 
 KEYWORD = "x-grounded"
@@ -41,6 +41,7 @@ _OPTIONS = (
     "largest",
     "rounding",
     "day_first",
+    "prefer_members",
 )
 
 
@@ -77,6 +78,9 @@ class Grounded:
         None  # numbers: cash rounding's step; where the text writes a rounding line, of two values left closer than it, its multiple
     )
     day_first: bool | None = None  # dates: 04/12/2017 is 4 December (True) or April 12 (False); None: both
+    prefer_members: bool = False  # enums: where the text writes members themselves, not those it shows by a spelling only
+    #: The other fields' labels (``grounded_fields``): where one of them is written, longer, around a label, it is theirs.
+    rivals: tuple[str, ...] = field(default=(), compare=False)
 
     def included(self) -> re.Pattern | None:
         """``includes`` as a Python pattern that finds such a word (a run of letters and digits) in a text."""
@@ -110,12 +114,18 @@ def grounded_fields(schema: Any) -> list[Grounded]:
     """Every grounded field of ``schema``, in key order; raise ``GroundingError`` naming a bad one."""
     if not isinstance(schema, dict):
         return []
-    found = list(_walk(schema, ()))
+    found = _with_rivals(list(_walk(schema, ())))
     reachable = {id(g.schema) for g in found} | {id(node) for node, _ in _arrays(schema, ()).values()}
     stray = next((p for p, node in _all_declarations(schema, ()) if id(node) not in reachable), None)
     if stray is not None:
         raise GroundingError(f"{'/'.join(stray)}: {KEYWORD} only applies under properties or array items, not inside anyOf, oneOf, allOf or $defs")
     return found
+
+
+def _with_rivals(fields: list[Grounded]) -> list[Grounded]:
+    """Each field with the labels of the others: fields of one schema compete for the labels a text writes."""
+    labels = {g.path: {*g.labels, *g.prefer_labels} for g in fields}
+    return [replace(g, rivals=tuple(sorted(set().union(*(v for p, v in labels.items() if p != g.path)) - labels[g.path]))) for g in fields]
 
 
 class Units(NamedTuple):
@@ -277,6 +287,9 @@ def _declared(node: dict[str, Any], path: tuple[str, ...]) -> Grounded:
     day_first = options.get("day_first")
     if day_first is not None and (not isinstance(day_first, bool) or kind != "date"):
         raise GroundingError(f"{where}: {KEYWORD}.day_first must be true or false, on format: date strings only")
+    prefer_members = options.get("prefer_members", False)
+    if not isinstance(prefer_members, bool) or (prefer_members and kind != "enum"):
+        raise GroundingError(f"{where}: {KEYWORD}.prefer_members must be true or false, on enum properties only")
     spellings = {k: tuple(v) for k, v in spellings.items()}
     return Grounded(
         path,
@@ -299,6 +312,7 @@ def _declared(node: dict[str, Any], path: tuple[str, ...]) -> Grounded:
         largest,
         None if rounding is None else Decimal(str(rounding)),
         day_first,
+        prefer_members,
     )
 
 

@@ -235,7 +235,7 @@ class _Builder:
         if not g.labels and not g.first_lines:
             return None
         text = normalize_whitespace(self.text) if g.whitespace == "normalize" else self.text
-        starts = after_labels(text, g.labels) or line_starts(self.text, g)
+        starts = after_labels(text, g.labels, g.rivals) or line_starts(self.text, g)
         cutter = whole_words(g.cut_before)
         cuts = [cutter.search(text, start) if cutter else None for start in starts]
         rests = [_kept(text[start : cut.start()].rstrip(_CUT_ENDS)) if cut else text[start:] for start, cut in zip(starts, cuts)]
@@ -307,7 +307,7 @@ def written_values(g: Grounded, text: str) -> dict[Any, list[tuple[int, int]]]:
     """The numbers (dates) the text writes that a number (date) field admits -> their spans; with ``labels``,
     only the labelled ones, where the text labels any. Offsets are into the NFC form of ``text``."""
     found, text = _found(g, text)
-    return (labelled(found, text, g.labels) or found) if g.labels else found
+    return (labelled(found, text, g.labels, g.rivals) or found) if g.labels else found
 
 
 def _found(g: Grounded, text: str) -> tuple[dict[Any, list[tuple[int, int]]], str]:
@@ -331,7 +331,7 @@ def preferred(g: Grounded, values: list[str], text: str) -> list[str]:
     total`` before its discount), and the next one is held then."""
     if g.prefer_labels:
         found, text = _found(g, text)
-        marked = _spelled(g, labelled(found, text, g.prefer_labels))
+        marked = _spelled(g, labelled(found, text, g.prefer_labels, g.rivals))
         values = [v for v in values if v in marked] or values
     if g.rounding and _ROUNDING.search(text):
         values = _rounded(values, g.rounding)
@@ -354,7 +354,7 @@ def words(g: Grounded, text: str, narrowed: bool = False) -> list[str]:
     fitting = [w for w in dict.fromkeys(recased) if w and low <= len(w) <= high]
     if not narrowed:
         return fitting
-    labelled = {_strip_marks(text[start:].split()[0]) for start in after_labels(text, g.labels)}
+    labelled = {_strip_marks(text[start:].split()[0]) for start in after_labels(text, g.labels, g.rivals)}
     fitting = [w for w in fitting if w in labelled] or fitting
     return [w for w in fitting if writes_included(g, w)] if writes_included(g, text) else fitting
 
@@ -452,8 +452,13 @@ def _strip_marks(word: str) -> str:
 
 
 def members(g: Grounded, text: str) -> list[str]:
-    """The JSON spellings of the enum members ``text`` writes (or the field allows)."""
-    return [json.dumps(m, ensure_ascii=False) for m in g.members if m in g.allow or written(text, g.evidence(m), g.case)]
+    """The JSON spellings of the enum members ``text`` writes (or the field allows). With ``prefer_members``,
+    where it writes some members themselves, only those: ``$1,450.00 CAD`` is Canadian dollars, though ``$``
+    also spells USD."""
+    shown = [m for m in g.members if written(text, g.evidence(m), g.case)]
+    if g.prefer_members and (themselves := [m for m in shown if written(text, (m,), g.case)]):
+        shown = themselves
+    return [json.dumps(m, ensure_ascii=False) for m in g.members if m in g.allow or m in shown]
 
 
 def _chunks(text: str, g: Grounded, recase: Callable[[str], str]) -> list[list[str]]:

@@ -17,7 +17,7 @@ import re
 import unicodedata
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any, Mapping, Sequence, TypeVar
+from typing import Any, Iterator, Mapping, Sequence, TypeVar
 
 K = TypeVar("K")
 
@@ -189,12 +189,14 @@ def _core_readings(core: str) -> list[Decimal]:
     return [decimal, Decimal(whole + fraction)] if len(fraction) == 3 else [decimal]
 
 
-def labelled(found: Mapping[K, list[tuple[int, int]]], text: str, labels: Sequence[str]) -> dict[K, list[tuple[int, int]]]:
+def labelled(
+    found: Mapping[K, list[tuple[int, int]]], text: str, labels: Sequence[str], rivals: Sequence[str] = ()
+) -> dict[K, list[tuple[int, int]]]:
     """The values of ``found`` (value -> its spans in ``text``) that ``text`` writes after one of ``labels``, with those spans.
 
     A label marks the first value written after it on its own line. Where the rest of that line writes none, it
     marks one below it, read the way OCR and PDF text lay out a form (``_below``). Labels match whole words, in any
-    case, across any spaces."""
+    case, across any spaces, and not inside a longer one of ``rivals`` (``_label_matches``)."""
     starts: dict[int, list[tuple[K, tuple[int, int]]]] = {}
     for value, spans in found.items():
         for span in spans:
@@ -204,7 +206,7 @@ def labelled(found: Mapping[K, list[tuple[int, int]]], text: str, labels: Sequen
     read = [line for line in lines if line.kind != "blank"]
     places = {line.start: n for n, line in enumerate(read)}
     marked: dict[K, list[tuple[int, int]]] = {}
-    for m in re.finditer(_label_pattern(labels), text):
+    for m in _label_matches(text, labels, rivals):
         line = lines[bisect.bisect_right(firsts, m.start()) - 1]
         own = [s for s in line.values if s >= m.end()]
         start = own[0] if own else _below(read, places[line.start]) if line.start in places else None
@@ -266,13 +268,23 @@ def _below(read: list[_Line], n: int) -> int | None:
     return below[0].values[0] if n == last and below and below[0].values else None
 
 
-def after_labels(text: str, labels: Sequence[str]) -> list[int]:
+def after_labels(text: str, labels: Sequence[str], rivals: Sequence[str] = ()) -> list[int]:
     """Where the first word after each of ``labels`` in ``text`` starts (past the marks and spaces that follow a
-    label: ``Bill to:`` then a line break, ``Invoice #: 2025-044``), in text order."""
+    label: ``Bill to:`` then a line break, ``Invoice #: 2025-044``), in text order; not inside one of ``rivals``."""
     if not labels:
         return []
-    starts = (re.compile(r"[\W_]*").match(text, m.end()).end() for m in _label_pattern(labels).finditer(text))
+    starts = (re.compile(r"[\W_]*").match(text, m.end()).end() for m in _label_matches(text, labels, rivals))
     return sorted({start for start in starts if start < len(text)})
+
+
+def _label_matches(text: str, labels: Sequence[str], rivals: Sequence[str]) -> Iterator[re.Match]:
+    """Where ``text`` writes one of ``labels``, but not as a part of a longer one of ``rivals``, the other fields'
+    labels: ``Due Date`` is the due date's label, and its ``Date`` labels no issue date. The longest label
+    written at a place is the one read there."""
+    own = _label_pattern(labels)
+    for m in _label_pattern([*labels, *rivals]).finditer(text):
+        if own.fullmatch(m.group()):
+            yield m
 
 
 def _label_pattern(labels: Sequence[str]) -> re.Pattern:

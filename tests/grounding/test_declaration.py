@@ -90,6 +90,7 @@ def test_nested_objects_and_array_items_are_found():
         ({"type": "number", "x-grounded": {"prefer_labels": "net total"}}, "x-grounded.prefer_labels must be a list of non-empty strings"),
         ({"type": "number", "x-grounded": {"prefer_labels": [" "]}}, "x-grounded.prefer_labels must be a list of non-empty strings"),
         ({"type": "string", "x-grounded": {"day_first": True}}, "x-grounded.day_first must be true or false, on format: date strings only"),
+        ({"type": "string", "x-grounded": {"prefer_members": True}}, "x-grounded.prefer_members must be true or false, on enum properties only"),
         (
             {"type": "integer", "x-grounded": {"rounding": 5}},
             "x-grounded.rounding must be a positive number (a cash rounding step, e.g. 0.05), on number",
@@ -142,3 +143,39 @@ def test_the_invoice_currency_is_a_code_the_text_writes_or_null():
     assert field_values(currency, "Total due: $ 572.34") == ["USD"]
     assert field_values(currency, "Total due: 572.34") == []
     grounded_lark(INVOICE, "Invoice 7\nDate: 2025-01-02\nACME Ltd\nTotal due: 572.34")  # no NothingToGround
+
+
+def test_a_member_written_itself_outranks_one_shown_by_a_spelling_only():
+    """Other dollars write ``$`` too: with ``prefer_members``, a code beside the amounts says which."""
+    currency = {g.name: g for g in grounded_fields(INVOICE)}["currency"]
+    assert currency.prefer_members
+    assert field_values(currency, "Total  $2,169.60 CAD") == ["CAD"]
+    assert field_values(currency, "Total (AUD)  $756.14") == ["AUD"]
+    assert field_values(currency, "Total  $756.14") == ["USD"]
+    plain = {
+        g.name: g
+        for g in grounded_fields(
+            {**INVOICE, "properties": {"currency": {**INVOICE["properties"]["currency"], "x-grounded": {"spellings": {"USD": ["$"]}}}}}
+        )
+    }
+    assert field_values(plain["currency"], "Total  $2,169.60 CAD") == ["USD", "CAD"]
+
+
+def test_a_label_inside_another_fields_longer_label_is_theirs():
+    """``Date`` labels the issue date, but not inside ``Due Date``, the due date's own label; the longest label
+    written at a place is the one read there, whichever field it belongs to."""
+    schema = {
+        "type": "object",
+        "properties": {
+            "issued": {"type": "string", "format": "date", "x-grounded": {"labels": ["date", "invoice date"]}},
+            "due": {"type": "string", "format": "date", "x-grounded": {"labels": ["due date"]}},
+            "number": {"type": "string", "x-grounded": {"span": "word", "labels": ["invoice"]}},
+        },
+    }
+    fields = {g.name: g for g in grounded_fields(schema)}
+    text = "Invoice QL-7\nInvoice Date: November 3, 2025\nDue Date: December 3, 2025"
+    assert fields["issued"].rivals == ("due date", "invoice")
+    assert field_values(fields["issued"], text) == ["2025-11-03"]
+    assert field_values(fields["due"], text) == ["2025-12-03"]
+    lark = grounded_lark(schema, text)
+    assert '"\\"QL-7\\""' in lark and '"\\"Date\\""' not in lark  # the word after Invoice, not Invoice Date's
