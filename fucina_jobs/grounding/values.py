@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import bisect
 import datetime as dt
+import functools
 import itertools
 import re
 import unicodedata
@@ -206,9 +207,9 @@ def labelled(
     read = [line for line in lines if line.kind != "blank"]
     places = {line.start: n for n, line in enumerate(read)}
     marked: dict[K, list[tuple[int, int]]] = {}
-    for m in _label_matches(text, labels, rivals):
-        line = lines[bisect.bisect_right(firsts, m.start()) - 1]
-        own = [s for s in line.values if s >= m.end()]
+    for first, end in _label_matches(text, labels, rivals):
+        line = lines[bisect.bisect_right(firsts, first) - 1]
+        own = [s for s in line.values if s >= end]
         start = own[0] if own else _below(read, places[line.start]) if line.start in places else None
         for value, span in starts.get(start, []):
             marked.setdefault(value, []).append(span)
@@ -273,21 +274,31 @@ def after_labels(text: str, labels: Sequence[str], rivals: Sequence[str] = ()) -
     label: ``Bill to:`` then a line break, ``Invoice #: 2025-044``), in text order; not inside one of ``rivals``."""
     if not labels:
         return []
-    starts = (re.compile(r"[\W_]*").match(text, m.end()).end() for m in _label_matches(text, labels, rivals))
+    starts = (re.compile(r"[\W_]*").match(text, end).end() for _, end in _label_matches(text, labels, rivals))
     return sorted({start for start in starts if start < len(text)})
 
 
-def _label_matches(text: str, labels: Sequence[str], rivals: Sequence[str]) -> Iterator[re.Match]:
-    """Where ``text`` writes one of ``labels``, but not as a part of a longer one of ``rivals``, the other fields'
-    labels: ``Due Date`` is the due date's label, and its ``Date`` labels no issue date. The longest label
-    written at a place is the one read there."""
-    own = _label_pattern(labels)
-    for m in _label_pattern([*labels, *rivals]).finditer(text):
-        if own.fullmatch(m.group()):
-            yield m
+def _label_matches(text: str, labels: Sequence[str], rivals: Sequence[str]) -> Iterator[tuple[int, int]]:
+    """Where (start, end) ``text`` writes one of ``labels``, but not as a part of a longer one of ``rivals``, the
+    other fields' labels: ``Due Date`` is the due date's label, and its ``Date`` labels no issue date. The
+    longest label written at a place is the one read there."""
+    own = {_spelled_label(label) for label in labels}
+    return ((start, end) for start, end, label in _written_labels(text, tuple(sorted({*labels, *rivals}))) if label in own)
 
 
-def _label_pattern(labels: Sequence[str]) -> re.Pattern:
+@functools.lru_cache(maxsize=64)
+def _written_labels(text: str, labels: tuple[str, ...]) -> tuple[tuple[int, int, str], ...]:
+    """Every place ``text`` writes one of ``labels``, and which: every field of a schema reads the same labels
+    (its own and its rivals'), and a row's grammar, spans and repairs read them again."""
+    return tuple((m.start(), m.end(), _spelled_label(m.group())) for m in _label_pattern(labels).finditer(text))
+
+
+def _spelled_label(written: str) -> str:
+    return " ".join(written.lower().split())
+
+
+@functools.lru_cache(maxsize=64)
+def _label_pattern(labels: tuple[str, ...]) -> re.Pattern:
     """Labels as whole words: no letter glued to a label's ends, where its end is a letter (``Invoice #HP-55021``)."""
     alternatives = []
     for label in sorted(labels, key=len, reverse=True):
