@@ -81,7 +81,9 @@ def _cli_compare(a, b):
     return subprocess.run([sys.executable, "-m", "fucina_jobs", "compare", str(a), str(b)], cwd=REPO, capture_output=True, text=True, timeout=120)
 
 
-@pytest.mark.parametrize("temperature", [0.0, 0.7])
+# The shipped grammar leaves the model few choices on these rows: at 0.7, seeds 7, 8 and 9 wrote the same
+# records (2026-12-03); at 1.0 another seed writes others, which the test needs to see.
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
 def test_outputs_do_not_depend_on_replicas_streams_or_speculation(tmp_path, temperature):
     a, b = tmp_path / "one-stream-plain", tmp_path / "two-replicas-speculative"
     ra = evaluate(_job(a, temperature, 7, slow_path=True), REPO)
