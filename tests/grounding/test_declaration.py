@@ -179,3 +179,10 @@ def test_a_label_inside_another_fields_longer_label_is_theirs():
     assert field_values(fields["due"], text) == ["2025-12-03"]
     lark = grounded_lark(schema, text)
     assert '"\\"QL-7\\""' in lark and '"\\"Date\\""' not in lark  # the word after Invoice, not Invoice Date's
+
+
+def test_the_invoice_amounts_read_vat_inclusive_and_exclusive_totals():
+    """``Total incl. VAT`` is the total's label, so its ``VAT`` labels no tax, and ``Total excl. VAT`` the subtotal's."""
+    fields = {g.name: g for g in grounded_fields(INVOICE)}
+    text = "Total excl. VAT   £100.00\nVAT 20%   £20.00\nTotal incl. VAT   £120.00"
+    assert [field_values(fields[f], text) for f in ("subtotal", "tax", "total")] == [[100], [0, 20], [120]]  # a tax may be 0

@@ -54,6 +54,9 @@ def test_json_number_is_one_spelling():
         ("Invoice date: 30-Jun-2025", {"2025-06-30"}),
         ("Datum: 1. März 2025", {"2025-03-01"}),
         ("Fecha: 2 de octubre de 2025", {"2025-10-02"}),
+        ("Data: 3 de fevereiro de 2025", {"2025-02-03"}),
+        ("Data wystawienia: 14 października 2025", {"2025-10-14"}),
+        ("Fakturadatum: 5 augusti 2025", {"2025-08-05"}),
         ("発行日 2025年1月14日", {"2025-01-14"}),
         ("28 MAR 18 18:32:36", {"2018-03-28"}),  # a month name before a two-digit year
         ("DATE: 25/FEB/2017 10:02", {"2017-02-25"}),
