@@ -32,7 +32,6 @@ _HEAD_DIMS = (16, 32, 64, 128)
 _SUFFIX = {torch.float32: "f32", torch.float64: "f64", torch.bfloat16: "bf16"}
 _P, _I = ctypes.c_void_p, ctypes.c_int64
 _ARGS = [_P, _I, _I, _P, _I, _I, _P, _P, _I, _I, _I, _I, _P, _I, _P, ctypes.c_double, ctypes.c_int]
-_NO_TREES = torch.zeros(1, dtype=torch.long)
 
 
 def supports(dtype: torch.dtype, head_dim: int) -> bool:
@@ -83,7 +82,7 @@ def attend(
         dim,
         spans.data_ptr(),
         len(spans),
-        (_NO_TREES if parents is None else parents).data_ptr(),
+        None if parents is None else parents.data_ptr(),  # read only for a span whose tree is not -1
         scale,
         torch.get_num_threads(),
     )

@@ -551,8 +551,10 @@ class HFRunner:
         if self._kernel:
             table, parents = [], []
             for (state, _), n, start, t in zip(batch, counts, starts, trees):
-                table.append((state.slot, start, n, state.length + n, -1 if t is None else len(parents)))
-                parents += [] if t is None else t.parents
+                tree = -1
+                if t is not None:
+                    tree, parents = len(parents), parents + t.parents
+                table.append((state.slot, start, n, state.length + n, tree))
             tree_parents = torch.tensor(parents, dtype=torch.long) if parents else None
             return _Step(store, rows, [], None, torch.tensor(table, dtype=torch.long), tree_parents, fused=self._fused)
         spans = [
