@@ -323,12 +323,18 @@ def _spelled(g: Grounded, values: Iterable[Any]) -> set[str]:
 
 
 def preferred(g: Grounded, values: list[str], text: str) -> list[str]:
-    """Of a number or date field's candidates left (JSON spellings), the ones its grammar holds: those that one
-    of ``prefer_labels`` marks, where any is left (a receipt's ``TOTAL ROUNDED`` below its ``TOTAL``); with
-    ``rounding``, where the text writes a rounding line, none that a multiple of the step left is within a step
-    of (``177.22`` beside ``177.20``: cash paid is rounded); of those, with ``largest``, the largest alone. All are
-    preferences, not facts: a rule's repair excludes the value held where it breaks a rule (inv-022's ``Items
-    total`` before its discount), and the next one is held then."""
+    """Of a number or date field's candidates left (JSON spellings), the ones its grammar holds: none of its
+    ``allow`` values where its ``labels`` mark a value the text writes (a tax of 0 is for an invoice that labels
+    no tax, not for one that writes ``BTW 21% € 124,61``); those that one of ``prefer_labels`` marks, where any is
+    left (a receipt's ``TOTAL ROUNDED`` below its ``TOTAL``); with ``rounding``, where the text writes a rounding
+    line, none that a multiple of the step left is within a step of (``177.22`` beside ``177.20``: cash paid is
+    rounded); of those, with ``largest``, the largest alone. All are preferences, not facts: a rule's repair
+    excludes the value held where it breaks a rule (inv-022's ``Items total`` before its discount), and the next
+    one is held then, an allowance last."""
+    if g.allow and g.labels:
+        found, text = _found(g, text)
+        marked = _spelled(g, labelled(found, text, g.labels, g.rivals))
+        values = [v for v in values if v in marked] or values
     if g.prefer_labels:
         found, text = _found(g, text)
         marked = _spelled(g, labelled(found, text, g.prefer_labels, g.rivals))
@@ -347,16 +353,18 @@ def _rounded(values: list[str], step: Decimal) -> list[str]:
 def words(g: Grounded, text: str, narrowed: bool = False) -> list[str]:
     """The distinct words of ``text`` (``span: word``) that fit the string's length bounds, in order: each a
     maximal run without whitespace, less the punctuation marks at its ends (``(HP-55021),`` is ``HP-55021``);
-    ``narrowed``: only those right after a label and matching ``includes``, where the text writes such words."""
+    ``narrowed``: of those that match ``includes``, where the text writes such words, the ones right after a
+    label, where there are any. A label may end inside a word (``Facture n°562044387``): the rest is the word."""
     low, high = g.schema.get("minLength", 1), g.schema.get("maxLength", len(text))
-    found = (_strip_marks(w) for w in text.split())
-    recased = [w for word in found for w in ([word] if g.case == "exact" else [word, word.lower(), word.upper(), word.title()])]
-    fitting = [w for w in dict.fromkeys(recased) if w and low <= len(w) <= high]
+    recase = [str] if g.case == "exact" else [str, str.lower, str.upper, str.title]
+    fits = lambda found: [w for w in dict.fromkeys(f(word) for word in found for f in recase) if w and low <= len(w) <= high]  # noqa: E731
+    fitting = fits(_strip_marks(w) for w in text.split())
     if not narrowed:
         return fitting
-    labelled = {_strip_marks(text[start:].split()[0]) for start in after_labels(text, g.labels, g.rivals)}
-    fitting = [w for w in fitting if w in labelled] or fitting
-    return [w for w in fitting if writes_included(g, w)] if writes_included(g, text) else fitting
+    labelled = fits(_strip_marks(text[start:].split()[0]) for start in after_labels(text, g.labels, g.rivals))
+    if writes_included(g, text):
+        fitting, labelled = ([w for w in found if writes_included(g, w)] for found in (fitting, labelled))
+    return labelled or fitting
 
 
 def line_run_starts(g: Grounded, lines: list[str], cut: list[bool]) -> list[tuple[int, int, int]] | None:

@@ -52,9 +52,10 @@ _DATES = [
     # 03.04.2025, 14/01/2025, 04/15/2025, 14-11-2025, 03.04.25: day-first and month-first readings
     re.compile(r"(?<![\d.])(?P<a>\d{1,2})(?P<sep>[-/.])(?P<b>\d{1,2})(?P=sep)(?P<year>\d{4}|\d{2})(?![\d])"),
     # 2 October 2024, 5th September 2025, 30-Jun-2025, 25/FEB/2017, 28 MAR 18, 1. März 2025, 2 de octubre de 2025
-    re.compile(rf"(?<!\d){_DAY}[\s/-]*(?:of\s+|de\s+)?{_MONTH}[\s,/-]*(?:de\s+)?(?P<year>\d{{4}}|\d{{2}})(?![\d:])", re.IGNORECASE),
-    # October 2, 2024, Jan 7 2025
-    re.compile(rf"(?<![^\W\d_]){_MONTH}\s*{_DAY},?\s*{_YEAR}(?!\d)", re.IGNORECASE),
+    # (a dash or slash between day and month has no spaces around it: ``July 1 - July 31, 2014`` writes no 1 July 2031)
+    re.compile(rf"(?<!\d){_DAY}(?:[/-]|\s*)(?:of\s+|de\s+)?{_MONTH}[\s,/-]*(?:de\s+)?(?P<year>\d{{4}}|\d{{2}})(?![\d:])", re.IGNORECASE),
+    # October 2, 2024, Jan 7 2025, August 3 , 2014
+    re.compile(rf"(?<![^\W\d_]){_MONTH}\s*{_DAY}\s*,?\s*{_YEAR}(?!\d)", re.IGNORECASE),
     # 2025年1月14日
     re.compile(r"(?P<year>\d{4})年(?P<a>\d{1,2})月(?P<b>\d{1,2})日"),
 ]
@@ -65,7 +66,11 @@ def dates_in(text: str, day_first: bool | None = None) -> dict[str, list[tuple[i
 
     A date of numbers only (``04/12/2017``) is read both ways where both are dates; ``day_first`` (True: day
     first, False: month first) keeps the one reading a locale gives, and reads the other only where that one is
-    no date (``04/15/2025``)."""
+    no date (``04/15/2025``). Without it, a text that writes such dates one way only where they read one way
+    (``22-9-2022``: day first) is read that way throughout (``8-9-2022`` is 8 September): a document keeps
+    one convention."""
+    if day_first is None:
+        day_first = _order_written(text)
     found: dict[str, list[tuple[int, int]]] = {}
     for pattern in _DATES:
         for m in pattern.finditer(text):
@@ -75,6 +80,17 @@ def dates_in(text: str, day_first: bool | None = None) -> dict[str, list[tuple[i
             for iso in readings:
                 found.setdefault(iso, []).append(m.span())
     return found
+
+
+def _order_written(text: str) -> bool | None:
+    """True (False) where every date of numbers only that ``text`` writes and that reads one way only reads day
+    (month) first; None where none does, or they disagree."""
+    orders = set()
+    for m in _DATES[1].finditer(text):
+        readings = _readings(m)
+        if len(readings) == 1 and int(m["a"]) != int(m["b"]):
+            orders.add(int(m["a"]) > 12)
+    return orders.pop() if len(orders) == 1 else None
 
 
 def _readings(m: re.Match) -> list[str]:
@@ -113,7 +129,7 @@ def numbers_in(text: str, amounts: bool = False) -> set[Decimal]:
 
     Thousands separators (``,`` ``.`` ``'`` and thin spaces) and decimal commas
     are read; a lone separator before three digits (``1,340``) gives both
-    readings. A minus sign or parentheses make a number negative, and its
+    readings, but for ``amounts`` the thousands one. A minus sign or parentheses make a number negative, and its
     magnitude counts too (a credit of ``-45.00`` also writes ``45``).
     ``amounts`` keeps only numbers written as money: next to a currency sign
     or code, or with two decimals, and never a percentage.
@@ -139,7 +155,7 @@ def number_spans(text: str, amounts: bool = False) -> dict[Decimal, list[tuple[i
             continue
         negative = bool(m.group("sign")) or (bool(m.group("open")) and text[end : end + 1] == ")")
         span = _written_span(m, text, start, end)
-        for value in _core_readings(m.group("core")):
+        for value in _core_readings(m.group("core"), money=amounts):
             found.setdefault(value, []).append(span)
             if negative and value:
                 found.setdefault(-value, []).append(span)
@@ -174,7 +190,9 @@ def _inside_identifier(text: str, start: int, end: int) -> bool:
     return after in "-/" and end + 1 < len(text) and text[end + 1].isalnum()
 
 
-def _core_readings(core: str) -> list[Decimal]:
+def _core_readings(core: str, money: bool = False) -> list[Decimal]:
+    """The values ``core`` may write; ``money``: a lone separator before three digits is a thousands separator
+    (``¥416,000``), as money is written with two decimals or none (dinars' three are the rare exception)."""
     core = re.sub(r"['’\s]", "", core)
     separators = [c for c in core if c in ",."]
     if not separators:
@@ -187,7 +205,9 @@ def _core_readings(core: str) -> list[Decimal]:
         return [Decimal(core.replace(last, ""))]
     whole, _, fraction = core.partition(last)
     decimal = Decimal(whole + "." + fraction)
-    return [decimal, Decimal(whole + fraction)] if len(fraction) == 3 else [decimal]
+    if len(fraction) == 3:
+        return [Decimal(whole + fraction)] if money else [decimal, Decimal(whole + fraction)]
+    return [decimal]
 
 
 def labelled(
@@ -210,7 +230,10 @@ def labelled(
     for first, end in _label_matches(text, labels, rivals):
         line = lines[bisect.bisect_right(firsts, first) - 1]
         own = [s for s in line.values if s >= end]
-        start = own[0] if own else _below(read, places[line.start]) if line.start in places else None
+        if own or line.start not in places:
+            start = own[0] if own else None
+        else:
+            start = _below(read, places[line.start], text, (first, end))
         for value, span in starts.get(start, []):
             marked.setdefault(value, []).append(span)
     return marked
@@ -244,12 +267,14 @@ def _form_lines(text: str, starts: Mapping[int, list[tuple[Any, tuple[int, int]]
     return lines
 
 
-def _below(read: list[_Line], n: int) -> int | None:
-    """Where the value starts that a label marks below it, on ``read[n]`` (the text's lines but its blank ones);
-    None where it marks none.
+def _below(read: list[_Line], n: int, text: str, label: tuple[int, int]) -> int | None:
+    """Where the value starts that a label (at ``label`` in ``text``) marks below it, on ``read[n]`` (the text's
+    lines but its blank ones); None where it marks none.
 
     - A label and its value side by side often come out as lines of their own (``TOTAL:`` then ``25.75``; or
       ``TOTAL``, ``:``, ``RM``, ``73.00``): the label marks the first value of the next line, blank lines passed over.
+      Where both lines are laid out in columns (runs of spaces between them), as a PDF's text keeps a table's
+      header above its row, the label marks what that line writes in its column (``_in_column``).
     - A table of labels and amounts comes out as a column of labels, then a column of values (``TOTAL``, ``CASH``,
       ``CHANGE``, then ``43.70``, ``50.00``, ``6.30``): a label in such a column marks the value in its place,
       counted from the columns' ends, since lines above the labels (an item's name) often join their column. Of
@@ -266,7 +291,31 @@ def _below(read: list[_Line], n: int) -> int | None:
     if 0 < values <= last - first + 1:
         place = n - last + values - 1  # counted from the ends
         return below[place].values[0] if place >= 0 else None
-    return below[0].values[0] if n == last and below and below[0].values else None
+    if n != last or not below or not below[0].values:
+        return None
+    return _in_column(text, read[n], below[0], label)
+
+
+#: Columns of a laid-out line: a gap of two spaces or more between its runs.
+_COLUMN_GAP = re.compile(r"\S {2,}\S")
+
+
+def _in_column(text: str, header: _Line, row: _Line, label: tuple[int, int]) -> int | None:
+    """The value of ``row`` below the ``label`` on ``header``, two lines laid out in columns: the word of ``row``
+    that overlaps the label's columns, else the one nearest them (``Invoice Date:  Due Date:`` above ``03/20/2023
+    04/04/2023``; ``Tax`` above ``40.39`` beside ``14.50%`` below ``Tax(%)``). Where that word is no value but
+    writes a digit (a rate, a quantity), the label marks none; otherwise, as for lines not laid out, the row's
+    first value."""
+    head, line = (text[x.start : text.find("\n", x.start) % (len(text) + 1)] for x in (header, row))
+    if not (_COLUMN_GAP.search(head) and _COLUMN_GAP.search(line)):
+        return row.values[0]
+    left, right = label[0] - header.start, label[1] - header.start
+    words = [(m.start(), m.end()) for m in re.finditer(r"\S+", line)]
+    start, end = min(words, key=lambda w: (not (w[0] < right and left < w[1]), abs(w[0] + w[1] - left - right)))
+    value = next((v for v in row.values if start <= v - row.start < end), None)
+    if value is None and any(c.isdigit() for c in line[start:end]):
+        return None
+    return value if value is not None else row.values[0]
 
 
 def after_labels(text: str, labels: Sequence[str], rivals: Sequence[str] = ()) -> list[int]:

@@ -175,6 +175,18 @@ def test_labels_keep_the_amounts_a_label_marks_where_the_text_labels_any(tokeniz
     assert accepts(tokenizer, schema, unlabelled, {"total": 17.9}) and accepts(tokenizer, schema, unlabelled, {"total": 30})
 
 
+def test_an_allowance_gives_way_to_a_value_the_field_s_labels_mark(tokenizer):
+    tax = {"type": "number", "x-grounded": {"amount": True, "allow": [0], "labels": ["btw", "vat"]}}
+    schema = {"type": "object", "properties": {"tax": tax}, "required": ["tax"]}
+    invoice = "Exclusief BTW € 593,36\nBTW 21% € 124,61\nTotaal € 717,97"
+    assert accepts(tokenizer, schema, invoice, {"tax": 124.61}) and not accepts(tokenizer, schema, invoice, {"tax": 0})
+    unlabelled = "Subtotal € 593,36\nTotal € 593,36"  # no tax written: 0 is the allowance's
+    assert accepts(tokenizer, schema, unlabelled, {"tax": 0})
+    # a preference, not a fact: a repair that excludes what the labels mark has the allowance left
+    repaired = Constraint.lark(grounded_lark(schema, invoice, exclude={("tax",): [593.36, 124.61]}), tokenizer, stop_token=STOP)
+    assert instance_accepted(repaired, tokenizer, {"tax": 0}, separators=(",", ":"))
+
+
 def test_labels_mark_dates_too(tokenizer):
     schema = {"type": "object", "properties": {"due": {"type": "string", "format": "date", "x-grounded": {"labels": ["due"]}}}, "required": ["due"]}
     text = "Invoice date: 2025-03-01\nPayment due: 2025-03-31"
@@ -239,6 +251,22 @@ def test_includes_keeps_the_spans_that_hold_such_a_word_where_the_text_writes_on
     assert not accepts(tokenizer, schema, "TAN SDN BHD\n***\n81100 JOHOR", rec("TAN SDN BHD *** 81100 JOHOR"))  # a line of marks ends a run
     long = "A" * 70 + "\n81100 JOHOR BAHRU"  # 88 characters as one run, past maxLength 80
     assert accepts(tokenizer, schema, long, rec("81100 JOHOR BAHRU")) and not accepts(tokenizer, schema, long, rec("A" * 70 + " 81100 JOHOR BAHRU"))
+    number = {
+        "type": "object",
+        "properties": {
+            "no": {
+                "type": "string",
+                "x-grounded": {"span": "word", "includes": "[^\\W\\d_]*\\d[^\\W_]*", "labels": ["rechnungsnummer", "rechnungsnr", "facture n°"]},
+            }
+        },
+    }
+    number["required"] = ["no"]
+    german = "Rechnungsnr.  30064443  Kundennr.  47774\nBitte nennen Sie Ihre Kunden- und Rechnungsnummer an."
+    assert accepts(tokenizer, number, german, {"no": "30064443"}) and not accepts(tokenizer, number, german, {"no": "an"})  # no digit
+    assert not accepts(tokenizer, number, german, {"no": "47774"})  # a labelled word holding a digit is written: only it
+    assert accepts(tokenizer, number, "Ihre Rechnungsnummer an: 2025-0042", {"no": "2025-0042"})  # none is: any such word
+    french = "Free Service Abonné 75371 Paris\nFacture n°562044387 du 02 Juillet 2015"  # the label ends inside the word
+    assert accepts(tokenizer, number, french, {"no": "562044387"}) and not accepts(tokenizer, number, french, {"no": "75371"})
     word = json.loads(json.dumps(schema))
     word["properties"]["name"]["x-grounded"] = {"span": "word", "includes": "[A-Z]{2}-[0-9]+"}
     assert accepts(tokenizer, word, "Ref 42, order HP-55021.", rec("HP-55021")) and not accepts(

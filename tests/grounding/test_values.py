@@ -60,6 +60,8 @@ def test_json_number_is_one_spelling():
         ("発行日 2025年1月14日", {"2025-01-14"}),
         ("28 MAR 18 18:32:36", {"2018-03-28"}),  # a month name before a two-digit year
         ("DATE: 25/FEB/2017 10:02", {"2017-02-25"}),
+        ("Invoice Date:  August 3 , 2014", {"2014-08-03"}),  # a space before the comma, as PDF text writes it
+        ("for the billing period July 1 - July 31 , 2014", {"2014-07-31"}),  # no 1 July 2031: a spaced dash parts no date
         ("Date: 31/02/2025", set()),  # no such day either way
         ("MAR 18:32", set()),  # a time, not a year
     ],
@@ -74,15 +76,28 @@ def test_day_first_keeps_one_reading_of_an_ambiguous_date():
     assert set(dates_in(text, day_first=False)) == {"2025-03-04", "2025-04-15", "2025-05-06"}
 
 
+def test_a_document_reads_its_ambiguous_dates_the_way_its_others_read():
+    assert set(dates_in("Factuur datum 8-9-2022  Vervaldatum 22-9-2022")) == {"2022-09-08", "2022-09-22"}
+    assert set(dates_in("Date 04/09/2022  Due 04/23/2022")) == {"2022-04-09", "2022-04-23"}
+    assert set(dates_in("Date 04/09/2022  Due 23/04/2022  Sent 04/24/2022")) >= {"2022-09-04", "2022-04-09"}  # they disagree: both
+    assert set(dates_in("Date 04/09/2022", day_first=False)) == {"2022-04-09"}  # a declared locale wins
+
+
 def test_amounts_are_numbers_written_as_money():
     text = "Qty 12 @ $18.50 = $222.00; tax 8.5% = 18.87; CHF 6'750; 2.350,00 €; 1,450 CAD; ZIP 98421; ABN 00 111 222"
-    assert {json_number(n) for n in numbers_in(text, amounts=True)} == {"18.5", "222", "18.87", "6750", "2350", "1450", "1.45"}
+    assert {json_number(n) for n in numbers_in(text, amounts=True)} == {"18.5", "222", "18.87", "6750", "2350", "1450"}
+
+
+def test_money_reads_a_lone_separator_before_three_digits_as_thousands():
+    text = "Subtotal ¥416,000 ; Consumption tax 10% ¥41,600 ; count 1,340"
+    assert {json_number(n) for n in numbers_in(text, amounts=True)} == {"416000", "41600"}
+    assert {json_number(n) for n in numbers_in(text)} >= {"416", "416000", "1.34", "1340"}
 
 
 def test_letter_currency_symbols_glued_to_an_amount_mark_it_as_money():
     text = "TOTAL RM33.90 ROUNDING -RM 0.02 Rp5.000 FORM 12.00 PERM7.00 QTY 3"
     found = {json_number(n) for n in numbers_in(text, amounts=True)}
-    assert found == {"33.9", "-0.02", "0.02", "5", "5000", "12"}  # a symbol inside a word (PERM7.00) is no currency
+    assert found == {"33.9", "-0.02", "0.02", "5000", "12"}  # a symbol inside a word (PERM7.00) is no currency
 
 
 def test_written_needs_the_spelling_unglued_from_letters():
@@ -100,6 +115,17 @@ def test_a_label_marks_the_value_on_its_line_or_the_next_line_that_writes_one():
     assert marked("TOTAL\n:\nRM\n73.00\nCASH\n:\nRM\n80.00") == {"73"}  # lines of marks or a currency alone are passed over
     assert marked("TOTAL\nROUNDING\n0.01\nGRAND TOTAL 9.00") == {"9"}  # 0.01 is the rounding's
     assert marked("TOTAL\nTHANK YOU\nCASH 9.00") == set()  # a line of text between: no value below is the label's
+
+
+def test_a_header_laid_out_in_columns_marks_the_value_below_it_in_its_column():
+    # PDF text keeps a table's header above its row: each label marks what its column holds
+    row = "Product    Qty    Price     Tax(%)    Tax      Total\nCards       1     278.61    14.50%     40.39   319.00"
+    assert marked(row, ["tax"]) == {"40.39"}  # the Tax(%) column holds a rate, no amount: it marks none
+    assert marked(row, ["total"]) == {"319"}
+    dates = "Invoice Date:     Due Date:      Reference:\n03/20/2023        04/04/2023     CUSTREF123"
+    due = labelled(dates_in(dates), dates, ["due date"])
+    assert set(due) == {"2023-04-04"}
+    assert marked("TOTAL\nRM 25.75") == {"25.75"}  # not laid out: the first value of the next line, as before
 
 
 def test_a_column_of_labels_then_a_column_of_values_align_from_their_ends():
