@@ -24,7 +24,7 @@ from decimal import Decimal
 from typing import Any, Callable, Collection, Iterable, Mapping
 
 from .declaration import Grounded, Units, grounded_arrays, grounded_fields, unit_spans, whole_words
-from .values import after_labels, dates_in, json_number, labelled, normalize_whitespace, number_spans, written
+from .values import after_labels, dates_in, json_number, labelled, normalize_whitespace, normalized_offsets, number_spans, written
 
 #: With ``includes``, ``ends_on`` or ``first_lines``, the most lines a run of lines (``span: lines``) takes past the
 #: line it must reach (the one that writes the word, or its first line), and the farthest an included line may be from its start.
@@ -235,7 +235,10 @@ class _Builder:
         if not g.labels and not g.first_lines:
             return None
         text = normalize_whitespace(self.text) if g.whitespace == "normalize" else self.text
-        starts = after_labels(text, g.labels, g.rivals) or line_starts(self.text, g)
+        starts = after_labels(self.text, g.labels, g.rivals)  # read in the text's own lines
+        if starts and g.whitespace == "normalize":
+            starts = sorted({normalized_offsets(self.text)[start] for start in starts})
+        starts = starts or line_starts(self.text, g)
         cutter = whole_words(g.cut_before)
         cuts = [cutter.search(text, start) if cutter else None for start in starts]
         rests = [_kept(text[start : cut.start()].rstrip(_CUT_ENDS)) if cut else text[start:] for start, cut in zip(starts, cuts)]

@@ -320,11 +320,31 @@ def _in_column(text: str, header: _Line, row: _Line, label: tuple[int, int]) -> 
 
 def after_labels(text: str, labels: Sequence[str], rivals: Sequence[str] = ()) -> list[int]:
     """Where the first word after each of ``labels`` in ``text`` starts (past the marks and spaces that follow a
-    label: ``Bill to:`` then a line break, ``Invoice #: 2025-044``), in text order; not inside one of ``rivals``."""
+    label: ``Bill to:`` then a line break, ``Invoice #: 2025-044``), in text order; not inside one of ``rivals``.
+    Where the label's line and the next one are laid out in columns, the cell below it starts one too: invoices
+    print ``Bill To:  Ship To:`` above ``Taylor Riddel  Taylor's Store``."""
     if not labels:
         return []
-    starts = (re.compile(r"[\W_]*").match(text, end).end() for _, end in _label_matches(text, labels, rivals))
-    return sorted({start for start in starts if start < len(text)})
+    starts = set()
+    for first, end in _label_matches(text, labels, rivals):
+        starts.add(re.compile(r"[\W_]*").match(text, end).end())
+        starts.add(_cell_below(text, first, end))
+    return sorted(start for start in starts if start is not None and start < len(text))
+
+
+def _cell_below(text: str, first: int, end: int) -> int | None:
+    """Where the cell of the next line that holds anything starts below ``text[first:end]`` (a run of words with
+    single spaces that overlaps its columns), both lines laid out in columns; None where there is none."""
+    head_start = text.rfind("\n", 0, first) + 1
+    head_end = text.find("\n", end) % (len(text) + 1)
+    row_start = head_end + 1
+    while row_start < len(text) and not text[row_start : text.find("\n", row_start) % (len(text) + 1)].strip():
+        row_start = text.find("\n", row_start) % (len(text) + 1) + 1
+    row = text[row_start : text.find("\n", row_start) % (len(text) + 1)]
+    if not (_COLUMN_GAP.search(text[head_start:head_end]) and _COLUMN_GAP.search(row)):
+        return None
+    left, right = first - head_start, end - head_start
+    return next((row_start + m.start() for m in re.finditer(r"\S+(?: \S+)*", row) if m.start() < right and left < m.end()), None)
 
 
 def _label_matches(text: str, labels: Sequence[str], rivals: Sequence[str]) -> Iterator[tuple[int, int]]:
@@ -368,6 +388,21 @@ def json_number(value: Decimal) -> str:
 def normalize_whitespace(text: str) -> str:
     """Runs of whitespace (line breaks included) become one space: a name broken over two lines is still one name."""
     return " ".join(text.split())
+
+
+def normalized_offsets(text: str) -> list[int]:
+    """For each offset of ``text``, where it lands in ``normalize_whitespace(text)`` (a run of whitespace: on the
+    next word)."""
+    offsets, at, pending = [], 0, False
+    for c in text:
+        if c.isspace():
+            pending = pending or at > 0
+        else:
+            at += pending
+            pending = False
+        offsets.append(at)
+        at += not c.isspace()
+    return offsets + [at]
 
 
 def written(text: str, spellings: tuple[str, ...], case: str = "exact") -> bool:

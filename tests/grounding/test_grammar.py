@@ -236,6 +236,12 @@ def test_labels_start_a_string_at_the_first_word_a_label_marks(tokenizer):
     assert accepts(tokenizer, schema, unlabelled, {"customer": "Robotics LLC", "number": "Inc"})  # no label written: every span
     too_long = "Customer: " + "X" * 30 + "\nInvoice # 7"  # the word after the label is past maxLength: every span
     assert accepts(tokenizer, schema, too_long, {"customer": "Customer", "number": "7"})
+    # laid out in columns, as PDF text is: the cell below the label starts a value too
+    columns = "Sammy Maystone    Invoice # 17\nBill To:          Ship To :\nTaylor Riddel     Taylor's Store\n\n14 Elm Road"
+    for customer, ok in [("Taylor Riddel", True), ("Ship To", True), ("Taylor's Store", False), ("Sammy Maystone", False)]:
+        assert accepts(tokenizer, schema, columns, {"customer": customer, "number": "17"}) is ok, customer
+    flat = "Bill To: Ship To:\nTaylor Riddel Taylor's Store"  # not laid out: only the first word after the label
+    assert not accepts(tokenizer, schema, flat, {"customer": "Taylor Riddel", "number": "Bill"})
 
 
 def test_includes_keeps_the_spans_that_hold_such_a_word_where_the_text_writes_one(tokenizer):

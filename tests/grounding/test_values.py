@@ -4,7 +4,17 @@ from decimal import Decimal
 
 import pytest
 
-from fucina_jobs.grounding.values import dates_in, json_number, labelled, number_spans, numbers_in, written
+from fucina_jobs.grounding.values import (
+    after_labels,
+    dates_in,
+    json_number,
+    labelled,
+    normalize_whitespace,
+    normalized_offsets,
+    number_spans,
+    numbers_in,
+    written,
+)
 
 
 @pytest.mark.parametrize(
@@ -126,6 +136,14 @@ def test_a_header_laid_out_in_columns_marks_the_value_below_it_in_its_column():
     due = labelled(dates_in(dates), dates, ["due date"])
     assert set(due) == {"2023-04-04"}
     assert marked("TOTAL\nRM 25.75") == {"25.75"}  # not laid out: the first value of the next line, as before
+
+
+def test_normalized_offsets_follow_the_words_into_the_normalised_text():
+    text = "  Bill To:\t  Ship To :\n\nTaylor  Riddel "
+    normal, offsets = normalize_whitespace(text), normalized_offsets(text)
+    assert normal == "Bill To: Ship To : Taylor Riddel"
+    assert all(normal[offsets[i]] == c for i, c in enumerate(text) if not c.isspace())
+    assert after_labels(text, ["bill to"]) == [text.index("Ship")]  # not laid out: no cell below
 
 
 def test_a_column_of_labels_then_a_column_of_values_align_from_their_ends():
