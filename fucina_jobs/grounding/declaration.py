@@ -68,7 +68,7 @@ class Grounded:
     labels: tuple[str, ...] = ()  # only values written right after one of these labels, where the text labels any
     includes: str | None = None  # span: lines and word: only values holding a word this regex matches whole, where the text writes one
     first_lines: int | None = None  # span: lines and words: only runs that start on one of the text's (an item's paragraph's) first N lines
-    ends_on: str | None = None  # span: lines: only runs whose last line writes a word this regex matches, where the text writes one
+    ends_on: str | None = None  # span: lines (words): only runs whose last line writes (that end on) a word this regex matches, where one can
     shortest: bool = False  # span: lines, with ends_on: the shortest run to each such line that names more than it
     cut_before: str | None = None  # span: lines (words): a line (a run after a label) stops before the first word this regex matches
     to_block_end: bool = False  # span: lines: a run ends on its block's last line (before marks or a cut), where it can
@@ -261,8 +261,13 @@ def _declared(node: dict[str, Any], path: tuple[str, ...]) -> Grounded:
     if first_lines is not None and (span == "word" or type(first_lines) is not int or first_lines < 1):
         raise GroundingError(f"{where}: {KEYWORD}.first_lines must be a whole number of lines, at least 1, on a string of span: lines or words")
     ends_on, cut_before = options.get("ends_on"), options.get("cut_before")
-    if ends_on is not None and (span != "lines" or not isinstance(ends_on, str) or not _regex(ends_on)):
-        raise GroundingError(f"{where}: {KEYWORD}.ends_on must be a regex without look-arounds or anchors, on a string of span: lines")
+    if ends_on is not None and (
+        span == "word" or (span == "words" and not (labels or first_lines)) or not isinstance(ends_on, str) or not _regex(ends_on)
+    ):
+        raise GroundingError(
+            f"{where}: {KEYWORD}.ends_on must be a regex without look-arounds or anchors, on a string of span: lines, "
+            "or of span: words with labels or first_lines (the runs it ends start after a label or on a top line)"
+        )
     shortest = options.get("shortest", False)
     if not isinstance(shortest, bool) or (shortest and ends_on is None):
         raise GroundingError(f"{where}: {KEYWORD}.shortest must be true or false, with ends_on (on a string of span: lines)")

@@ -17,6 +17,7 @@ nothing of models, jobs or speculation.
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import unicodedata
@@ -242,7 +243,8 @@ class _Builder:
         cutter = whole_words(g.cut_before)
         cuts = [cutter.search(text, start) if cutter else None for start in starts]
         rests = [_kept(text[start : cut.start()].rstrip(_CUT_ENDS)) if cut else text[start:] for start, cut in zip(starts, cuts)]
-        runs = []
+        ending = whole_words(g.ends_on)
+        runs, ended = [], []
         for recase in [str] if g.case == "exact" else [str, str.lower, str.upper, str.title]:
             for rest in rests:
                 chunks, room = [], g.schema.get("maxLength", LABELLED_CHARS)
@@ -250,9 +252,11 @@ class _Builder:
                     room -= len(chunk)
                     if room < 0:
                         break
-                    chunks.append(_literal(chunk))
+                    chunks.append(chunk)
                 if chunks:  # none where the first word after the label is longer than the string may be
-                    runs.append("".join(f"{c} (" for c in chunks[:-1]) + chunks[-1] + ")?" * (len(chunks) - 1))
+                    runs.append("".join(f"{_literal(c)} (" for c in chunks[:-1]) + _literal(chunks[-1]) + ")?" * (len(chunks) - 1))
+                    ended += _ending_runs(chunks, ending) if ending else []
+        runs = ended or runs  # ``ends_on``: the runs that end on such a word, where any does
         if not runs:
             return None
         name = f"LABELLED{len(self.rules)}"
@@ -520,6 +524,12 @@ def _word_chunks(escaped: str) -> list[str]:
             pieces.append(chunks[i])
             i += 1
     return pieces
+
+
+def _ending_runs(chunks: list[str], ending: re.Pattern) -> list[str]:
+    """The runs of ``chunks`` (a run of words' pieces, from its start) that end where ``ending`` ends a match."""
+    text, stops = "".join(chunks), set(itertools.accumulate(map(len, chunks)))
+    return [_literal(text[: m.end()]) for m in ending.finditer(text) if m.end() in stops]
 
 
 def _escaped(text: str) -> str:

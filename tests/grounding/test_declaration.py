@@ -76,8 +76,9 @@ def test_nested_objects_and_array_items_are_found():
         ({"type": "string", "x-grounded": {"span": "lines", "first_lines": 0}}, "x-grounded.first_lines must be a whole number"),
         (
             {"type": "string", "x-grounded": {"ends_on": "BHD"}},
-            "x-grounded.ends_on must be a regex without look-arounds or anchors, on a string of span: lines",
+            "x-grounded.ends_on must be a regex without look-arounds or anchors, on a string of span: lines, or of span: words with labels",
         ),
+        ({"type": "string", "x-grounded": {"span": "word", "ends_on": "BHD"}}, "x-grounded.ends_on must be a regex"),
         ({"type": "string", "x-grounded": {"span": "lines", "cut_before": "(?=TEL)"}}, "x-grounded.cut_before must be a regex"),
         ({"type": "string", "x-grounded": {"span": "word", "cut_before": "TEL"}}, "x-grounded.cut_before must be a regex without look-arounds"),
         ({"type": "number", "x-grounded": {"cut_before": "TEL"}}, "on a string of span: lines or words"),

@@ -333,6 +333,17 @@ def test_ends_on_keeps_the_runs_that_end_on_such_a_line(tokenizer):
     assert accepts(tokenizer, schema, "KEDAI MURNI\nNO. 3, JALAN MAWAR", rec("KEDAI MURNI NO. 3, JALAN MAWAR"))  # none written: every run
 
 
+def test_ends_on_keeps_the_runs_of_words_that_end_on_such_a_word(tokenizer):
+    schema = json.loads(json.dumps(PARTY))
+    grounded = {"first_lines": 4, "ends_on": r"B\.V\.?|AG|Ltd\.?", "cut_before": "(?i:factuur)"}
+    schema["properties"]["name"] = {"type": "string", "maxLength": 48, "x-grounded": grounded}
+    letterhead = "                    Coolblue B.V.\nFACTUUR.            Weena 664\nPino Bluebird\n                    Nederland"
+    for name, ok in [("Coolblue B.V.", True), ("Coolblue", False), ("Coolblue B.V. FACTUUR", False), ("Nederland", False), ("Pino Bluebird", False)]:
+        assert accepts(tokenizer, schema, letterhead, rec(name)) is ok, name
+    plain = "Saltbush Plumbing & Gas\nABN 12 345 678 901"  # no run can end on a legal form: every run the options allow
+    assert accepts(tokenizer, schema, plain, rec("Saltbush Plumbing & Gas")) and accepts(tokenizer, schema, plain, rec("Saltbush Plumbing"))
+
+
 def test_shortest_keeps_the_shortest_run_to_a_legal_form_that_names_more_than_it(tokenizer):
     schema = json.loads(json.dumps(PARTY))
     grounded = {"span": "lines", "ends_on": "SDN|BHD|CO|ENTERPRISE", "shortest": True, "first_lines": 3}
