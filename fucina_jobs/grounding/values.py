@@ -215,7 +215,8 @@ def labelled(
 ) -> dict[K, list[tuple[int, int]]]:
     """The values of ``found`` (value -> its spans in ``text``) that ``text`` writes after one of ``labels``, with those spans.
 
-    A label marks the first value written after it on its own line. Where the rest of that line writes none, it
+    A label marks the first value written after it on its own line, but a rate's base (``Tax 15% on $ 112.90
+    $ 16.94`` marks 16.94). Where the rest of that line writes none, it
     marks one below it, read the way OCR and PDF text lay out a form (``_below``). Labels match whole words, in any
     case, across any spaces, and not inside a longer one of ``rivals`` (``_label_matches``)."""
     starts: dict[int, list[tuple[K, tuple[int, int]]]] = {}
@@ -229,7 +230,7 @@ def labelled(
     marked: dict[K, list[tuple[int, int]]] = {}
     for first, end in _label_matches(text, labels, rivals):
         line = lines[bisect.bisect_right(firsts, first) - 1]
-        own = [s for s in line.values if s >= end]
+        own = [s for s in line.values if s >= end and not _BASE.search(text, end, s)]
         if own or line.start not in places:
             start = own[0] if own else None
         else:
@@ -237,6 +238,10 @@ def labelled(
         for value, span in starts.get(start, []):
             marked.setdefault(value, []).append(span)
     return marked
+
+
+#: A rate's base before a value (``Tax 15% on $ 112.90  $ 16.94``: 112.90 is what the rate applies to, not the tax).
+_BASE = re.compile(r"\d\s?%\s*(?:on|of|over|sur|auf|von|su|sobre|op|od)\s*\Z", re.IGNORECASE)
 
 
 @dataclass(frozen=True)

@@ -127,6 +127,12 @@ def test_a_label_marks_the_value_on_its_line_or_the_next_line_that_writes_one():
     assert marked("TOTAL\nTHANK YOU\nCASH 9.00") == set()  # a line of text between: no value below is the label's
 
 
+def test_a_label_marks_no_rate_s_base():
+    assert marked("Tax 15% on $ 112.90      $ 16.94", ["tax"]) == {"16.94"}
+    assert marked("MwSt. 19% auf 100,00 €  19,00 €", ["mwst"]) == {"19"}
+    assert marked("Tax 8.5% $ 18.87 on items", ["tax"]) == {"18.87"}
+
+
 def test_a_header_laid_out_in_columns_marks_the_value_below_it_in_its_column():
     # PDF text keeps a table's header above its row: each label marks what its column holds
     row = "Product    Qty    Price     Tax(%)    Tax      Total\nCards       1     278.61    14.50%     40.39   319.00"
