@@ -17,6 +17,7 @@ nothing of models, jobs or speculation.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import json
 import re
@@ -232,17 +233,26 @@ class _Builder:
         """With ``labels`` (or ``first_lines``) on a run of words: a terminal for the runs that start with the first
         word after a label (with one of the text's first lines, where it writes no label), up to the string's
         ``maxLength`` (``LABELLED_CHARS`` without one) and, with ``cut_before``, up to the first word it matches
-        (none from a start it matches); None where neither narrows anything."""
+        (none from a start it matches); None where neither narrows anything. No run crosses a column gap, three
+        spaces or more between two words of a line: laid-out text puts the letterhead and the customer's block
+        side by side (``Peter-Behrens-Platz 2    SimFin Analytics GmbH``)."""
         if not g.labels and not g.first_lines:
             return None
-        text = normalize_whitespace(self.text) if g.whitespace == "normalize" else self.text
+        normalize = g.whitespace == "normalize"
+        text = normalize_whitespace(self.text) if normalize else self.text
         starts = after_labels(self.text, g.labels, g.rivals)  # read in the text's own lines
-        if starts and g.whitespace == "normalize":
-            starts = sorted({normalized_offsets(self.text)[start] for start in starts})
+        offsets = normalized_offsets(self.text) if normalize else None
+        if starts and offsets:
+            starts = sorted({offsets[start] for start in starts})
         starts = starts or line_starts(self.text, g)
+        gaps = [offsets[m.end()] - 1 if offsets else m.start() for m in _COLUMN_GAP.finditer(self.text)]
         cutter = whole_words(g.cut_before)
-        cuts = [cutter.search(text, start) if cutter else None for start in starts]
-        rests = [_kept(text[start : cut.start()].rstrip(_CUT_ENDS)) if cut else text[start:] for start, cut in zip(starts, cuts)]
+        rests = []
+        for start in starts:
+            cut = cutter.search(text, start) if cutter else None
+            stop = min([cut.start()] if cut else [], default=len(text))
+            stop = min([stop, *(gap for gap in gaps[bisect.bisect_right(gaps, start) :][:1])])
+            rests.append(_kept(text[start:stop].rstrip(_CUT_ENDS)) if stop < len(text) else text[start:])
         ending = whole_words(g.ends_on)
         runs, ended = [], []
         for recase in [str] if g.case == "exact" else [str, str.lower, str.upper, str.title]:
@@ -434,15 +444,15 @@ def _names(run: str, ending: re.Pattern) -> bool:
 
 
 def line_starts(text: str, g: Grounded) -> list[int]:
-    """With ``first_lines`` on a run of words: where each of the text's first lines that hold anything starts (a
-    letterhead's name starts its line), in the text as the field reads it; none without the option."""
+    """With ``first_lines`` on a run of words: where each of the text's first lines that may start a value starts
+    (a letterhead's name starts its line), in the text as the field reads it; none without the option. A line
+    that ``cut_before`` cuts at its start neither starts a run nor counts: an invoice's title and its number and
+    date lines come before the letterhead in many layouts."""
     if not g.first_lines:
         return []
     read = normalize_whitespace(text) if g.whitespace == "normalize" else text
     starts, at = [], 0
-    for piece in text_lines(text, g)[0][: g.first_lines]:
-        if not piece:  # cut at its start (``cut_before``): no run starts there
-            continue
+    for piece in [piece for piece in text_lines(text, g)[0] if piece][: g.first_lines]:
         found = read.find(piece, at)
         if found < 0:
             break
@@ -524,6 +534,10 @@ def _word_chunks(escaped: str) -> list[str]:
             pieces.append(chunks[i])
             i += 1
     return pieces
+
+
+#: A column gap inside a line of laid-out text: three spaces or more between two words.
+_COLUMN_GAP = re.compile(r"(?<=\S) {3,}(?=\S)")
 
 
 def _ending_runs(chunks: list[str], ending: re.Pattern) -> list[str]:

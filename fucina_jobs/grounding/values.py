@@ -230,7 +230,7 @@ def labelled(
     marked: dict[K, list[tuple[int, int]]] = {}
     for first, end in _label_matches(text, labels, rivals):
         line = lines[bisect.bisect_right(firsts, first) - 1]
-        own = [s for s in line.values if s >= end and not _BASE.search(text, end, s)]
+        own = [s for s in line.values if s >= end and not _BASE.search(text, line.start, s)]
         if own or line.start not in places:
             start = own[0] if own else None
         else:
@@ -240,8 +240,9 @@ def labelled(
     return marked
 
 
-#: A rate's base before a value (``Tax 15% on $ 112.90  $ 16.94``: 112.90 is what the rate applies to, not the tax).
-_BASE = re.compile(r"\d\s?%\s*(?:on|of|over|sur|auf|von|su|sobre|op|od)\s*\Z", re.IGNORECASE)
+#: A rate's base before a value (``Tax 15% on $ 112.90  $ 16.94``, ``19,0% MwSt. aus 100,00 €  19,00 €``: the rate
+#: applies to 112.90 and 100.00; the tax is the other value).
+_BASE = re.compile(r"\d\s?%[^\n]*?(?<![^\W\d_])(?:on|of|over|sur|auf|aus|von|su|sobre|de|op|od)\s*\Z", re.IGNORECASE)
 
 
 @dataclass(frozen=True)

@@ -322,6 +322,18 @@ def test_cut_before_ends_a_run_of_words_and_starts_none(tokenizer):
         assert accepts(tokenizer, schema, text, rec(name)) is ok, name
     assert accepts(tokenizer, schema, "From: Halden LLC invoice 7", rec("Halden LLC"))  # after a label too
     assert not accepts(tokenizer, schema, "From: Halden LLC invoice 7", rec("Halden LLC invoice"))
+    # lines cut at their start do not count among the first lines: the letterhead below a title block is reached
+    stripe = "Invoice\nBilling portal\nTAX INVOICE\nNaturalsoft Limited\nDear Felix\nPO Box 7\nSold to: Felix Wolf"
+    assert accepts(tokenizer, schema, stripe, rec("Naturalsoft Limited")) and not accepts(tokenizer, schema, stripe, rec("Sold to"))
+
+
+def test_no_run_of_words_crosses_a_column_gap(tokenizer):
+    schema = json.loads(json.dumps(PARTY))
+    schema["properties"]["name"] = {"type": "string", "maxLength": 48, "x-grounded": {"labels": ["bill to"], "first_lines": 2}}
+    letterhead = "Storyblok GmbH    Invoice 7\nPeter-Behrens-Platz 2    SimFin Analytics GmbH"
+    for name, ok in [("Storyblok GmbH", True), ("Peter-Behrens-Platz 2", True), ("Peter-Behrens-Platz 2 SimFin Analytics GmbH", False)]:
+        assert accepts(tokenizer, schema, letterhead, rec(name)) is ok, name
+    assert accepts(tokenizer, schema, "Bill to: Storyblok GmbH  Linz", rec("Storyblok GmbH Linz"))  # two spaces are no gap
 
 
 def test_ends_on_keeps_the_runs_that_end_on_such_a_line(tokenizer):

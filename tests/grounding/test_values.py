@@ -130,6 +130,7 @@ def test_a_label_marks_the_value_on_its_line_or_the_next_line_that_writes_one():
 def test_a_label_marks_no_rate_s_base():
     assert marked("Tax 15% on $ 112.90      $ 16.94", ["tax"]) == {"16.94"}
     assert marked("MwSt. 19% auf 100,00 €  19,00 €", ["mwst"]) == {"19"}
+    assert marked("zzgl. 19,0% MwSt. aus 100,00 €    19,00 €", ["mwst"]) == {"19"}
     assert marked("Tax 8.5% $ 18.87 on items", ["tax"]) == {"18.87"}
 
 
