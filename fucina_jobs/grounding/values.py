@@ -68,15 +68,17 @@ def dates_in(text: str, day_first: bool | None = None) -> dict[str, list[tuple[i
     first, False: month first) keeps the one reading a locale gives, and reads the other only where that one is
     no date (``04/15/2025``). Without it, a text that writes such dates one way only where they read one way
     (``22-9-2022``: day first) is read that way throughout (``8-9-2022`` is 8 September): a document keeps
-    one convention."""
+    one convention. Where it shows none, a dotted date reads day first (``01.11.2023``), as every locale
+    that dots its dates writes them."""
     if day_first is None:
         day_first = _order_written(text)
     found: dict[str, list[tuple[int, int]]] = {}
     for pattern in _DATES:
         for m in pattern.finditer(text):
             readings = _readings(m)
-            if day_first is not None and m.re is _DATES[1] and len(readings) == 2:
-                readings = readings[:1] if day_first else readings[1:]
+            first = day_first if day_first is not None or m.re is not _DATES[1] else (True if m["sep"] == "." else None)
+            if first is not None and m.re is _DATES[1] and len(readings) == 2:
+                readings = readings[:1] if first else readings[1:]
             for iso in readings:
                 found.setdefault(iso, []).append(m.span())
     return found

@@ -56,7 +56,8 @@ def test_json_number_is_one_spelling():
         ("Date: 03/04/2025", {"2025-04-03", "2025-03-04"}),  # ambiguous: day-first and month-first
         ("Date: 04/15/2025", {"2025-04-15"}),
         ("Factuurdatum: 14-11-2025", {"2025-11-14"}),
-        ("Date 03.04.25", {"2025-04-03", "2025-03-04"}),
+        ("Date 03.04.25", {"2025-04-03"}),  # dotted: day first
+        ("Datum: 01.11.2023", {"2023-11-01"}),
         ("Issued: 4 March 2025", {"2025-03-04"}),
         ("Date: 5th September 2025", {"2025-09-05"}),
         ("DATE: March 28, 2025", {"2025-03-28"}),
