@@ -26,7 +26,7 @@ from decimal import Decimal
 from typing import Any, Callable, Collection, Iterable, Mapping
 
 from .declaration import Grounded, Units, grounded_arrays, grounded_fields, unit_spans, whole_words
-from .values import after_labels, dates_in, json_number, labelled, normalize_whitespace, normalized_offsets, number_spans, written
+from .values import COLUMN_GAP, after_labels, dates_in, json_number, labelled, normalize_whitespace, normalized_offsets, number_spans, written
 
 #: With ``includes``, ``ends_on`` or ``first_lines``, the most lines a run of lines (``span: lines``) takes past the
 #: line it must reach (the one that writes the word, or its first line), and the farthest an included line may be from its start.
@@ -245,13 +245,12 @@ class _Builder:
         if starts and offsets:
             starts = sorted({offsets[start] for start in starts})
         starts = starts or line_starts(self.text, g)
-        gaps = [offsets[m.end()] - 1 if offsets else m.start() for m in _COLUMN_GAP.finditer(self.text)]
+        gaps = [offsets[m.end()] - 1 if offsets else m.start() for m in COLUMN_GAP.finditer(self.text)] + [len(text)]
         cutter = whole_words(g.cut_before)
         rests = []
         for start in starts:
             cut = cutter.search(text, start) if cutter else None
-            stop = min([cut.start()] if cut else [], default=len(text))
-            stop = min([stop, *(gap for gap in gaps[bisect.bisect_right(gaps, start) :][:1])])
+            stop = min(cut.start() if cut else len(text), gaps[bisect.bisect_right(gaps, start)])
             rests.append(_kept(text[start:stop].rstrip(_CUT_ENDS)) if stop < len(text) else text[start:])
         ending = whole_words(g.ends_on)
         runs, ended = [], []
@@ -534,10 +533,6 @@ def _word_chunks(escaped: str) -> list[str]:
             pieces.append(chunks[i])
             i += 1
     return pieces
-
-
-#: A column gap inside a line of laid-out text: three spaces or more between two words.
-_COLUMN_GAP = re.compile(r"(?<=\S) {3,}(?=\S)")
 
 
 def _ending_runs(chunks: list[str], ending: re.Pattern) -> list[str]:

@@ -281,7 +281,7 @@ def _below(read: list[_Line], n: int, text: str, label: tuple[int, int]) -> int 
 
     - A label and its value side by side often come out as lines of their own (``TOTAL:`` then ``25.75``; or
       ``TOTAL``, ``:``, ``RM``, ``73.00``): the label marks the first value of the next line, blank lines passed over.
-      Where both lines are laid out in columns (runs of spaces between them), as a PDF's text keeps a table's
+      Where both lines are laid out in columns (``COLUMN_GAP``), as a PDF's text keeps a table's
       header above its row, the label marks what that line writes in its column (``_in_column``).
     - A table of labels and amounts comes out as a column of labels, then a column of values (``TOTAL``, ``CASH``,
       ``CHANGE``, then ``43.70``, ``50.00``, ``6.30``): a label in such a column marks the value in its place,
@@ -304,8 +304,8 @@ def _below(read: list[_Line], n: int, text: str, label: tuple[int, int]) -> int 
     return _in_column(text, read[n], below[0], label)
 
 
-#: Columns of a laid-out line: a gap of two spaces or more between its runs.
-_COLUMN_GAP = re.compile(r"\S {2,}\S")
+#: A column gap inside a line of laid-out text (a PDF's, not OCR's): three spaces or more between two words.
+COLUMN_GAP = re.compile(r"(?<=\S) {3,}(?=\S)")
 
 
 def _in_column(text: str, header: _Line, row: _Line, label: tuple[int, int]) -> int | None:
@@ -315,7 +315,7 @@ def _in_column(text: str, header: _Line, row: _Line, label: tuple[int, int]) -> 
     writes a digit (a rate, a quantity), the label marks none; otherwise, as for lines not laid out, the row's
     first value."""
     head, line = (text[x.start : text.find("\n", x.start) % (len(text) + 1)] for x in (header, row))
-    if not (_COLUMN_GAP.search(head) and _COLUMN_GAP.search(line)):
+    if not (COLUMN_GAP.search(head) and COLUMN_GAP.search(line)):
         return row.values[0]
     left, right = label[0] - header.start, label[1] - header.start
     words = [(m.start(), m.end()) for m in re.finditer(r"\S+", line)]
@@ -349,7 +349,7 @@ def _cell_below(text: str, first: int, end: int) -> int | None:
     while row_start < len(text) and not text[row_start : text.find("\n", row_start) % (len(text) + 1)].strip():
         row_start = text.find("\n", row_start) % (len(text) + 1) + 1
     row = text[row_start : text.find("\n", row_start) % (len(text) + 1)]
-    if not (_COLUMN_GAP.search(text[head_start:head_end]) and _COLUMN_GAP.search(row)):
+    if not (COLUMN_GAP.search(text[head_start:head_end]) and COLUMN_GAP.search(row)):
         return None
     left, right = first - head_start, end - head_start
     return next((row_start + m.start() for m in re.finditer(r"\S+(?: \S+)*", row) if m.start() < right and left < m.end()), None)
