@@ -347,12 +347,11 @@ def preferred(g: Grounded, values: list[str], text: str) -> list[str]:
     rounded); of those, with ``largest``, the largest alone. All are preferences, not facts: a rule's repair
     excludes the value held where it breaks a rule (inv-022's ``Items total`` before its discount), and the next
     one is held then, an allowance last."""
+    found, text = _found(g, text) if (g.allow and g.labels) or g.prefer_labels else ({}, text)
     if g.allow and g.labels:
-        found, text = _found(g, text)
         marked = _spelled(g, labelled(found, text, g.labels, g.rivals))
         values = [v for v in values if v in marked] or values
     if g.prefer_labels:
-        found, text = _found(g, text)
         marked = _spelled(g, labelled(found, text, g.prefer_labels, g.rivals))
         values = [v for v in values if v in marked] or values
     if g.rounding and _ROUNDING.search(text):
@@ -373,7 +372,10 @@ def words(g: Grounded, text: str, narrowed: bool = False) -> list[str]:
     label, where there are any. A label may end inside a word (``Facture n°562044387``): the rest is the word."""
     low, high = g.schema.get("minLength", 1), g.schema.get("maxLength", len(text))
     recase = [str] if g.case == "exact" else [str, str.lower, str.upper, str.title]
-    fits = lambda found: [w for w in dict.fromkeys(f(word) for word in found for f in recase) if w and low <= len(w) <= high]  # noqa: E731
+
+    def fits(found: Iterable[str]) -> list[str]:
+        return [w for w in dict.fromkeys(f(word) for word in found for f in recase) if w and low <= len(w) <= high]
+
     fitting = fits(_strip_marks(w) for w in text.split())
     if not narrowed:
         return fitting

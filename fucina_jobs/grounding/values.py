@@ -76,9 +76,10 @@ def dates_in(text: str, day_first: bool | None = None) -> dict[str, list[tuple[i
     for pattern in _DATES:
         for m in pattern.finditer(text):
             readings = _readings(m)
-            first = day_first if day_first is not None or m.re is not _DATES[1] else (True if m["sep"] == "." else None)
-            if first is not None and m.re is _DATES[1] and len(readings) == 2:
-                readings = readings[:1] if first else readings[1:]
+            if m.re is _DATES[1] and len(readings) == 2:
+                first = day_first if day_first is not None else (True if m["sep"] == "." else None)
+                if first is not None:
+                    readings = readings[:1] if first else readings[1:]
             for iso in readings:
                 found.setdefault(iso, []).append(m.span())
     return found
@@ -314,7 +315,7 @@ def _in_column(text: str, header: _Line, row: _Line, label: tuple[int, int]) -> 
     04/04/2023``; ``Tax`` above ``40.39`` beside ``14.50%`` below ``Tax(%)``). Where that word is no value but
     writes a digit (a rate, a quantity), the label marks none; otherwise, as for lines not laid out, the row's
     first value."""
-    head, line = (text[x.start : text.find("\n", x.start) % (len(text) + 1)] for x in (header, row))
+    head, line = (text[x.start : _line_end(text, x.start)] for x in (header, row))
     if not (COLUMN_GAP.search(head) and COLUMN_GAP.search(line)):
         return row.values[0]
     left, right = label[0] - header.start, label[1] - header.start
@@ -344,11 +345,11 @@ def _cell_below(text: str, first: int, end: int) -> int | None:
     """Where the cell of the next line that holds anything starts below ``text[first:end]`` (a run of words with
     single spaces that overlaps its columns), both lines laid out in columns; None where there is none."""
     head_start = text.rfind("\n", 0, first) + 1
-    head_end = text.find("\n", end) % (len(text) + 1)
+    head_end = _line_end(text, end)
     row_start = head_end + 1
-    while row_start < len(text) and not text[row_start : text.find("\n", row_start) % (len(text) + 1)].strip():
-        row_start = text.find("\n", row_start) % (len(text) + 1) + 1
-    row = text[row_start : text.find("\n", row_start) % (len(text) + 1)]
+    while row_start < len(text) and not text[row_start : _line_end(text, row_start)].strip():
+        row_start = _line_end(text, row_start) + 1
+    row = text[row_start : _line_end(text, row_start)]
     if not (COLUMN_GAP.search(text[head_start:head_end]) and COLUMN_GAP.search(row)):
         return None
     left, right = first - head_start, end - head_start
@@ -396,6 +397,12 @@ def json_number(value: Decimal) -> str:
 def normalize_whitespace(text: str) -> str:
     """Runs of whitespace (line breaks included) become one space: a name broken over two lines is still one name."""
     return " ".join(text.split())
+
+
+def _line_end(text: str, at: int) -> int:
+    """Where the line that holds offset ``at`` ends: its line break, or the text's end."""
+    end = text.find("\n", at)
+    return len(text) if end < 0 else end
 
 
 def normalized_offsets(text: str) -> list[int]:
