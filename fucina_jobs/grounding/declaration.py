@@ -37,6 +37,7 @@ _OPTIONS = (
     "shortest",
     "cut_before",
     "to_block_end",
+    "starts_on",
     "prefer_labels",
     "largest",
     "rounding",
@@ -72,6 +73,7 @@ class Grounded:
     shortest: bool = False  # span: lines, with ends_on: the shortest run to each such line that names more than it
     cut_before: str | None = None  # span: lines (words): a line (a run after a label) stops before the first word this regex matches
     to_block_end: bool = False  # span: lines: a run ends on its block's last line (before marks or a cut), where it can
+    starts_on: str | None = None  # span: lines: a run starts on its block's first line that writes a word this regex matches, where one can
     prefer_labels: tuple[str, ...] = ()  # numbers and dates: only the values left that one of these labels marks, where any is left
     largest: bool = False  # numbers: only the largest value left (of the labelled ones, with labels); a rule's repair may exclude it
     rounding: Decimal | None = (
@@ -276,6 +278,9 @@ def _declared(node: dict[str, Any], path: tuple[str, ...]) -> Grounded:
     to_block_end = options.get("to_block_end", False)
     if not isinstance(to_block_end, bool) or (to_block_end and span != "lines"):
         raise GroundingError(f"{where}: {KEYWORD}.to_block_end must be true or false, on a string of span: lines only")
+    starts_on = options.get("starts_on")
+    if starts_on is not None and (span != "lines" or not isinstance(starts_on, str) or not _regex(starts_on)):
+        raise GroundingError(f"{where}: {KEYWORD}.starts_on must be a regex without look-arounds or anchors, on a string of span: lines only")
     prefer_labels = options.get("prefer_labels", [])
     if (
         not isinstance(prefer_labels, list)
@@ -313,6 +318,7 @@ def _declared(node: dict[str, Any], path: tuple[str, ...]) -> Grounded:
         shortest,
         cut_before,
         to_block_end,
+        starts_on,
         tuple(prefer_labels),
         largest,
         None if rounding is None else Decimal(str(rounding)),

@@ -386,12 +386,13 @@ def words(g: Grounded, text: str, narrowed: bool = False) -> list[str]:
 
 
 def line_run_starts(g: Grounded, lines: list[str], cut: list[bool]) -> list[tuple[int, int, int]] | None:
-    """The runs of whole lines that ``includes``, ``ends_on``, ``first_lines`` and ``to_block_end`` allow, as (first
-    line, the line it must reach, the last line it may reach); None where they narrow nothing. ``includes``
-    (``ends_on``) narrows only where a start that ``first_lines`` allows reaches (ends on) such a line within the
-    string's ``maxLength``. No run goes past a line of only marks or a line that ``cut_before`` cut (``cut``): that
-    is where a run's block ends, and with ``to_block_end`` a run not held by ``ends_on`` reaches it, where it can."""
-    if g.includes is None and g.ends_on is None and g.first_lines is None and not g.to_block_end:
+    """The runs of whole lines that ``includes``, ``ends_on``, ``first_lines``, ``to_block_end`` and ``starts_on``
+    allow, as (first line, the line it must reach, the last line it may reach); None where they narrow nothing.
+    ``includes`` (``ends_on``) narrows only where a start that ``first_lines`` allows reaches (ends on) such a line
+    within the string's ``maxLength``. No run goes past a line of only marks or a line that ``cut_before`` cut
+    (``cut``): that is where a run's block ends, and with ``to_block_end`` a run not held by ``ends_on`` reaches it,
+    where it can. With ``starts_on``, a block's runs start on its first start that writes such a word."""
+    if g.includes is None and g.ends_on is None and g.first_lines is None and not g.to_block_end and g.starts_on is None:
         return None
     joiner, high = " " if g.whitespace == "normalize" else "\n", g.schema.get("maxLength")
 
@@ -400,7 +401,7 @@ def line_run_starts(g: Grounded, lines: list[str], cut: list[bool]) -> list[tupl
 
     marks = [not any(c.isalnum() for c in line) for line in lines]
     included, ending = g.included(), whole_words(g.ends_on)
-    starts = []  # (first, least, most, holds an included line, ends on an ending line)
+    starts = []  # (first, least, most, holds an included line, ends on an ending line, where its block ends)
     for first in range(min(len(lines), g.first_lines or len(lines))):
         if marks[first] or not fits(first, first):
             continue
@@ -412,23 +413,40 @@ def line_run_starts(g: Grounded, lines: list[str], cut: list[bool]) -> list[tupl
         ends = [k for k in range(least, most + 1) if ending is not None and ending.search(lines[k]) and fits(first, k)]
         if g.to_block_end and not ends and end - 1 <= most and fits(first, end - 1):
             least = end - 1  # the run must reach its block's last line
-        starts += [(first, k, k, bool(holds), True) for k in ends] or [(first, least, most, bool(holds), False)]
+        starts += [(first, k, k, bool(holds), True, end) for k in ends] or [(first, least, most, bool(holds), False, end)]
     for narrows, pattern in ((3, included), (4, ending)):
         if pattern is not None and any(s[narrows] for s in starts):
             starts = [s for s in starts if s[narrows]]
     if g.shortest and ending is not None:
         starts = _shortest(starts, lines, ending)
-    if g.first_lines is None and not g.to_block_end and not any(s[3] or s[4] for s in starts):
+    if g.starts_on is not None:
+        starts = _first_in_block(starts, lines, whole_words(g.starts_on))
+    if g.first_lines is None and not g.to_block_end and g.starts_on is None and not any(s[3] or s[4] for s in starts):
         return None  # includes or ends_on alone, and no run can hold such a line: every run
     return [s[:3] for s in starts] or None
 
 
-def _shortest(starts: list[tuple[int, int, int, bool, bool]], lines: list[str], ending: re.Pattern) -> list[tuple[int, int, int, bool, bool]]:
+_Start = tuple[int, int, int, bool, bool, int]
+
+
+def _first_in_block(starts: list[_Start], lines: list[str], starting: re.Pattern) -> list[_Start]:
+    """Each block's runs from its first start whose line writes a ``starts_on`` word, and none from a block whose
+    starts write none; all of them where no start's line writes one. A letterhead's address block starts on its first line with a number (``3RD FLR, AEON TAMAN MALURI SC``
+    above ``CHERAS, 55100 KUALA LUMPUR``), not on a brand line above it (``MYDIN MART SRI MUDA``); left to choose
+    among the block's lines, a model starts on the postcode's line."""
+    firsts: dict[int, int] = {}
+    for first, *_, block in starts:  # in text order
+        if starting.search(lines[first]):
+            firsts.setdefault(block, first)
+    return [s for s in starts if firsts.get(s[5]) == s[0]] if firsts else starts
+
+
+def _shortest(starts: list[_Start], lines: list[str], ending: re.Pattern) -> list[_Start]:
     """Of the runs that end on an ``ends_on`` line, for each such line the shortest that writes a word besides what
     ``ends_on`` matches and what brackets hold (``KMF FOODICIOUS SDN BHD (1132106-H)`` alone, below a brand line;
     ``POPULAR BOOK`` then ``CO. (M) SDN BHD``, both lines); the other runs as they are."""
     firsts: dict[int, list[int]] = {}
-    for first, least, _, _, ends in starts:
+    for first, least, _, _, ends, _ in starts:
         if ends:
             firsts.setdefault(least, []).append(first)
     chosen = {end: next((f for f in sorted(fs, reverse=True) if _names(" ".join(lines[f : end + 1]), ending)), min(fs)) for end, fs in firsts.items()}

@@ -87,6 +87,11 @@ def test_nested_objects_and_array_items_are_found():
         ({"type": "string", "x-grounded": {"span": "lines", "shortest": True}}, "x-grounded.shortest must be true or false, with ends_on"),
         ({"type": "string", "x-grounded": {"to_block_end": True}}, "x-grounded.to_block_end must be true or false, on a string of span: lines only"),
         ({"type": "string", "x-grounded": {"span": "lines", "to_block_end": 1}}, "x-grounded.to_block_end must be true or false"),
+        (
+            {"type": "string", "x-grounded": {"starts_on": "[0-9]"}},
+            "x-grounded.starts_on must be a regex without look-arounds or anchors, on a string of span: lines only",
+        ),
+        ({"type": "string", "x-grounded": {"span": "lines", "starts_on": "^[0-9]"}}, "x-grounded.starts_on must be a regex"),
         ({"type": "string", "x-grounded": {"prefer_labels": ["net total"]}}, "on number, integer or date properties only"),
         ({"type": "number", "x-grounded": {"prefer_labels": "net total"}}, "x-grounded.prefer_labels must be a list of non-empty strings"),
         ({"type": "number", "x-grounded": {"prefer_labels": [" "]}}, "x-grounded.prefer_labels must be a list of non-empty strings"),

@@ -408,6 +408,27 @@ def test_to_block_end_runs_to_the_line_before_marks_or_a_cut(tokenizer):
     assert accepts(tokenizer, schema, far, rec("NO. 3, JALAN MAWAR 81100 JOHOR BAHRU"))  # the block's end out of reach: as without it
 
 
+def test_starts_on_starts_a_block_on_its_first_line_that_writes_such_a_word(tokenizer):
+    schema = json.loads(json.dumps(PARTY))
+    grounded = {"span": "lines", "includes": "[0-9]{5}", "cut_before": "TEL|SDN", "to_block_end": True, "starts_on": "[^\\W_]*[0-9][^\\W_]*"}
+    schema["properties"]["name"] = {"type": "string", "maxLength": 120, "x-grounded": grounded}
+    text = "KEDAI MURNI SDN BHD\nMURNI MART TAMAN DAYA\n3RD FLR, PLAZA MAWAR\nJLN MAWAR\n81100 JOHOR BAHRU\nTEL 07-3507405"
+    for name, ok in [
+        ("3RD FLR, PLAZA MAWAR JLN MAWAR 81100 JOHOR BAHRU", True),  # the block's first line with a number (3RD)
+        ("81100 JOHOR BAHRU", False),  # the postcode's line alone: a later start of the same block
+        ("JLN MAWAR 81100 JOHOR BAHRU", False),
+        ("MURNI MART TAMAN DAYA 3RD FLR, PLAZA MAWAR JLN MAWAR 81100 JOHOR BAHRU", False),  # a brand line above it
+    ]:
+        assert accepts(tokenizer, schema, text, rec(name)) is ok, name
+    two = "NO 1, JALAN SATU\n40100 SHAH ALAM\nTEL 03-1\nLOT 2\n50100 KUALA LUMPUR"
+    for name in ["NO 1, JALAN SATU 40100 SHAH ALAM", "LOT 2 50100 KUALA LUMPUR"]:  # a block each: which block is still the model's
+        assert accepts(tokenizer, schema, two, rec(name)), name
+    assert not accepts(tokenizer, schema, two, rec("40100 SHAH ALAM"))
+    bare = "MURNI MART\nJLN MAWAR\n81100 JOHOR BAHRU"  # no word with a digit but the postcode's, which starts the block's last line
+    assert accepts(tokenizer, schema, bare, rec("81100 JOHOR BAHRU"))
+    assert not accepts(tokenizer, schema, bare, rec("JLN MAWAR 81100 JOHOR BAHRU"))
+
+
 def test_day_first_reads_a_date_of_numbers_one_way_where_both_are_dates(tokenizer):
     def schema(day_first):
         return {
