@@ -385,6 +385,11 @@ def words(g: Grounded, text: str, narrowed: bool = False) -> list[str]:
     return labelled or fitting
 
 
+#: A run of lines while ``line_run_starts`` narrows: (first, least, most, holds an included line, ends on an ending
+#: line, where its block ends).
+_Start = tuple[int, int, int, bool, bool, int]
+
+
 def line_run_starts(g: Grounded, lines: list[str], cut: list[bool]) -> list[tuple[int, int, int]] | None:
     """The runs of whole lines that ``includes``, ``ends_on``, ``first_lines``, ``to_block_end`` and ``starts_on``
     allow, as (first line, the line it must reach, the last line it may reach); None where they narrow nothing.
@@ -401,7 +406,7 @@ def line_run_starts(g: Grounded, lines: list[str], cut: list[bool]) -> list[tupl
 
     marks = [not any(c.isalnum() for c in line) for line in lines]
     included, ending = g.included(), whole_words(g.ends_on)
-    starts = []  # (first, least, most, holds an included line, ends on an ending line, where its block ends)
+    starts: list[_Start] = []
     for first in range(min(len(lines), g.first_lines or len(lines))):
         if marks[first] or not fits(first, first):
             continue
@@ -426,14 +431,12 @@ def line_run_starts(g: Grounded, lines: list[str], cut: list[bool]) -> list[tupl
     return [s[:3] for s in starts] or None
 
 
-_Start = tuple[int, int, int, bool, bool, int]
-
-
 def _first_in_block(starts: list[_Start], lines: list[str], starting: re.Pattern) -> list[_Start]:
     """Each block's runs from its first start whose line writes a ``starts_on`` word, and none from a block whose
-    starts write none; all of them where no start's line writes one. A letterhead's address block starts on its first line with a number (``3RD FLR, AEON TAMAN MALURI SC``
-    above ``CHERAS, 55100 KUALA LUMPUR``), not on a brand line above it (``MYDIN MART SRI MUDA``); left to choose
-    among the block's lines, a model starts on the postcode's line."""
+    starts write none; all of them where no start's line writes one. A letterhead's address block starts on its
+    first line with a number (``3RD FLR, AEON TAMAN MALURI SC`` above ``CHERAS, 55100 KUALA LUMPUR``), not on a
+    brand line above it (``MYDIN MART SRI MUDA``); left to choose among the block's lines, a model starts on the
+    postcode's line."""
     firsts: dict[int, int] = {}
     for first, *_, block in starts:  # in text order
         if starting.search(lines[first]):
