@@ -19,7 +19,7 @@ commands:
   review RUN_DIR --html OUT.html       a page to check every row by eye: its text with the values highlighted
   export labelstudio RUN_DIR OUT.json  Label Studio tasks, the run's values as predictions, and labelstudio.xml
   import labelstudio EXPORT GOLD.jsonl Label Studio annotations as gold labels for eval.gold
-  bench decode|streams|engines|pipeline|occupancy [--json]   benchmark the decoder, the engines, the data path
+  bench decode|streams|engines|pipeline|occupancy|reports|job [--json]   benchmark the decoder, the engines, the data path, a job
 
 examples:
   fucina-jobs run conf=extract_invoices                         # a shipped job, from any folder

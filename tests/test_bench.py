@@ -19,6 +19,8 @@ from fucina_jobs.bench.cli import main
 from fucina_jobs.bench.inputs import Doc, cycle_docs
 from fucina_jobs.bench.tables import format_table
 
+from .helpers import manifest
+
 ROW_KEYS = {
     "arm",
     "label",
@@ -183,3 +185,32 @@ def test_engines_without_vllm_runs_the_local_arms_against_fucina_plain(tiny_mode
         # Greedy under the same grammar masks: every engine writes the same text at float64.
         assert row["same_text_as_reference"] == 1.0
     assert rows["fucina_spec"]["tokens_per_forward"] > 1 and rows["transformers_llguidance"]["tokens_per_forward"] is None
+
+
+@pytest.mark.slow
+def test_job_runs_each_arm_as_a_whole_job_alternated_on_one_ray(tiny_model, tmp_path, capsys):
+    job = ["conf=eval_invoices", "dataset.limit=2", f"model.source={tiny_model}", "model.dtype=float64", "model.device=cpu"]
+    argv = ["job", *job, "--json", "--rounds", "2", "--keep", str(tmp_path)]
+    result = _run(capsys, argv + ["--arm", "full:decoding.max_tokens=200", "--arm", "cut:decoding.max_tokens=4"])
+
+    arms = {a["name"]: a for a in result["arms"]}
+    assert list(arms) == ["full", "cut"] and arms["full"]["ratio"] == pytest.approx(1.0)
+    assert arms["cut"]["overrides"] == ["decoding.max_tokens=4"]
+    for arm in arms.values():
+        assert arm["rows"] == 2 and arm["records"] + arm["rejects"] == 2 and len(arm["wall_per_row_s"]) == 2
+        assert all(w > 0 for w in arm["wall_per_row_s"]) and arm["same_output_every_round"]  # greedy: every run writes the same
+        assert arm["accuracy_mean"] is not None  # eval_invoices names its gold labels
+    assert arms["cut"]["records"] == 0  # 4 tokens end no JSON object: the arm's own override reached its runs
+    for name in arms:  # --keep: each round a whole run of its own, ended complete
+        assert all(manifest(tmp_path / name / f"round-{r}")["status"] == "complete" for r in range(2))
+
+
+def test_job_refuses_bad_arms_before_any_model_loads(capsys):
+    assert main(["job", "conf=eval_invoices", "--arm", "a:decoding.max_tokens=0"]) == 2
+    assert capsys.readouterr().err.startswith("arm a: ")
+    assert main(["job", "conf=eval_invoices", "--arm", "a:output.dir=/tmp/x"]) == 2
+    assert "output.* is the benchmark's to set" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["job", "conf=eval_invoices", "--arm", "no-colon"])
+    with pytest.raises(SystemExit, match="a name of its own"):
+        main(["job", "conf=eval_invoices", "--arm", "a:", "--arm", "a:decoding.seed=1"])

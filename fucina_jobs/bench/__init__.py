@@ -1,6 +1,6 @@
-"""``python -m fucina_jobs bench``: decoder benchmarks on the shipped invoice job.
+"""``python -m fucina_jobs bench``: benchmarks of the decoder, the engines, the data path and whole jobs.
 
-Three subcommands, each printing aligned text tables (or ``--json``):
+Each subcommand prints aligned text tables (or ``--json``):
 
 - ``decode`` (decode.py): one stream, greedy, four arms per document: plain
   unconstrained, plain constrained, speculative without and with grammar
@@ -9,7 +9,11 @@ Three subcommands, each printing aligned text tables (or ``--json``):
 - ``streams`` (streams.py): aggregate throughput for several stream counts,
   speculation off and on, over documents cycled under distinct ids;
 - ``engines`` (engines.py): fucina against vLLM and transformers ``generate``,
-  each engine in a worker process of its own.
+  each engine in a worker process of its own;
+- ``pipeline``, ``occupancy``, ``reports`` (their modules): the data path on
+  the canned engine, streams kept busy across shards, long documents;
+- ``job`` (job.py): arms of one job config, each a whole run, with accuracy
+  where the job names gold labels.
 
 The machine is assumed to be shared, so every table compares arms measured
 side by side in one run: the arms alternate, in an order rotated every round

@@ -11,7 +11,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from . import occupancy, pipeline, reports
+from . import job, occupancy, pipeline, reports
 from ..pipeline.config import DecodingConfig
 from .inputs import DEFAULT_JOB, DEFAULT_SCHEMA, load_docs
 
@@ -90,7 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--no-warmup", dest="warmup", action="store_false", help="skip the short untimed generation per arm")
     common.add_argument("-q", "--quiet", action="store_true", help="only warnings on stderr")
 
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{decode,streams,engines,pipeline,occupancy,reports}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{decode,streams,engines,pipeline,occupancy,reports,job}")
     decode = _add_command(
         sub,
         common,
@@ -137,13 +137,14 @@ def build_parser() -> argparse.ArgumentParser:
     pipeline.add_parser(sub)
     occupancy.add_parser(sub)
     reports.add_parser(sub)
+    job.add_parser(sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.command in ("pipeline", "occupancy", "reports"):
-        return {"pipeline": pipeline, "occupancy": occupancy, "reports": reports}[args.command].main(args)
+    if args.command in ("pipeline", "occupancy", "reports", "job"):
+        return {"pipeline": pipeline, "occupancy": occupancy, "reports": reports, "job": job}[args.command].main(args)
     args.started = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
     if not logging.getLogger().handlers:
         logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)

@@ -50,7 +50,7 @@ class ReplicaPool:
         self.actors: list[Any] = []
 
     def __enter__(self) -> "ReplicaPool":
-        self._connect()
+        self._started_ray = connect(self.cfg, self.replicas)
         options = self._placement()
         worker = ray.remote(RayReplica)
         self.actors = [
@@ -80,28 +80,6 @@ class ReplicaPool:
             self.actors = []
             if self._started_ray:
                 ray.shutdown()
-
-    def _connect(self) -> None:
-        if ray.is_initialized():
-            return
-        address = self.cfg.runtime.ray_address
-        env = {"env_vars": {"OMP_WAIT_POLICY": "PASSIVE", "RAY_AUTH_MODE": os.environ.get("RAY_AUTH_MODE", "disabled")}}
-        if address is None:
-            # A private local cluster needs no token; without this, a token left in
-            # ~/.ray by another cluster on the host makes our workers fail to connect.
-            os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-            ray.init(
-                address="local",
-                resources={"replica": self.replicas},
-                include_dashboard=False,
-                runtime_env=env,
-                logging_level=logging.WARNING,
-                log_to_driver=False,
-            )
-        else:
-            ray.init(address=address, runtime_env=env, logging_level=logging.WARNING)
-        self._started_ray = True
-        reclaim()  # ray.init put its own SIGTERM handlers in place of ours
 
     def _placement(self) -> dict[str, Any]:
         resources = ray.cluster_resources()
@@ -195,6 +173,32 @@ class RayReplica(ShardWorker):
         # collector's full passes, which at 128 streams otherwise walk it every few steps (docs/BENCHMARKS.md).
         gc.collect()
         gc.freeze()
+
+
+def connect(cfg: JobConfig, replicas: int) -> bool:
+    """Join ``runtime.ray_address``, or start a private local Ray with ``replicas`` replica slots; True when this call started it.
+
+    A Ray already up in this process is used as it is (False): whoever started it shuts it down."""
+    if ray.is_initialized():
+        return False
+    address = cfg.runtime.ray_address
+    env = {"env_vars": {"OMP_WAIT_POLICY": "PASSIVE", "RAY_AUTH_MODE": os.environ.get("RAY_AUTH_MODE", "disabled")}}
+    if address is None:
+        # A private local cluster needs no token; without this, a token left in
+        # ~/.ray by another cluster on the host makes our workers fail to connect.
+        os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+        ray.init(
+            address="local",
+            resources={"replica": replicas},
+            include_dashboard=False,
+            runtime_env=env,
+            logging_level=logging.WARNING,
+            log_to_driver=False,
+        )
+    else:
+        ray.init(address=address, runtime_env=env, logging_level=logging.WARNING)
+    reclaim()  # ray.init put its own SIGTERM handlers in place of ours
+    return True
 
 
 def node_threads() -> int:
