@@ -203,6 +203,8 @@ def test_job_runs_each_arm_as_a_whole_job_alternated_on_one_ray(tiny_model, tmp_
     assert arms["cut"]["records"] == 0  # 4 tokens end no JSON object: the arm's own override reached its runs
     for name in arms:  # --keep: each round a whole run of its own, ended complete
         assert all(manifest(tmp_path / name / f"round-{r}")["status"] == "complete" for r in range(2))
+    again = _run(capsys, ["job", *job, "--json", "--rounds", "1", "--keep", str(tmp_path), "--arm", "cut:decoding.max_tokens=4"])
+    assert again["arms"][0]["rows"] == 2 and again["arms"][0]["wall_per_row_s"][0] > 0  # a --keep DIR used before: decoded anew, not resumed
 
 
 def test_job_refuses_bad_arms_before_any_model_loads(capsys):

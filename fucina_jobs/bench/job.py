@@ -105,35 +105,44 @@ def _job(conf: str, overrides: list[str], arm: str, out: Path) -> Any:
     if any(o.lstrip("+~").startswith("output.") for o in overrides):
         raise ConfigError(f"arm {arm}: output.* is the benchmark's to set (--keep DIR keeps the runs)")
     try:
-        raw = compose(conf, [*overrides, f"output.dir={out}"])
+        raw = compose(conf, [*overrides, f"output.dir={out}", "output.fresh=true"])  # a --keep DIR used before is decoded anew
         return Job(validate(raw), Path.cwd(), raw)
     except (HydraException, OmegaConfBaseException, ConfigError) as err:
         raise ConfigError(f"arm {arm}: {' '.join(str(err).split())}") from None
 
 
 def run_job(args: argparse.Namespace) -> dict[str, Any]:
-    import ray
-
-    from ..pipeline.ray_pool import connect
-
     conf, shared = _conf(args.job)
     arms = [JobArm(name, overrides) for name, overrides in (args.arms or [("job", [])])]
     if len({a.name for a in arms}) < len(arms):
         raise SystemExit("bench job: give each --arm a name of its own")
     work = args.keep or Path(tempfile.mkdtemp(prefix="fucina-bench-job-"))
-    jobs = lambda r: {a.name: _job(conf, [*shared, *a.overrides], a.name, work / a.name / f"round-{r}") for a in arms}  # noqa: E731
+    try:
+        _rounds(conf, shared, arms, args.rounds, work)
+    finally:
+        if args.keep is None:
+            shutil.rmtree(work, ignore_errors=True)
+    return _result(conf, shared, args.rounds, arms)
+
+
+def _rounds(conf: str, shared: list[str], arms: list[JobArm], rounds: int, work: Path) -> None:
+    """Every arm's run of every round, alternated, on one Ray (started here unless one is up), into ``work/ARM/round-N``."""
+    import ray
+
+    from ..pipeline.ray_pool import connect
+
+    def jobs(r: int) -> dict[str, Any]:
+        return {a.name: _job(conf, [*shared, *a.overrides], a.name, work / a.name / f"round-{r}") for a in arms}
+
     first = jobs(0)  # every arm's config, dataset and examples checked before any model loads
     started = connect(next(iter(first.values())).cfg, max(job.cfg.runtime.replicas for job in first.values()))
     try:
-        for r, arm in alternate(arms, args.rounds):
+        for r, arm in alternate(arms, rounds):
             _round(arm, first.pop(arm.name) if r == 0 else jobs(r)[arm.name])
             log.info("round %d, %s: %.3f s a row", r, arm.name, arm.walls[-1])
     finally:
         if started:
             ray.shutdown()
-        if args.keep is None:
-            shutil.rmtree(work, ignore_errors=True)
-    return _result(conf, shared, args.rounds, arms)
 
 
 def _round(arm: JobArm, job: Any) -> None:
