@@ -43,6 +43,8 @@ _MONTHS = {
     )
     for name in names.split()
 }
+#: Where PDF text extraction glued two cells, a lower-case letter then an upper-case one: ``Invoice dateOct 31, 2023``.
+_CASE_CHANGE = r"(?-i:(?<=[a-z])(?=[A-Z]))"
 _MONTH = "(?P<month>" + "|".join(sorted(map(re.escape, _MONTHS), key=len, reverse=True)) + r")\.?"
 _DAY = r"(?P<day>\d{1,2})(?:st|nd|rd|th|er|\.)?"
 _YEAR = r"(?P<year>\d{4})"
@@ -54,8 +56,8 @@ _DATES = [
     # 2 October 2024, 5th September 2025, 30-Jun-2025, 25/FEB/2017, 28 MAR 18, 1. März 2025, 2 de octubre de 2025
     # (a dash or slash between day and month has no spaces around it: ``July 1 - July 31, 2014`` writes no 1 July 2031)
     re.compile(rf"(?<!\d){_DAY}(?:[/-]|\s*)(?:of\s+|de\s+)?{_MONTH}[\s,/-]*(?:de\s+)?(?P<year>\d{{4}}|\d{{2}})(?![\d:])", re.IGNORECASE),
-    # October 2, 2024, Jan 7 2025, August 3 , 2014
-    re.compile(rf"(?<![^\W\d_]){_MONTH}\s*{_DAY}\s*,?\s*{_YEAR}(?!\d)", re.IGNORECASE),
+    # October 2, 2024, Jan 7 2025, August 3 , 2014, and glued to its label: Invoice dateOct 31, 2023
+    re.compile(rf"(?:(?<![^\W\d_])|{_CASE_CHANGE}){_MONTH}\s*{_DAY}\s*,?\s*{_YEAR}(?!\d)", re.IGNORECASE),
     # 2025年1月14日
     re.compile(r"(?P<year>\d{4})年(?P<a>\d{1,2})月(?P<b>\d{1,2})日"),
 ]
@@ -377,12 +379,15 @@ def _spelled_label(written: str) -> str:
 
 @functools.lru_cache(maxsize=64)
 def _label_pattern(labels: tuple[str, ...]) -> re.Pattern:
-    """Labels as whole words: no letter glued to a label's ends, where its end is a letter (``Invoice #HP-55021``)."""
+    """Labels as whole words: no letter glued to a label's ends, where its end is a letter (``Invoice #HP-55021``),
+    but a value glued on where the case changes (``_CASE_CHANGE``)."""
     alternatives = []
     for label in sorted(labels, key=len, reverse=True):
         words = r"[^\S\n]+".join(map(re.escape, label.split()))
         alternatives.append(
-            (r"(?<![^\W\d_])" if label.strip()[0].isalpha() else "") + words + (r"(?![^\W\d_])" if label.strip()[-1].isalpha() else "")
+            (r"(?<![^\W\d_])" if label.strip()[0].isalpha() else "")
+            + words
+            + (rf"(?:(?![^\W\d_])|{_CASE_CHANGE})" if label.strip()[-1].isalpha() else "")
         )
     return re.compile("|".join(alternatives), re.IGNORECASE)
 

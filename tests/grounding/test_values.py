@@ -73,6 +73,8 @@ def test_json_number_is_one_spelling():
         ("DATE: 25/FEB/2017 10:02", {"2017-02-25"}),
         ("Invoice Date:  August 3 , 2014", {"2014-08-03"}),  # a space before the comma, as PDF text writes it
         ("for the billing period July 1 - July 31 , 2014", {"2014-07-31"}),  # no 1 July 2031: a spaced dash parts no date
+        ("Invoice dateOct 31, 2023Total in EUR", {"2023-10-31"}),  # glued to its label where the case changes, as PDF text joins cells
+        ("Invoice dateoct 31, 2023; MAYDAYOct 1, 2023", set()),  # glued with no change from a lower- to an upper-case letter
         ("Date: 31/02/2025", set()),  # no such day either way
         ("MAR 18:32", set()),  # a time, not a year
     ],
@@ -126,6 +128,13 @@ def test_a_label_marks_the_value_on_its_line_or_the_next_line_that_writes_one():
     assert marked("TOTAL\n:\nRM\n73.00\nCASH\n:\nRM\n80.00") == {"73"}  # lines of marks or a currency alone are passed over
     assert marked("TOTAL\nROUNDING\n0.01\nGRAND TOTAL 9.00") == {"9"}  # 0.01 is the rounding's
     assert marked("TOTAL\nTHANK YOU\nCASH 9.00") == set()  # a line of text between: no value below is the label's
+
+
+def test_a_label_marks_a_value_glued_to_it_where_the_case_changes():
+    text = "Invoice dateOct 31, 2023Total in EUR. Summary: Oct 1, 2023"
+    assert set(labelled(dates_in(text), text, ["invoice date"])) == {"2023-10-31"}
+    text = "Invoice dateOct 31, 2023 and INVOICE DATEOct 1, 2023"  # no change from a lower- to an upper-case letter
+    assert set(labelled(dates_in(text), text, ["invoice date"])) == {"2023-10-31"}
 
 
 def test_a_label_marks_no_rate_s_base():
