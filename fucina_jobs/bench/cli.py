@@ -143,8 +143,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.command in ("pipeline", "occupancy", "reports", "job"):
-        return {"pipeline": pipeline, "occupancy": occupancy, "reports": reports, "job": job}[args.command].main(args)
+    module = {"pipeline": pipeline, "occupancy": occupancy, "reports": reports, "job": job}.get(args.command)
+    if module is not None:  # a subcommand with its own arguments and output
+        return module.main(args)
     args.started = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
     if not logging.getLogger().handlers:
         logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
