@@ -1,6 +1,6 @@
 """``fucina-jobs COMMAND ...`` (or ``python -m fucina_jobs COMMAND ...``, the same): subcommand dispatch.
 
-``run`` and ``eval`` hand their remaining arguments to Hydra (``conf=NAME`` plus
+``run``, ``eval`` and ``learn`` hand their remaining arguments to Hydra (``conf=NAME`` plus
 ordinary overrides); ``init``, ``compare``, ``review``, ``export``, ``import`` and ``bench`` take argparse arguments.
 """
 
@@ -13,6 +13,7 @@ USAGE = """usage: fucina-jobs COMMAND [ARGS]     (or: python -m fucina_jobs COMM
 commands:
   run conf=NAME [key=value ...]        run the batch job conf/NAME.yaml: ./conf first, then the shipped jobs (--help, --cfg job)
   eval conf=NAME [key=value ...]       run the job (or read eval.run_dir=DIR) and score it: scores.json, report.md/html
+  learn conf=NAME gold=FILE [out=FILE] learn the job's x-grounded cues from gold rows into a reviewed file (--help)
   init DIR                             write a starter job into DIR: conf/invoices.yaml, its schema, prompts and five rows
   compare RUN_A RUN_B                  are two runs' outputs identical (content hash)? exit 0 yes, 1 no
   review RUN_DIR [--limit N]           list a run's least certain values first (per-field confidence)
@@ -26,6 +27,7 @@ examples:
   fucina-jobs run conf=extract_invoices runtime.replicas=2 dataset.limit=4
   fucina-jobs init myproject && cd myproject && fucina-jobs run conf=invoices
   fucina-jobs eval conf=eval_invoices dataset.limit=4
+  fucina-jobs learn conf=extract_receipts gold=gold.jsonl dataset.path=inputs.jsonl
   fucina-jobs eval conf=conformance
   fucina-jobs compare outputs/run_a outputs/run_b
   fucina-jobs review outputs/extract_invoices --limit 10
@@ -46,6 +48,10 @@ def main(argv: list[str] | None = None) -> int:
         from .pipeline.cli import run
 
         return run(rest)
+    if command == "learn":
+        from .learning.cli import learn_command
+
+        return learn_command(rest)
     if command == "init":
         from .starter import init_command
 

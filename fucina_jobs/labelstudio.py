@@ -36,7 +36,7 @@ from xml.sax.saxutils import quoteattr
 
 from .grounding.declaration import Grounded
 from .grounding.spans import writes
-from .grounding.values import dates_in, json_number, normalize_whitespace, number_spans
+from .grounding.values import dates_in, json_number, normalize_whitespace, number_spans, quantities_in
 
 log = logging.getLogger(__name__)
 
@@ -272,6 +272,8 @@ def _read(f: Field, written: str, problems: list[str]) -> Any:
         return member
     if g.kind == "date":
         return _one(f, list(dates_in(written)), written, problems)
+    if g.kind == "quantity":
+        return _one(f, list(quantities_in(written, g.units)), written, problems)
     numbers = list(number_spans(written))
     negative = written.lstrip()[:1] in ("(", "-", "−", "–")
     numbers = [n for n in numbers if (n < 0) == negative] or numbers

@@ -43,9 +43,12 @@ MAY_IMPORT: dict[str, set[str]] = {
     },
     "fucina_jobs.engines.vllm": {FACADE, "fucina_jobs.engines.base", "fucina_jobs.pipeline.config"},
     "fucina_jobs.engines.canned": {FACADE, "fucina_jobs.engines.base", "fucina_jobs.pipeline.config"},
+    "fucina_jobs.learning": {"fucina_jobs.learning", "fucina_jobs.grounding"},
+    "fucina_jobs.learning.cli": {"fucina_jobs.learning", "fucina_jobs.grounding", "fucina_jobs.pipeline", "fucina_jobs.eval"},
     "fucina_jobs.pipeline": {
         "fucina_jobs.pipeline",
         FACADE,
+        "fucina_jobs.learning",
         "fucina_jobs.grounding",
         "fucina_jobs.rules",
         "fucina_jobs.confidence",

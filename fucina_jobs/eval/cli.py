@@ -46,11 +46,14 @@ def summary(scores: dict[str, Any], reports: bool = True) -> str:
         lines.append(f"schemas compiled: {pct(scores['schema_coverage']['coverage'])}")
     if "accuracy" in scores:
         a = scores["accuracy"]
-        fields = ", ".join(f"{k} {pct(v['rate'])}" for k, v in a["fields"].items())
+        fields = ", ".join(
+            f"{k} {pct(v['rate'])}" + (f" (items F1 {num(v['item_f1'])})" if v.get("item_f1") is not None else "") for k, v in a["fields"].items()
+        )
         mean = a.get("mean") or {}
         lines.append(
             f"accuracy: all fields correct {pct(a['all_fields_correct']['rate'])} of {a['rows_scored']}; {fields}; "
-            f"mean {pct(mean.get('rate'))} (spacing-insensitive {pct(mean.get('spacing_rate'))}, token F1 {num(mean.get('f1'))})"
+            f"mean {pct(mean.get('rate'))} (spacing-insensitive {pct(mean.get('spacing_rate'))}, token F1 {num(mean.get('f1'))}, "
+            f"field score {pct(mean.get('score'))})"
         )
     if "confidence" in scores:
         c = scores["confidence"]

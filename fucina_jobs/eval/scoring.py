@@ -120,6 +120,21 @@ def values_match(gold: Any, pred: Any, tolerance: float = 0.01, spacing: bool = 
     return gold == pred
 
 
+def item_f1(gold: list[Any], pred: Any, tolerance: float = 0.01) -> float:
+    """F1 of a list's items as a set (``party``: the names found, in any order): each gold item matches one
+    predicted item at most, by ``values_match``; two empty lists agree (1.0), and a missing list finds none."""
+    pred = pred if isinstance(pred, list) else []
+    if not gold and not pred:
+        return 1.0
+    left, found = list(pred), 0
+    for g in gold:
+        hit = next((i for i, p in enumerate(left) if values_match(g, p, tolerance)), None)
+        if hit is not None:
+            found += 1
+            del left[hit]
+    return 2 * found / (len(gold) + len(pred)) if found else 0.0
+
+
 def _rate(n: int, total: int) -> float | None:
     return n / total if total else None
 
@@ -132,7 +147,8 @@ def accuracy(gold: Mapping[str, Mapping[str, Any]], predictions: Mapping[str, Ma
     hold (a ``dataset.limit``) and run rows without gold are counted, not scored.
     Beside the exact match, each field has ``spacing_rate`` (strings compared by
     ``normalize_spacing``) and, where gold holds strings that are not dates, ``f1``:
-    their mean token F1 (``token_f1``). ``mean`` averages each over the fields."""
+    their mean token F1 (``token_f1``); where gold holds lists, ``item_f1``: their items' F1 as sets (``item_f1``).
+    ``mean`` averages each over the fields, and ``score`` the field scores: a list field's item F1, another's exact match."""
     scored = sorted(set(gold) & set(predictions))
     fields: dict[str, dict[str, Any]] = {}
     all_correct = 0
@@ -143,13 +159,16 @@ def accuracy(gold: Mapping[str, Mapping[str, Any]], predictions: Mapping[str, Ma
         for name, value in label.items():
             got = pred.get(name) if pred is not None else None
             ok = pred is not None and values_match(value, got, tolerance)
-            entry = fields.setdefault(name, {"correct": 0, "total": 0, "spacing_correct": 0, "f1_sum": 0.0, "texts": 0})
+            entry = fields.setdefault(name, {"correct": 0, "total": 0, "spacing_correct": 0, "f1_sum": 0.0, "texts": 0, "items_sum": 0.0, "lists": 0})
             entry["correct"] += ok
             entry["spacing_correct"] += pred is not None and values_match(value, got, tolerance, spacing=True)
             entry["total"] += 1
             if isinstance(value, str) and parse_date(value) is None:
                 entry["texts"] += 1
                 entry["f1_sum"] += token_f1(value, got) if pred is not None else 0.0
+            if isinstance(value, list):
+                entry["lists"] += 1
+                entry["items_sum"] += item_f1(value, got, tolerance) if pred is not None else 0.0
             if not ok:
                 row_ok = False
                 wrong.setdefault(row_id, []).append(name)
@@ -159,7 +178,10 @@ def accuracy(gold: Mapping[str, Mapping[str, Any]], predictions: Mapping[str, Ma
         entry["rate"] = _rate(entry["correct"], entry["total"])
         entry["spacing_rate"] = _rate(entry["spacing_correct"], entry["total"])
         entry["f1"] = f1_sum / texts if texts else None
+        items_sum, lists = entry.pop("items_sum"), entry.pop("lists")
+        entry["item_f1"] = items_sum / lists if lists else None
     means = {key: _mean([e[key] for e in fields.values() if e[key] is not None]) for key in ("rate", "spacing_rate", "f1")}
+    means["score"] = _mean([e["rate"] if e["item_f1"] is None else e["item_f1"] for e in fields.values() if e["rate"] is not None])
     return {
         "rows_scored": len(scored),
         "gold_not_in_run": len(set(gold) - set(predictions)),

@@ -13,7 +13,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from .declaration import Grounded, leaves
-from .values import dates_in, normalize_whitespace, numbers_in, written
+from .values import dates_in, normalize_whitespace, numbers_in, quantities_in, written
 
 
 def ungrounded_values(record: Any, fields: list[Grounded], text: str) -> tuple[int, list[str]]:
@@ -45,6 +45,8 @@ class _Source:
             return written(self.text, g.evidence(value), g.case)
         if g.kind == "string":
             return isinstance(value, str) and value != "" and _normalized(value, g) in _normalized(self.text, g)
+        if g.kind == "quantity":
+            return value in quantities_in(self.text, g.units)
         if g.kind == "date":
             if self._dates is None:
                 self._dates = set(dates_in(self.text))

@@ -43,6 +43,7 @@ _OPTIONS = (
     "rounding",
     "day_first",
     "prefer_members",
+    "units",
 )
 
 
@@ -58,7 +59,7 @@ class Grounded:
     """
 
     path: tuple[str, ...]
-    kind: str  # string | number | integer | date | enum
+    kind: str  # string | number | integer | date | enum | quantity (a string with ``units``)
     schema: dict[str, Any] = field(compare=False)
     whitespace: str = "normalize"  # normalize: runs of whitespace, line breaks included, match one space
     case: str = "exact"  # insensitive: the value may be recased
@@ -81,6 +82,7 @@ class Grounded:
     )
     day_first: bool | None = None  # dates: 04/12/2017 is 4 December (True) or April 12 (False); None: both
     prefer_members: bool = False  # enums: where the text writes members themselves, not those it shows by a spelling only
+    units: tuple[str, ...] = ()  # strings: the value is a count of one of these units, normalised to ``N unit`` (``three (3) years``: 3 years)
     #: The other fields' labels (``grounded_fields``): where one of them is written, longer, around a label, it is theirs.
     rivals: tuple[str, ...] = field(default=(), compare=False)
 
@@ -300,10 +302,15 @@ def _declared(node: dict[str, Any], path: tuple[str, ...]) -> Grounded:
     prefer_members = options.get("prefer_members", False)
     if not isinstance(prefer_members, bool) or (prefer_members and kind != "enum"):
         raise GroundingError(f"{where}: {KEYWORD}.prefer_members must be true or false, on enum properties only")
+    units = options.get("units", [])
+    if not isinstance(units, list) or not all(isinstance(u, str) and u.strip() for u in units) or (units and (kind != "string" or span != "words")):
+        raise GroundingError(
+            f'{where}: {KEYWORD}.units must be a list of non-empty strings (e.g. ["year", "month"]), on a string of span: words only'
+        )
     spellings = {k: tuple(v) for k, v in spellings.items()}
     return Grounded(
         path,
-        kind,
+        "quantity" if units else kind,
         node,
         whitespace,
         case,
@@ -324,6 +331,7 @@ def _declared(node: dict[str, Any], path: tuple[str, ...]) -> Grounded:
         None if rounding is None else Decimal(str(rounding)),
         day_first,
         prefer_members,
+        tuple(units),
     )
 
 

@@ -26,7 +26,18 @@ from decimal import Decimal
 from typing import Any, Callable, Collection, Iterable, Mapping
 
 from .declaration import Grounded, Units, grounded_arrays, grounded_fields, unit_spans, whole_words
-from .values import COLUMN_GAP, after_labels, dates_in, json_number, labelled, normalize_whitespace, normalized_offsets, number_spans, written
+from .values import (
+    COLUMN_GAP,
+    after_labels,
+    dates_in,
+    json_number,
+    labelled,
+    normalize_whitespace,
+    normalized_offsets,
+    number_spans,
+    quantities_in,
+    written,
+)
 
 #: With ``includes``, ``ends_on`` or ``first_lines``, the most lines a run of lines (``span: lines``) takes past the
 #: line it must reach (the one that writes the word, or its first line), and the farthest an included line may be from its start.
@@ -35,6 +46,8 @@ RUN_LINES = 7
 _CUT_ENDS = " \t([{-,:;/#"
 #: With ``labels``, the most characters a run of words after a label takes where the string has no ``maxLength``.
 LABELLED_CHARS = 80
+#: The most pieces of a run of words nested in one terminal (``_Builder.prefixes``).
+NESTED_MOST = 16
 #: A rounding line, in the languages of receipts (``ROUNDING ADJ``, ``Rundung``, ``arrondi``, ``redondeo``, ``öresavrundning``).
 _ROUNDING = re.compile(r"(?i)\b(round|rundung|gerundet|arrondi|redondeo|arrotond|afrond)|avrundning")
 #: What may sit around an excluded run of words and leave it the same value (``Halden Robotics,``).
@@ -57,6 +70,7 @@ _NEEDS: dict[str, Callable[[Grounded], str]] = {
     "enum": lambda g: "none of " + ", ".join(s for m in g.members for s in g.evidence(m)) + " is written",
     "string": lambda g: "the text holds only whitespace and punctuation" if g.span != "word" else "no word fits its length bounds",
     "date": lambda g: "no date is written",
+    "quantity": lambda g: f"no count of {' or '.join(g.units)} is written",
     "number": lambda g: f"no {'amount' if g.amount else 'number'} within the schema's bounds is written",
     "integer": lambda g: f"no whole {'amount' if g.amount else 'number'} within the schema's bounds is written",
 }
@@ -263,7 +277,7 @@ class _Builder:
                         break
                     chunks.append(chunk)
                 if chunks:  # none where the first word after the label is longer than the string may be
-                    runs.append("".join(f"{_literal(c)} (" for c in chunks[:-1]) + _literal(chunks[-1]) + ")?" * (len(chunks) - 1))
+                    runs.append(self.prefixes([_literal(c) for c in chunks]))
                     ended += _ending_runs(chunks, ending) if ending else []
         runs = ended or runs  # ``ends_on``: the runs that end on such a word, where any does
         if not runs:
@@ -271,6 +285,19 @@ class _Builder:
         name = f"LABELLED{len(self.rules)}"
         self.rules.append(f"{name}: " + " | ".join(dict.fromkeys(runs)))
         return name
+
+    def prefixes(self, pieces: list[str]) -> str:
+        """The non-empty prefixes of ``pieces`` as nested optional groups (``"a" (" " ("b")?)?``); past ``NESTED_MOST``
+        pieces the rest is a terminal of its own, since llguidance's Lark parser refuses deeper nesting (``lark
+        grammar too deeply nested``: a 120-character ``maxLength`` after a label)."""
+        head, rest = pieces[:NESTED_MOST], pieces[NESTED_MOST:]
+        tail = ""
+        if rest:
+            body = self.prefixes(rest)
+            tail = f"TAIL{len(self.rules)}"
+            self.rules.append(f"{tail}: {body}")
+            tail = f" ({tail})?"
+        return "".join(f"{p} (" for p in head[:-1]) + head[-1] + tail + ")?" * (len(head) - 1)
 
     def line_runs(self, g: Grounded) -> str | None:
         """With ``includes``, ``ends_on``, ``first_lines`` or ``to_block_end`` on a run of lines: a terminal for the
@@ -312,8 +339,8 @@ class _Builder:
 
 
 def candidates(g: Grounded, text: str) -> list[str]:
-    """The JSON spellings of the numbers or dates ``text`` writes that the field's schema admits."""
-    if g.kind == "date":
+    """The JSON spellings of the numbers, dates or quantities ``text`` writes that the field's schema admits."""
+    if g.kind in ("date", "quantity"):
         return sorted(_spelled(g, set(written_values(g, text)) | set(g.allow)))
     values = set(written_values(g, text)) | {Decimal(str(v)) for v in g.allow}
     return sorted(_spelled(g, (v for v in values if _admits(g, v))), key=lambda s: (len(s), s))
@@ -330,12 +357,14 @@ def _found(g: Grounded, text: str) -> tuple[dict[Any, list[tuple[int, int]]], st
     """Every number (date) the text writes that the field admits -> its spans, and the text they are in (NFC)."""
     if g.kind == "date":
         return dates_in(text, g.day_first), text
+    if g.kind == "quantity":
+        return quantities_in(text, g.units), text
     text = unicodedata.normalize("NFC", text)
     return {v: spans for v, spans in number_spans(text, g.amount).items() if _admits(g, v)}, text
 
 
 def _spelled(g: Grounded, values: Iterable[Any]) -> set[str]:
-    return {json.dumps(v) if g.kind == "date" else json_number(v) for v in values}
+    return {json.dumps(v) if g.kind in ("date", "quantity") else json_number(v) for v in values}
 
 
 def preferred(g: Grounded, values: list[str], text: str) -> list[str]:

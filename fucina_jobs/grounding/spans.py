@@ -44,7 +44,7 @@ from typing import Any, Iterator, Mapping
 
 from .declaration import Grounded, Units, unit_spans
 from .grammar import written_values
-from .values import dates_in, number_spans, numbers_in
+from .values import dates_in, number_spans, numbers_in, quantities_in
 
 Span = tuple[int, int]
 
@@ -166,6 +166,8 @@ def writes(g: Grounded, written: str, value: Any) -> bool:
         return fold(written, g) in {fold(s, g) for s in g.evidence(value)}
     if g.kind == "date":
         return value in dates_in(written)
+    if g.kind == "quantity":
+        return value in quantities_in(written, g.units)
     try:
         return Decimal(str(value)) in numbers_in(written, g.amount)
     except InvalidOperation:
@@ -226,6 +228,8 @@ class _Source:
             if self._dates is None:
                 self._dates = dates_in(self.text)
             return self._labelled_first(g, value, sorted(set(self._dates.get(value, []))))
+        if g.kind == "quantity":
+            return self._labelled_first(g, value, quantities_in(self.text, g.units).get(value, []))
         if g.amount not in self._numbers:
             self._numbers[g.amount] = number_spans(self.text, g.amount)
         try:

@@ -53,9 +53,10 @@ _DATES = [
     re.compile(r"(?<!\d)(?P<year>\d{4})(?P<sep>[-/.])(?P<a>\d{1,2})(?P=sep)(?P<b>\d{1,2})(?!\d)"),
     # 03.04.2025, 14/01/2025, 04/15/2025, 14-11-2025, 03.04.25: day-first and month-first readings
     re.compile(r"(?<![\d.])(?P<a>\d{1,2})(?P<sep>[-/.])(?P<b>\d{1,2})(?P=sep)(?P<year>\d{4}|\d{2})(?![\d])"),
-    # 2 October 2024, 5th September 2025, 30-Jun-2025, 25/FEB/2017, 28 MAR 18, 1. März 2025, 2 de octubre de 2025
+    # 2 October 2024, 5th September 2025, 30-Jun-2025, 25/FEB/2017, 28 MAR 18, 1. März 2025, 2 de octubre de 2025,
+    # the 1st day of March, 2015
     # (a dash or slash between day and month has no spaces around it: ``July 1 - July 31, 2014`` writes no 1 July 2031)
-    re.compile(rf"(?<!\d){_DAY}(?:[/-]|\s*)(?:of\s+|de\s+)?{_MONTH}[\s,/-]*(?:de\s+)?(?P<year>\d{{4}}|\d{{2}})(?![\d:])", re.IGNORECASE),
+    re.compile(rf"(?<!\d){_DAY}(?:[/-]|\s*)(?:(?:day\s+)?of\s+|de\s+)?{_MONTH}[\s,/-]*(?:de\s+)?(?P<year>\d{{4}}|\d{{2}})(?![\d:])", re.IGNORECASE),
     # October 2, 2024, Jan 7 2025, August 3 , 2014, and glued to its label: Invoice dateOct 31, 2023
     re.compile(rf"(?:(?<![^\W\d_])|{_CASE_CHANGE}){_MONTH}\s*{_DAY}\s*,?\s*{_YEAR}(?!\d)", re.IGNORECASE),
     # 2025年1月14日
@@ -116,6 +117,36 @@ def _readings(m: re.Match) -> list[str]:
         except ValueError:
             continue
     return list(dict.fromkeys(isos))
+
+
+_NUMBER_WORDS = {
+    word: n
+    for n, word in enumerate(
+        "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
+        "seventeen eighteen nineteen twenty".split()
+    )
+} | {word: 10 * n for n, word in enumerate("thirty forty fifty sixty seventy eighty ninety".split(), start=3)}
+_NUMBER_WORD = "|".join(sorted(_NUMBER_WORDS, key=len, reverse=True))
+#: A number in words or digits, a digit copy in brackets after the words as contracts write it (``three (3)``).
+_COUNT = rf"(?P<count>\d+(?:\.\d+)?|(?:{_NUMBER_WORD})(?:[- ](?:{_NUMBER_WORD}))?)(?:\s*\(\s*(?P<digits>\d+(?:\.\d+)?)\s*\))?"
+
+
+def quantities_in(text: str, units: Sequence[str]) -> dict[str, list[tuple[int, int]]]:
+    """Every count of one of ``units`` the text writes, normalised to ``N unit`` -> the spans that write it.
+
+    Contracts write a period in words, digits or both (``three (3) years``, ``twenty-four months``,
+    ``18 months``); grounding compares the normalised form, whose unit is spelled as the text writes it
+    (``1 year``, ``2 years``), lower-cased. A unit matches singular or plural."""
+    if not units:
+        return {}
+    spelled = "|".join(sorted({form for u in units for form in (u.lower().rstrip("s"), u.lower().rstrip("s") + "s")}, key=len, reverse=True))
+    pattern = re.compile(rf"(?<![\w.]){_COUNT}[\s-]*(?P<unit>{spelled})(?![^\W\d_])", re.IGNORECASE)
+    found: dict[str, list[tuple[int, int]]] = {}
+    for m in pattern.finditer(text):
+        count = m["digits"] or m["count"]
+        value = Decimal(count) if count[0].isdigit() else Decimal(sum(_NUMBER_WORDS[w] for w in re.split(r"[- ]", count.lower())))
+        found.setdefault(f"{json_number(value)} {m['unit'].lower()}", []).append(m.span())
+    return found
 
 
 #: Signs, ``X$`` dollars, and the letter symbols that receipts print glued to the amount (``RM33.90``, ``Rp5.000``).

@@ -62,6 +62,9 @@ class ConstraintConfig(_Section):
     json_schema: str | None = Field(None, description="a JSON schema file; x-grounded fields decode from the row's text (docs/GROUNDING.md)")
     lark: str | None = Field(None, description="a Lark grammar file")
     regex: str | None = Field(None, description="a regex file; its named groups become the records' columns")
+    learned: str | None = Field(
+        None, description="cues `fucina_jobs learn` wrote (learned.json): x-grounded options per field, under the schema's own"
+    )
     pydantic_model: str | None = Field(None, description="'module:Class' that records must also validate against")
     whitespace_flexible: bool = Field(False, description="JSON with any whitespace; false: compact JSON, fewer tokens")
     relax: Literal["auto", "off"] = Field(
@@ -72,6 +75,8 @@ class ConstraintConfig(_Section):
     @model_validator(mode="after")
     def _at_most_one(self) -> "ConstraintConfig":
         one_constraint(**self._given())
+        if self.learned is not None and self.kind != "json_schema":
+            raise ValueError("learned cues apply to a json_schema constraint only")
         return self
 
     @property

@@ -21,6 +21,7 @@ from typing import Any
 import jsonschema
 
 from ..engines import Engine, compile_json_schema
+from ..learning import learned as learned_cues
 from .config import ConfigError, ConstraintConfig, locate
 
 log = logging.getLogger(__name__)
@@ -98,12 +99,26 @@ def resolve(c: ConstraintConfig, base: Path) -> JobConstraint | None:
     constraint = JobConstraint(c.kind, path.read_text(encoding="utf-8"), value)
     if c.kind == "json_schema":
         _check_schema(constraint, path)
+        if c.learned is not None:
+            constraint = _with_learned(constraint, c.learned, base)
     elif c.kind == "regex":
         try:
             constraint.pattern
         except re.error as err:
             raise ConfigError(f"constraint.regex: {value} is not a valid regex: {err}") from None
     return constraint
+
+
+def _with_learned(constraint: JobConstraint, learned: str, base: Path) -> JobConstraint:
+    """The schema with the cues of ``constraint.learned`` merged in under its own options (``learning.learned``)."""
+    path = locate(learned, base)
+    if not path.is_file():
+        raise ConfigError(f"constraint.learned: {path} does not exist; `python -m fucina_jobs learn conf=NAME gold=FILE` writes it")
+    try:
+        merged = learned_cues.apply(constraint.schema, learned_cues.read(path), f"constraint.learned: {learned}")
+    except learned_cues.LearnedError as err:
+        raise ConfigError(str(err)) from None
+    return JobConstraint(constraint.kind, json.dumps(merged, ensure_ascii=False, indent=1), constraint.name)
 
 
 def _check_schema(constraint: JobConstraint, path: Path) -> None:

@@ -1,0 +1,267 @@
+"""Learning a field's ``x-grounded`` options from gold rows: the grammar's narrowing, chosen by what it scores.
+
+A grounded field's grammar offers the model the values its text writes; options narrow that choice
+(``labels``: only the values after one of these words; ``day_first``; ``largest``; ...). Which options
+help a schema is a fact about its documents, which the user's gold shows. For every field this module
+scores candidate options on the gold rows by the **pick rate**: the chance that a model choosing
+uniformly among what the grammar offers takes the gold value (1/len(offered) where the gold is offered,
+0 where it is not; null counts as one more choice of a nullable field). It keeps the options that raise
+it, so a cue is kept only where the rows show that it helps, and each comes with its counts.
+
+Label candidates are the words written just before the gold values (``evidence.label_contexts``); they
+are added greedily, each step taking the label that raises the pick rate most, until none raises it by
+``MIN_GAIN``. The search scores a set of labels as the union of what each marks alone (one reading per
+row and label), and the chosen set is scored again exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from dataclasses import dataclass, field, replace
+from decimal import Decimal
+from typing import Any, Callable, Sequence
+
+from ..grounding.declaration import Grounded, leaves
+from ..grounding.grammar import candidates, line_starts, preferred, words, written_values
+from ..grounding.values import after_labels, json_number, labelled
+from .evidence import label_contexts, occurrences, verbatim
+
+#: The longest label candidate, in words (``laws of the state of``).
+LONGEST_LABEL = 5
+#: A label candidate is written before the gold value in at least this share of the rows (and 2 rows).
+LABEL_SUPPORT = 0.1
+#: Candidates scored at each greedy step, the most frequent first.
+LABEL_CANDIDATES = 40
+#: Labels a field learns at most.
+MOST_LABELS = 8
+#: The least rise of the mean pick rate for which a cue is kept.
+MIN_GAIN = 0.005
+#: A string field reads its words in any case where its gold is written verbatim in fewer of its rows than this.
+VERBATIM_SHARE = 0.8
+#: ``first_lines`` is tried where the gold values start on one of the text's first this many lines.
+TOP_LINES = 15
+
+_WORD = re.compile(r"\w+")
+
+
+@dataclass
+class Row:
+    """One gold row: its document and the gold values of one field (a list for an array's items)."""
+
+    text: str
+    values: list[Any]
+
+
+@dataclass
+class FieldCues:
+    """What was learned for one field: its options and the evidence for each."""
+
+    name: str
+    path: tuple[str, ...]
+    options: dict[str, Any]
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+
+def field_rows(g: Grounded, gold: Sequence[tuple[str, Any]]) -> list[Row]:
+    """The rows of ``gold`` ((text, label) pairs) as one field's rows: its gold values at its path."""
+    return [Row(text, [v for v in leaves(label, g.path)]) for text, label in gold if _has_path(label, g.path)]
+
+
+def _has_path(label: Any, path: tuple[str, ...]) -> bool:
+    head = path[0] if path else None
+    return isinstance(label, dict) and head in label if head not in (None, "[]") else True
+
+
+def learn_field(g: Grounded, rows: list[Row]) -> FieldCues:
+    """The options that raise ``g``'s pick rate on ``rows``, with their evidence."""
+    found = [[occurrences(g, v, r.text) for v in r.values] for r in rows]
+    given = [v for r in rows for v in r.values if v is not None]
+    written = sum(any(spans) for spans in found)
+    evidence: dict[str, Any] = {
+        "rows": len(rows),
+        "values": len(given),
+        "written": sum(bool(s) for spans in found for s in spans),
+        "rows_written": written,
+    }
+    options: dict[str, Any] = {}
+    if g.kind == "string" and given:
+        exact = sum(verbatim(str(v), r.text) for r in rows for v in r.values if v is not None)
+        evidence["verbatim"] = exact
+        if exact < VERBATIM_SHARE * evidence["written"]:
+            options["case"] = "insensitive"
+        if all(len(_WORD.findall(str(v))) == 1 for v in given):
+            options["span"] = "word"
+    g = replace(g, **options)
+    score = _Scorer(g, rows, found)
+    evidence["pick_rate_before"] = round(score(g), 4)
+    for option, tries in _choices(g).items():
+        best, best_score = None, score(g)
+        for value in tries:
+            s = score(replace(g, **{option: value}))
+            if s > best_score + MIN_GAIN:
+                best, best_score = value, s
+        if best is not None:
+            g = replace(g, **{option: best})
+            options[option] = best
+    if g.kind != "enum" and not (g.kind == "string" and g.span == "lines"):
+        labels, label_evidence = _learn_labels(g, rows, found, score)
+        if labels:
+            g = replace(g, labels=tuple(labels))
+            options["labels"] = labels
+            evidence["labels"] = label_evidence
+    if g.kind == "string" and g.span == "words" and not g.labels:
+        lines = _first_lines(rows, found)
+        if lines and score(replace(g, first_lines=lines)) > score(g) + MIN_GAIN:
+            g = replace(g, first_lines=lines)
+            options["first_lines"] = lines
+    evidence["pick_rate_after"] = round(score(g), 4)
+    return FieldCues(g.name, g.path, options, evidence)
+
+
+def _choices(g: Grounded) -> dict[str, list[Any]]:
+    """The options whose values are tried one by one, for the field's kind."""
+    if g.kind == "date":
+        return {"day_first": [True, False]}
+    if g.kind in ("number", "integer"):
+        return {"amount": [True], "largest": [True]}
+    return {}
+
+
+def _first_lines(rows: list[Row], found: list[list[list[tuple[int, int]]]]) -> int | None:
+    """The fewest top lines on which the gold values start in every row that writes them, where that is few."""
+    deepest = 0
+    for row, spans in zip(rows, found):
+        starts = [s[0][0] for s in spans if s]
+        if starts:
+            deepest = max(deepest, len([line for line in row.text[: min(starts)].split("\n") if line.strip()]))
+    return deepest + 1 if 0 < deepest + 1 <= TOP_LINES else None
+
+
+class _Scorer:
+    """The mean pick rate of a field's variants on the gold rows."""
+
+    def __init__(self, g: Grounded, rows: list[Row], found: list[list[list[tuple[int, int]]]]):
+        self.rows, self.found = rows, found
+
+    def __call__(self, g: Grounded) -> float:
+        rates = [self.row(g, r, spans) for r, spans in zip(self.rows, self.found)]
+        return sum(rates) / len(rates) if rates else 0.0
+
+    def row(self, g: Grounded, r: Row, spans: list[list[tuple[int, int]]]) -> float:
+        if g.kind == "string" and g.span == "words":
+            return _starts_rate(_word_starts(g, r.text), r.values, spans)
+        offered = words(g, r.text, narrowed=True) if g.kind == "string" else preferred(g, candidates(g, r.text), r.text)
+        return _pick_rate(set(offered), [_spelled(g, v) for v in r.values], g.nullable)
+
+
+def _spelled(g: Grounded, value: Any) -> str | None:
+    """A gold value as the grammar spells its candidates (a ``span: word`` string as itself)."""
+    if value is None:
+        return None
+    if g.kind == "string":
+        return str(value)
+    if g.kind in ("date", "quantity"):
+        return json.dumps(str(value))
+    return json_number(Decimal(str(value)))
+
+
+def _pick_rate(offered: set[str], gold: list[str | None], nullable: bool) -> float:
+    if not gold:
+        return 1.0 / (len(offered) + 1) if nullable else 0.0
+    choices = len(offered) + nullable
+    return sum((v is None and nullable) or v in offered for v in gold) / max(choices, len(gold), 1)
+
+
+def _word_starts(g: Grounded, text: str) -> set[int] | int:
+    """Where a run of words may start: after a label, on a top line, else anywhere (returned as the count of words)."""
+    starts = after_labels(text, g.labels, g.rivals) if g.labels else []
+    starts = starts or (line_starts(text, g) if g.first_lines else [])
+    return set(starts) if starts else len(_WORD.findall(text))
+
+
+def _starts_rate(starts: set[int] | int, gold: list[Any], spans: list[list[tuple[int, int]]]) -> float:
+    given = [v for v in gold if v is not None]
+    choices = starts if isinstance(starts, int) else len(starts)
+    if not given:
+        return 1.0 / (choices + 1)
+    if isinstance(starts, int):
+        hits = sum(bool(s) for s in spans)
+    else:
+        hits = sum(any(a in starts for a, _ in s) for s in spans)
+    return hits / max(choices, len(given), 1)
+
+
+def _learn_labels(
+    g: Grounded, rows: list[Row], found: list[list[list[tuple[int, int]]]], score: Callable[[Grounded], float]
+) -> tuple[list[str], dict[str, Any]]:
+    """Labels chosen greedily by the pick rate, and for each: rows it marks the gold in, rows it is written in, an example."""
+    contexts: Counter[str] = Counter()
+    example: dict[str, str] = {}
+    for r, spans in zip(rows, found):
+        seen: dict[str, None] = {}  # in text order, so that ties are broken the same way every run
+        for s in spans:
+            for start, end in s:
+                for label in label_contexts(r.text, start, LONGEST_LABEL):
+                    seen[label] = None
+                    example.setdefault(label, " ".join(r.text[max(0, start - 60) : end + 20].split()))
+        contexts.update(list(seen))
+    least = max(2, LABEL_SUPPORT * len(rows))
+    pool = [label for label, n in contexts.most_common() if n >= least][:LABEL_CANDIDATES]
+    if not pool:
+        return [], {}
+    marks = {label: [_marked(replace(g, labels=(label,)), r) for r in rows] for label in pool}
+
+    def union_score(labels: list[str]) -> float:
+        rates = []
+        for i, (r, spans) in enumerate(zip(rows, found)):
+            marked = set().union(*(marks[label][i] for label in labels)) if labels else set()
+            rates.append(_union_rate(g, r, spans, marked))
+        return sum(rates) / len(rates)
+
+    chosen: list[str] = []
+    current = score(g)
+    while len(chosen) < MOST_LABELS:
+        scored = [(union_score([*chosen, label]), label) for label in pool if label not in chosen]
+        if not scored:
+            break
+        best, label = max(scored, key=lambda t: (t[0], -pool.index(t[1])))
+        if best <= current + MIN_GAIN:
+            break
+        chosen.append(label)
+        current = best
+    if chosen and score(replace(g, labels=tuple(chosen))) <= score(g) + MIN_GAIN:
+        return [], {}
+    evidence = {}
+    for label in chosen:
+        marked_gold = sum(_marks_gold(g, r, spans, marks[label][i]) for i, (r, spans) in enumerate(zip(rows, found)))
+        evidence[label] = {"marks_gold_in_rows": marked_gold, "written_before_gold_in_rows": contexts[label], "example": example[label]}
+    return chosen, evidence
+
+
+def _marked(g: Grounded, r: Row) -> set[Any]:
+    """What one label marks in a row: the run starts after it (strings), or the spellings of the values it marks."""
+    if g.kind == "string" and g.span == "words":
+        return set(after_labels(r.text, g.labels))
+    if g.kind == "string":
+        return set(words(g, r.text, narrowed=True)) if after_labels(r.text, g.labels) else set()
+    found = written_values(replace(g, labels=()), r.text)
+    return {_spelled_key(g, v) for v in labelled(found, r.text, g.labels)}
+
+
+def _spelled_key(g: Grounded, key: Any) -> str:
+    return json.dumps(key) if g.kind in ("date", "quantity") else json_number(key)
+
+
+def _union_rate(g: Grounded, r: Row, spans: list[list[tuple[int, int]]], marked: set[Any]) -> float:
+    if g.kind == "string" and g.span == "words":
+        return _starts_rate(marked or _word_starts(replace(g, labels=()), r.text), r.values, spans)
+    offered = marked or set(words(g, r.text) if g.kind == "string" else candidates(replace(g, labels=()), r.text))
+    return _pick_rate(offered, [_spelled(g, v) for v in r.values], g.nullable)
+
+
+def _marks_gold(g: Grounded, r: Row, spans: list[list[tuple[int, int]]], marked: set[Any]) -> bool:
+    if g.kind == "string" and g.span == "words":
+        return any(a in marked for s in spans for a, _ in s)
+    return any(_spelled(g, v) in marked for v in r.values if v is not None)

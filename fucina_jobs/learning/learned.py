@@ -1,0 +1,158 @@
+"""A schema's learned cues: found from gold rows, written as a reviewed file, merged under the schema's own options.
+
+``learn`` writes one JSON file (``jobs/NAME/learned.json`` by default) that says, per field, the
+``x-grounded`` options its gold rows support and the evidence for each (how many rows write the
+value, which label marked it in how many rows, an example). A job reads it with
+``constraint.learned: PATH``: the options are merged into the schema before anything else reads it,
+under the field's own hand-written options, which win key by key. The merged schema is the job's
+constraint, so its digest (and the run's version) changes when the cues do.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+from ..grounding.declaration import KEYWORD, GroundingError, grounded_fields
+from .cues import FieldCues, field_rows, learn_field
+
+#: A gold value that is a count of a unit (``3 years``, ``18 months``, ``55.5 months``).
+COUNT_VALUE = re.compile(r"\d+(?:\.\d+)? ([^\W\d_]+)")
+#: A field the schema does not ground is grounded where its gold is written in at least this share of the rows that give one.
+GROUNDED_SHARE = 0.6
+#: A string field is a count of units where at least this share of its gold values are written ``N unit``.
+COUNT_SHARE = 0.9
+_LEAF_TYPES = ("string", "number", "integer")
+
+
+class LearnedError(ValueError):
+    """A learned-cues file cannot be read or does not fit the job's schema."""
+
+
+def learn(schema: dict[str, Any], gold: Sequence[tuple[str, Any]]) -> list[FieldCues]:
+    """The cues for each field of ``schema`` that ``gold`` ((text, label) pairs) supports, in the schema's key order.
+
+    Every string, number, integer and date field is tried: one the schema grounds keeps its grounding, one it
+    does not is grounded only where its gold is written in ``GROUNDED_SHARE`` of its rows. A string whose gold
+    values are counts of units (``3 years``) is grounded as one (``units``), since documents write it in words
+    (``three (3) years``)."""
+    probe, probed = _probe(schema, gold)
+    learned = []
+    for g in grounded_fields(probe):
+        cues = learn_field(g, field_rows(g, gold))
+        if g.path in probed:
+            cues.options = {**probed[g.path], **cues.options}
+            given = cues.evidence["values"]
+            if not given or cues.evidence["written"] < GROUNDED_SHARE * given:
+                continue
+        if cues.options:
+            learned.append(cues)
+    return learned
+
+
+def _probe(schema: dict[str, Any], gold: Sequence[tuple[str, Any]]) -> tuple[dict[str, Any], dict[tuple[str, ...], dict[str, Any]]]:
+    """``schema`` with every leaf field grounded (units on counts), and the options given to those it did not ground."""
+    probe = copy.deepcopy(schema)
+    probed = {}
+    for path, node in _leaves(probe, ()):
+        values = [v for _, label in gold for v in _values(label, path) if v is not None]
+        units = _units(values)
+        own = node.get(KEYWORD)
+        if own in (None, False):
+            probed[path] = {"units": units} if units else {}
+            node[KEYWORD] = probed[path] or True
+        elif units and isinstance(own, (dict, bool)):
+            node[KEYWORD] = {"units": units, **(own if isinstance(own, dict) else {})}
+    return probe, probed
+
+
+def _units(values: list[Any]) -> list[str]:
+    """The units of gold values that are counts of units (singular), where nearly all are; [] otherwise."""
+    counts = [COUNT_VALUE.fullmatch(v) for v in values if isinstance(v, str)]
+    if not values or sum(m is not None for m in counts) < COUNT_SHARE * len(values):
+        return []
+    return sorted({m.group(1).lower().removesuffix("s") for m in counts if m})
+
+
+def _leaves(node: dict[str, Any], path: tuple[str, ...]) -> Iterator[tuple[tuple[str, ...], dict[str, Any]]]:
+    for key, sub in (node.get("properties") or {}).items():
+        if isinstance(sub, dict):
+            yield from _leaf(sub, (*path, key))
+
+
+def _leaf(node: dict[str, Any], path: tuple[str, ...]) -> Iterator[tuple[tuple[str, ...], dict[str, Any]]]:
+    kinds = node.get("type")
+    kinds = [k for k in kinds if k != "null"] if isinstance(kinds, list) else [kinds]
+    if "properties" in node:
+        yield from _leaves(node, path)
+    elif isinstance(node.get("items"), dict):
+        yield from _leaf(node["items"], (*path, "[]"))
+    elif len(kinds) == 1 and kinds[0] in _LEAF_TYPES and "enum" not in node and "const" not in node:
+        yield path, node
+
+
+def _values(label: Any, path: tuple[str, ...]) -> Iterator[Any]:
+    if not path:
+        yield label
+    elif path[0] == "[]":
+        for item in label if isinstance(label, list) else []:
+            yield from _values(item, path[1:])
+    elif isinstance(label, dict) and path[0] in label:
+        yield from _values(label[path[0]], path[1:])
+
+
+def write(path: Path, cues: list[FieldCues], rows: int, source: str) -> None:
+    """Write the learned-cues file: per field its options and their evidence, readable and diffable in git."""
+    document = {
+        "about": (
+            f"x-grounded options that `fucina_jobs learn` found in {rows} gold rows ({source}). A job reads them with "
+            "constraint.learned; a field's own x-grounded options in the schema win over these, key by key."
+        ),
+        "rows": rows,
+        "fields": {c.name: {"path": list(c.path), KEYWORD: c.options, "evidence": c.evidence} for c in cues},
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(document, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def read(path: Path) -> dict[str, dict[str, Any]]:
+    """The learned options per field path (a JSON pointer of property names and ``[]``), checked for shape."""
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as err:
+        raise LearnedError(f"{path}: cannot be read as JSON ({err})") from None
+    fields = document.get("fields") if isinstance(document, dict) else None
+    if not isinstance(fields, dict) or not all(
+        isinstance(f, dict) and isinstance(f.get("path"), list) and isinstance(f.get(KEYWORD), dict) for f in fields.values()
+    ):
+        raise LearnedError(f'{path}: expected {{"fields": {{NAME: {{"path": [...], "{KEYWORD}": {{...}}}}}}}}, as `fucina_jobs learn` writes it')
+    return {name: f for name, f in fields.items()}
+
+
+def apply(schema: dict[str, Any], learned: dict[str, dict[str, Any]], where: str) -> dict[str, Any]:
+    """``schema`` with the learned options merged in under each field's own; ``LearnedError`` names a field the
+    schema has no longer, or options it cannot take."""
+    merged = copy.deepcopy(schema)
+    for name, entry in learned.items():
+        node = _node(merged, entry["path"])
+        if node is None:
+            raise LearnedError(f"{where}: field {name} is not in the schema any more; run `fucina_jobs learn` again")
+        own = node.get(KEYWORD)
+        node[KEYWORD] = {**entry[KEYWORD], **(own if isinstance(own, dict) else {})}
+    try:
+        grounded_fields(merged)
+    except GroundingError as err:
+        raise LearnedError(f"{where}: {err}") from None
+    return merged
+
+
+def _node(schema: dict[str, Any], path: list[str]) -> dict[str, Any] | None:
+    node: Any = schema
+    for part in path:
+        node = node.get("items") if part == "[]" else (node.get("properties") or {}).get(part)
+        if not isinstance(node, dict):
+            return None
+    return node

@@ -1,0 +1,153 @@
+"""Cues learned from gold rows of a kind no shipped job knows: shipping notices, made up here with distractors."""
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from fucina_jobs.grounding.declaration import grounded_fields
+from fucina_jobs.grounding.grammar import candidates, grounded_lark
+from fucina_jobs.learning import learned as learned_cues
+from fucina_jobs.learning.cli import learn_command
+from fucina_jobs.learning.evidence import label_contexts, word_runs
+from fucina_jobs.pipeline.config import ConfigError, ConstraintConfig
+from fucina_jobs.pipeline.job_constraint import resolve
+
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "carrier": {"type": "string", "maxLength": 40, "x-grounded": True},
+        "shipped_on": {"type": ["string", "null"], "format": "date", "x-grounded": True},
+        "weight": {"type": "number", "x-grounded": True},
+        "transit": {"type": ["string", "null"]},
+    },
+    "required": ["carrier", "shipped_on", "weight", "transit"],
+    "additionalProperties": False,
+}
+CARRIERS = ["Nordwind Freight", "Bluefin Logistics", "Kestrel Cargo Lines", "Oakridge Haulage", "Pelican Express"]
+WORDS = ["one", "two", "three", "four", "five", "six", "seven"]
+
+
+def notice(n: int) -> tuple[str, dict]:
+    """A shipping notice: the shipping date beside an order date and a delivery date, the weight beside a count
+    and a price, the transit time in words with its digits, the carrier after its label and in a closing line."""
+    rng = random.Random(n)
+    carrier = CARRIERS[n % len(CARRIERS)]
+    shipped, ordered, due = (f"{rng.randint(1, 28)}th day of {m}, 20{rng.randint(10, 24)}" for m in ("March", "January", "May"))
+    weight, pieces, price = round(rng.uniform(10, 900), 1), rng.randint(2, 9), round(rng.uniform(100, 5000), 2)
+    days = rng.randint(1, 7)
+    text = (
+        f"SHIPPING NOTICE no. {1000 + n}\nOrdered on the {ordered}.\nCarrier: {carrier.upper()}\n"
+        f"Pieces: {pieces}   Declared value: {price}\nShipped on the {shipped} from dock {rng.randint(1, 40)}.\n"
+        f"Gross weight: {weight} kg\nExpected transit: {WORDS[days - 1]} ({days}) day{'s' * (days > 1)}; delivery by the {due}.\n"
+        f"Thank you for choosing {carrier.upper()}."
+    )
+    iso = lambda s: __import__("datetime").datetime.strptime(s.replace("th day of", ""), "%d %B, %Y").date().isoformat()  # noqa: E731
+    label = {"carrier": carrier, "shipped_on": iso(shipped), "weight": weight, "transit": f"{days} days" if days > 1 else "1 day"}
+    return text, label
+
+
+GOLD = [notice(n) for n in range(12)]
+
+
+def by_name(cues):
+    return {c.name: c for c in cues}
+
+
+def test_learn_finds_each_fields_label_units_and_case_from_gold_alone():
+    cues = by_name(learned_cues.learn(SCHEMA, GOLD))
+    assert cues["shipped_on"].options["labels"] == ["shipped on the"]  # the words before the date, not the order's
+    assert any("weight" in label for label in cues["weight"].options["labels"])
+    assert cues["transit"].options["units"] == ["day"]  # an ungrounded field whose gold is a count of units
+    assert cues["carrier"].options["case"] == "insensitive"  # the gold is re-cased: CARRIER: NORDWIND FREIGHT
+    for name in ("carrier", "shipped_on", "weight"):
+        assert cues[name].evidence["pick_rate_after"] > cues[name].evidence["pick_rate_before"], name
+    assert cues["transit"].evidence["written"] == len(GOLD)  # three (3) days writes 3 days
+
+
+def test_learned_labels_narrow_the_grammar_to_the_gold_value():
+    merged = learned_cues.apply(SCHEMA, _entries(learned_cues.learn(SCHEMA, GOLD)), "test")
+    fields = {g.name: g for g in grounded_fields(merged)}
+    text, label = notice(99)  # a notice no cue was learned from
+    assert candidates(fields["shipped_on"], text) == [json.dumps(label["shipped_on"])]
+    assert candidates(fields["weight"], text) == [json.dumps(label["weight"])]
+    assert json.dumps(label["transit"]) in candidates(fields["transit"], text)
+    plain = {g.name: g for g in grounded_fields(SCHEMA)}
+    assert len(candidates(plain["shipped_on"], text)) == 3  # without the cues, every date the notice writes
+
+
+def test_hand_written_options_win_over_learned_ones():
+    own = json.loads(json.dumps(SCHEMA))
+    own["properties"]["shipped_on"]["x-grounded"] = {"labels": ["ordered on"]}
+    entries = _entries(learned_cues.learn(SCHEMA, GOLD))
+    entries["shipped_on"]["x-grounded"]["day_first"] = True
+    merged = learned_cues.apply(own, entries, "test")
+    assert merged["properties"]["shipped_on"]["x-grounded"] == {**entries["shipped_on"]["x-grounded"], "labels": ["ordered on"]}
+
+
+def test_a_learned_field_the_schema_lost_is_an_error_naming_it():
+    entries = _entries(learned_cues.learn(SCHEMA, GOLD))
+    smaller = json.loads(json.dumps(SCHEMA))
+    del smaller["properties"]["weight"]
+    with pytest.raises(learned_cues.LearnedError, match="field weight is not in the schema"):
+        learned_cues.apply(smaller, entries, "constraint.learned: x.json")
+
+
+def test_no_gold_learns_nothing_and_the_schema_is_unchanged():
+    assert learned_cues.learn(SCHEMA, []) == []
+    assert learned_cues.apply(SCHEMA, {}, "test") == SCHEMA
+
+
+def test_learn_command_writes_the_file_that_run_reads(tmp_path, monkeypatch, capsys):
+    job = _job_folder(tmp_path)
+    monkeypatch.chdir(job)
+    assert learn_command(["conf=notices", "gold=data/gold.jsonl"]) == 0
+    written = json.loads((job / "jobs/notices/learned.json").read_text())
+    assert written["fields"]["shipped_on"]["x-grounded"]["labels"] == ["shipped on the"]
+    assert written["fields"]["shipped_on"]["evidence"]["labels"]["shipped on the"]["marks_gold_in_rows"] == len(GOLD)
+    out = capsys.readouterr().out
+    assert "constraint.learned=jobs/notices/learned.json" in out and "| shipped_on |" in out
+    constraint = resolve(ConstraintConfig(json_schema="schemas/notice.json", learned="jobs/notices/learned.json"), job)
+    assert constraint.schema["properties"]["transit"]["x-grounded"]["units"] == ["day"]
+    plain = resolve(ConstraintConfig(json_schema="schemas/notice.json"), job)
+    assert plain.digest != constraint.digest  # a run with cues is another version of the job
+    text, label = notice(7)
+    assert label["shipped_on"] in grounded_lark(constraint.schema, text)
+
+
+def test_learn_command_errors_are_one_line(tmp_path, monkeypatch, capsys):
+    job = _job_folder(tmp_path)
+    monkeypatch.chdir(job)
+    (job / "data/other.jsonl").write_text(json.dumps({"id": "nope", "label": {}}) + "\n")
+    assert learn_command(["conf=notices", "gold=data/other.jsonl"]) == 2
+    assert "none of the 1 gold ids of data/other.jsonl is a row" in capsys.readouterr().err
+    with pytest.raises(ConfigError, match="constraint.learned: .*missing.json does not exist"):
+        resolve(ConstraintConfig(json_schema="schemas/notice.json", learned="missing.json"), job)
+
+
+def test_label_contexts_and_word_runs():
+    text = "This agreement is governed by the laws of the State of Oregon.\nParties:\nNIKE, Inc."
+    start = text.index("Oregon")
+    assert label_contexts(text, start, 5) == ["of", "state of", "the state of", "of the state of", "laws of the state of"]
+    assert label_contexts(text, text.index("NIKE"), 3) == ["parties"]  # the label on the line above
+    assert word_runs("Nike Inc.", text) == [(text.index("NIKE"), len(text) - 1)]
+
+
+def _entries(cues):
+    return {c.name: {"path": list(c.path), "x-grounded": c.options} for c in cues}
+
+
+def _job_folder(tmp_path: Path) -> Path:
+    job = tmp_path / "job"
+    (job / "conf").mkdir(parents=True)
+    (job / "schemas").mkdir()
+    (job / "data").mkdir()
+    (job / "schemas/notice.json").write_text(json.dumps(SCHEMA))
+    rows = [{"id": f"n{k}", "text": text} for k, (text, _) in enumerate(GOLD)]
+    (job / "data/inputs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (job / "data/gold.jsonl").write_text("".join(json.dumps({"id": f"n{k}", "label": label}) + "\n" for k, (_, label) in enumerate(GOLD)))
+    (job / "conf/notices.yaml").write_text(
+        "defaults: [base, _self_]\nname: notices\nconstraint: {json_schema: schemas/notice.json}\ndataset: {path: data/inputs.jsonl}\n"
+    )
+    return job
