@@ -89,6 +89,7 @@ def test_accuracy_per_field_and_all_fields_correct():
         "spacing_correct": 1,
         "spacing_rate": pytest.approx(1 / 3),
         "f1": None,
+        "item_f1": None,
     }
     assert acc["fields"]["vendor"]["f1"] == pytest.approx(2 / 3) and acc["fields"]["date"]["f1"] is None  # dates are not text
     assert acc["fields"]["vendor"]["correct"] == 2 and acc["fields"]["date"]["correct"] == 2
@@ -106,7 +107,7 @@ def test_spacing_insensitive_match_and_token_f1():
     assert company["correct"] == company["spacing_correct"] == 1  # "ACME SDN" is short of "BHD" either way
     assert company["f1"] == pytest.approx((0.8 + 1.0) / 2)  # precision 1, recall 2/3
     assert address["f1"] == pytest.approx((1.0 + 0.8) / 2)  # b: 4 of 5 tokens each way
-    assert acc["mean"] == {"rate": pytest.approx(0.25), "spacing_rate": pytest.approx(0.5), "f1": pytest.approx(0.9)}
+    assert acc["mean"] == {"rate": pytest.approx(0.25), "spacing_rate": pytest.approx(0.5), "f1": pytest.approx(0.9), "score": pytest.approx(0.25)}
     assert s.token_f1("NO.3, JALAN", None) == 0.0 and s.normalize_spacing("NO. 3 , X") == "no.3,x"
 
 
@@ -259,3 +260,19 @@ def test_regressions_against_a_baseline():
     ]
     r = s.regressions(baseline, now)
     assert r["count"] == 2 and set(r["by_cause"]) == {"now wrong: property order", "no longer compiles"}  # a.json#1 was wrong already
+
+
+def test_item_f1_scores_a_list_as_a_set_of_items():
+    assert s.item_f1(["Nike Inc.", "Eric Sprunk"], ["eric sprunk", "NIKE INC."]) == 1.0  # any order, any case
+    assert s.item_f1(["Nike Inc.", "Eric Sprunk"], ["Nike Inc."]) == pytest.approx(2 / 3)
+    assert s.item_f1(["Nike Inc."], ["Nike Inc.", "Nike Inc."]) == pytest.approx(2 / 3)  # a duplicate is a wrong item
+    assert s.item_f1([], []) == 1.0 and s.item_f1(["A"], None) == 0.0 and s.item_f1([], ["A"]) == 0.0
+
+
+def test_accuracy_gives_list_fields_their_item_f1_and_a_field_score():
+    gold = {"a": {"party": ["X Corp", "Y Ltd"], "state": "Ohio"}, "b": {"party": ["Z"], "state": "Utah"}}
+    got = s.accuracy(gold, {"a": {"party": ["Y Ltd"], "state": "Ohio"}, "b": {"party": ["Z"], "state": "Iowa"}})
+    party = got["fields"]["party"]
+    assert party["rate"] == 0.5 and party["item_f1"] == pytest.approx((2 / 3 + 1) / 2)
+    assert got["fields"]["state"]["item_f1"] is None
+    assert got["mean"]["score"] == pytest.approx(((2 / 3 + 1) / 2 + 0.5) / 2)

@@ -7,7 +7,9 @@ import pytest
 from fucina_jobs.decoding.batch import Request
 from fucina_jobs.decoding.constraint import Constraint
 from fucina_jobs.decoding.drafting import document_spans
+from fucina_jobs.grounding.declaration import grounded_fields
 from fucina_jobs.grounding.grammar import grounded_lark
+from fucina_jobs.learning import learned as learned_cues
 
 from tests.helpers import GREEDY, SPEC, STOP, decode, Recorder
 from .test_grammar import PARTY
@@ -54,7 +56,21 @@ LABELLED = {
 }
 
 
-@pytest.mark.parametrize("schema", [PARTY, LABELLED], ids=["grounded", "labelled"])
+#: PARTY with the cues ``learn`` finds in a few gold rows laid out as the documents are.
+TRAIN = [
+    (f"Invoice from {name} to Kern AG, total € {amount},00, due {day:02d}/04/2025. Ref 7 of 2025-0{day % 9 + 1}-11.", label)
+    for name, amount, day in [("Alder Mills", 12, 3), ("Birch & Co", 340, 14), ("Cedar Works GmbH", 77, 21), ("Dune Ltd", 5, 28)]
+    for label in [{"name": name, "amount": amount, "date": f"2025-04-{day:02d}", "kind": "a"}]
+]
+LEARNED = learned_cues.apply(PARTY, {c.name: {"path": list(c.path), "x-grounded": c.options} for c in learned_cues.learn(PARTY, TRAIN)}, "test")
+
+
+def test_the_learned_schema_narrows_by_learned_labels():
+    fields = {g.name: g for g in grounded_fields(LEARNED)}
+    assert (fields["name"].labels, fields["date"].labels, fields["amount"].amount) == (("from",), ("due",), True)  # money alone: 12,00 not 7
+
+
+@pytest.mark.parametrize("schema", [PARTY, LABELLED, LEARNED], ids=["grounded", "labelled", "learned"])
 @pytest.mark.parametrize("params", [GREEDY, replace(GREEDY, temperature=0.8)], ids=["greedy", "sampled"])
 def test_grounded_plain_equals_speculative(tokenizer, tiny_runner, params, schema):
     grammars = [Constraint.lark(grounded_lark(schema, doc), tokenizer, stop_token=STOP) for doc in DOCS]  # compiled once per row

@@ -10,6 +10,7 @@ from fucina_jobs.grounding.values import (
     json_number,
     labelled,
     normalize_whitespace,
+    quantities_in,
     normalized_offsets,
     number_spans,
     numbers_in,
@@ -75,6 +76,8 @@ def test_json_number_is_one_spelling():
         ("for the billing period July 1 - July 31 , 2014", {"2014-07-31"}),  # no 1 July 2031: a spaced dash parts no date
         ("Invoice dateOct 31, 2023Total in EUR", {"2023-10-31"}),  # glued to its label where the case changes, as PDF text joins cells
         ("Invoice dateoct 31, 2023; MAYDAYOct 1, 2023", set()),  # glued with no change from a lower- to an upper-case letter
+        ("is made this 1st day of March, 2015 by and between", {"2015-03-01"}),  # a contract's date in words
+        ("ENTERED INTO THIS 11 DAY OF October, 2007.", {"2007-10-11"}),
         ("Date: 31/02/2025", set()),  # no such day either way
         ("MAR 18:32", set()),  # a time, not a year
     ],
@@ -171,3 +174,20 @@ def test_a_column_of_labels_then_a_column_of_values_align_from_their_ends():
     assert marked("TOTAL\nCASH\nCHANGE\n50.00\n6.30") == set()  # fewer values than labels: the first labels have none
     # more values than labels: the column's last label marks the first of them, as a label on a line of its own does
     assert marked("ITEM\nTOTAL\n12.00\n3.00\n4.00") == {"12"}
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("for a period of three (3) years from the date", {"3 years"}),  # words with their digits
+        ("shall survive for twenty-four months", {"24 months"}),
+        ("a term of 18 Months, then one year", {"18 months", "1 year"}),  # the unit as written, lower-cased
+        ("within 55.5 months", {"55.5 months"}),
+        ("a 2-year term", {"2 year"}),
+        ("3 Business Days after", set()),  # another unit between the count and ours
+        ("years ago, in 1999 months", {"1999 months"}),
+        ("version2 years", set()),  # no count glued to a word
+    ],
+)
+def test_counts_of_units_are_read_in_words_and_digits(text, expected):
+    assert set(quantities_in(text, ["year", "month"])) == expected
