@@ -137,6 +137,12 @@ def only_allowed(bitmask: np.ndarray) -> int | None:
     return None if word & (word - 1) else index * 32 + word.bit_length() - 1
 
 
+#: llguidance's error where a large lexeme (a long document's substrings) exhausts the fuel of precomputing its
+#: lexer; built again with ``_LAZY_LEXEMES``, which computes those states as decoding reaches them instead.
+_PRECOMPUTE_FAILED = "lexer precomputation failed"
+_LAZY_LEXEMES = llguidance.LLParserLimits(precompute_large_lexemes=False)
+
+
 class Constraint(LogitProcessor):
     has_structure = True
 
@@ -158,11 +164,15 @@ class Constraint(LogitProcessor):
         self.vocab_size = vocab_size or len(tokenizer)
         self.stop_token = tokenizer.eos_token_id if stop_token is None else stop_token
         self.bridge = tokenizer_bridge(tokenizer, self.vocab_size, self.stop_token)
+        limits = None
         diagnostic = llguidance.LLMatcher.validate_grammar(grammar, self.bridge)
+        if _PRECOMPUTE_FAILED in diagnostic:
+            limits = _LAZY_LEXEMES
+            diagnostic = llguidance.LLMatcher.validate_grammar(grammar, self.bridge, limits=limits)
         if diagnostic:
             raise GrammarError(f"{name}: {diagnostic}")
         self.grammar = grammar
-        self._matcher = llguidance.LLMatcher(self.bridge, grammar, log_level=0)
+        self._matcher = llguidance.LLMatcher(self.bridge, grammar, log_level=0, limits=limits)
         if self._matcher.is_error():
             raise GrammarError(f"{name}: {self._matcher.get_error()}")
         self._initial = self._matcher.deep_copy()  # never advanced: reset() restores failed matchers from it

@@ -44,6 +44,8 @@ _OPTIONS = (
     "day_first",
     "prefer_members",
     "units",
+    "only_labelled",
+    "most_words",
 )
 
 
@@ -83,6 +85,8 @@ class Grounded:
     day_first: bool | None = None  # dates: 04/12/2017 is 4 December (True) or April 12 (False); None: both
     prefer_members: bool = False  # enums: where the text writes members themselves, not those it shows by a spelling only
     units: tuple[str, ...] = ()  # strings: the value is a count of one of these units, normalised to ``N unit`` (``three (3) years``: 3 years)
+    only_labelled: bool = False  # with labels, nullable fields: where the text writes none of the labels, the field is null
+    most_words: int | None = None  # span: words strings: a run takes at most this many words
     #: The other fields' labels (``grounded_fields``): where one of them is written, longer, around a label, it is theirs.
     rivals: tuple[str, ...] = field(default=(), compare=False)
 
@@ -96,8 +100,7 @@ class Grounded:
 
     @property
     def nullable(self) -> bool:
-        kind = self.schema.get("type")
-        return (isinstance(kind, list) and "null" in kind) or kind == "null" or None in self.schema.get("enum", ())
+        return _nullable(self.schema)
 
     @property
     def members(self) -> list[str]:
@@ -107,6 +110,11 @@ class Grounded:
     @property
     def name(self) -> str:
         return ".".join(self.path).replace(".[]", "[]")
+
+
+def _nullable(node: dict[str, Any]) -> bool:
+    kind = node.get("type")
+    return (isinstance(kind, list) and "null" in kind) or kind == "null" or None in node.get("enum", ())
 
 
 def whole_words(pattern: str | None) -> re.Pattern | None:
@@ -307,6 +315,12 @@ def _declared(node: dict[str, Any], path: tuple[str, ...]) -> Grounded:
         raise GroundingError(
             f'{where}: {KEYWORD}.units must be a list of non-empty strings (e.g. ["year", "month"]), on a string of span: words only'
         )
+    only_labelled = options.get("only_labelled", False)
+    if not isinstance(only_labelled, bool) or (only_labelled and not (labels and _nullable(node))):
+        raise GroundingError(f"{where}: {KEYWORD}.only_labelled must be true or false, with labels, on a property that may be null")
+    most_words = options.get("most_words")
+    if most_words is not None and (type(most_words) is not int or most_words < 1 or kind != "string" or span != "words"):
+        raise GroundingError(f"{where}: {KEYWORD}.most_words must be a whole number of words, at least 1, on a string of span: words")
     spellings = {k: tuple(v) for k, v in spellings.items()}
     return Grounded(
         path,
@@ -332,6 +346,8 @@ def _declared(node: dict[str, Any], path: tuple[str, ...]) -> Grounded:
         day_first,
         prefer_members,
         tuple(units),
+        only_labelled,
+        most_words,
     )
 
 

@@ -206,6 +206,7 @@ class _Builder:
             choices += [_literal(json.dumps(v, ensure_ascii=False)) for v in g.allow if v not in excluded]
         elif g.kind == "string":
             writes = any(not c.isspace() and not unicodedata.category(c).startswith("P") for c in self.text)
+            writes = writes and not (g.only_labelled and not after_labels(self.text, g.labels, g.rivals))
             choices = [f'"\\"" {self.span(g, excluded)} "\\""'] if writes else []
             choices += [_literal(json.dumps(v, ensure_ascii=False)) for v in g.allow if v not in excluded]
         else:
@@ -245,8 +246,9 @@ class _Builder:
 
     def after_labels(self, g: Grounded) -> str | None:
         """With ``labels`` (or ``first_lines``) on a run of words: a terminal for the runs that start with the first
-        word after a label (with one of the text's first lines, where it writes no label), up to the string's
-        ``maxLength`` (``LABELLED_CHARS`` without one) and, with ``cut_before``, up to the first word it matches
+        word after a label (with one of the text's first lines, where it writes no label), of at most ``most_words``
+        words, up to the string's ``maxLength`` (``LABELLED_CHARS`` without one) and, with ``cut_before``, up to the
+        first word it matches
         (none from a start it matches); None where neither narrows anything. No run crosses a column gap, three
         spaces or more between two words of a line: laid-out text puts the letterhead and the customer's block
         side by side (``Peter-Behrens-Platz 2    SimFin Analytics GmbH``)."""
@@ -270,12 +272,15 @@ class _Builder:
         runs, ended = [], []
         for recase in [str] if g.case == "exact" else [str, str.lower, str.upper, str.title]:
             for rest in rests:
-                chunks, room = [], g.schema.get("maxLength", LABELLED_CHARS)
+                chunks, room, words_left = [], g.schema.get("maxLength", LABELLED_CHARS), g.most_words or len(rest)
                 for chunk in _word_chunks(_escaped(recase(rest))):
                     room -= len(chunk)
                     if room < 0:
                         break
                     chunks.append(chunk)
+                    words_left -= chunk[0].isalnum()
+                    if not words_left:
+                        break
                 if chunks:  # none where the first word after the label is longer than the string may be
                     runs.append(self.prefixes([_literal(c) for c in chunks]))
                     ended += _ending_runs(chunks, ending) if ending else []
@@ -347,10 +352,11 @@ def candidates(g: Grounded, text: str) -> list[str]:
 
 
 def written_values(g: Grounded, text: str) -> dict[Any, list[tuple[int, int]]]:
-    """The numbers (dates) the text writes that a number (date) field admits -> their spans; with ``labels``,
-    only the labelled ones, where the text labels any. Offsets are into the NFC form of ``text``."""
+    """The numbers (dates, counts) the text writes that a number (date, count) field admits -> their spans; with
+    ``labels``, only the labelled ones, where the text labels any (with ``only_labelled``, none where it labels
+    none). Offsets are into the NFC form of ``text``."""
     found, text = _found(g, text)
-    return (labelled(found, text, g.labels, g.rivals) or found) if g.labels else found
+    return (labelled(found, text, g.labels, g.rivals) or ({} if g.only_labelled else found)) if g.labels else found
 
 
 def _found(g: Grounded, text: str) -> tuple[dict[Any, list[tuple[int, int]]], str]:
@@ -411,7 +417,7 @@ def words(g: Grounded, text: str, narrowed: bool = False) -> list[str]:
     labelled = fits(_strip_marks(text[start:].split()[0]) for start in after_labels(text, g.labels, g.rivals))
     if writes_included(g, text):
         fitting, labelled = ([w for w in found if writes_included(g, w)] for found in (fitting, labelled))
-    return labelled or fitting
+    return labelled or ([] if g.only_labelled else fitting)
 
 
 #: A run of lines while ``line_run_starts`` narrows: (first, least, most, holds an included line, ends on an ending

@@ -111,6 +111,12 @@ def learn_field(g: Grounded, rows: list[Row]) -> FieldCues:
             g = replace(g, labels=tuple(labels))
             options["labels"] = labels
             evidence["labels"] = label_evidence
+    if g.labels and g.nullable and score(replace(g, only_labelled=True)) > score(g) + MIN_GAIN:
+        g = replace(g, only_labelled=True)
+        options["only_labelled"] = True
+    if g.kind == "string" and g.span == "words" and given:
+        options["most_words"] = max(len(_WORD.findall(str(v))) for v in given)
+        g = replace(g, most_words=options["most_words"])
     if g.kind == "string" and g.span == "words" and not g.labels:
         lines = _first_lines(rows, found)
         if lines and score(replace(g, first_lines=lines)) > score(g) + MIN_GAIN:
@@ -177,6 +183,8 @@ def _pick_rate(offered: set[str], gold: list[str | None], nullable: bool) -> flo
 def _word_starts(g: Grounded, text: str) -> set[int] | int:
     """Where a run of words may start: after a label, on a top line, else anywhere (returned as the count of words)."""
     starts = after_labels(text, g.labels, g.rivals) if g.labels else []
+    if g.only_labelled:
+        return set(starts)
     starts = starts or (line_starts(text, g) if g.first_lines else [])
     return set(starts) if starts else len(_WORD.findall(text))
 

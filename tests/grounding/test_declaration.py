@@ -103,6 +103,12 @@ def test_nested_objects_and_array_items_are_found():
         ),
         ({"type": "number", "x-grounded": {"rounding": 0}}, "x-grounded.rounding must be a positive number"),
         ({"type": "number", "x-grounded": {"rounding": True}}, "x-grounded.rounding must be a positive number"),
+        ({"type": "number", "x-grounded": {"units": ["year"]}}, "x-grounded.units must be a list of non-empty strings"),
+        ({"type": "string", "x-grounded": {"units": "year"}}, "x-grounded.units must be a list of non-empty strings"),
+        ({"type": ["number", "null"], "x-grounded": {"only_labelled": True}}, "x-grounded.only_labelled must be true or false, with labels"),
+        ({"type": "number", "x-grounded": {"labels": ["a"], "only_labelled": True}}, "on a property that may be null"),
+        ({"type": "string", "x-grounded": {"most_words": 0}}, "x-grounded.most_words must be a whole number of words"),
+        ({"type": "string", "x-grounded": {"span": "word", "most_words": 2}}, "on a string of span: words"),
     ],
 )
 def test_bad_declarations_name_the_property(prop, message):

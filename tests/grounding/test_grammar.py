@@ -6,7 +6,8 @@ import random
 import pytest
 
 from fucina_jobs.decoding.constraint import Constraint
-from fucina_jobs.grounding.grammar import NothingToGround, grounded_lark
+from fucina_jobs.grounding.declaration import grounded_fields
+from fucina_jobs.grounding.grammar import NothingToGround, candidates, grounded_lark
 
 from tests.helpers import STOP, instance_accepted
 
@@ -591,3 +592,27 @@ def test_items_by_line_and_a_bad_declaration(tokenizer):
     bad = json.loads(json.dumps(BY_PARAGRAPH).replace('{"items": "paragraph"}', '{"items": "page"}'))
     with pytest.raises(GroundingError, match=r'properties/receipts: x-grounded on an array takes \{"items": "paragraph"\}'):
         grounded_fields(bad)
+
+
+def test_only_labelled_leaves_a_field_null_where_no_label_is_written():
+    schema = {
+        "type": "object",
+        "properties": {
+            "term": {"type": ["string", "null"], "x-grounded": {"units": ["year"], "labels": ["period of"], "only_labelled": True}},
+            "state": {"type": ["string", "null"], "x-grounded": {"labels": ["laws of"], "only_labelled": True}},
+        },
+        "required": ["term", "state"],
+    }
+    labelled = "It lasts for a period of two (2) years under the laws of Ohio. Notices within one year."
+    unlabelled = "Notices within one year; Ohio courts."
+    fields = {g.name: g for g in grounded_fields(schema)}
+    assert candidates(fields["term"], labelled) == ['"2 years"'] and candidates(fields["term"], unlabelled) == []
+    grammar = grounded_lark(schema, unlabelled)
+    assert "Ohio" not in grammar and "1 year" not in grammar  # both fields may only be null
+    assert "Ohio" in grounded_lark(schema, labelled)
+
+
+def test_most_words_bounds_a_run_after_a_label():
+    schema = {"type": "object", "properties": {"state": {"type": "string", "x-grounded": {"labels": ["laws of"], "most_words": 2}}}}
+    grammar = grounded_lark(schema, "governed by the laws of New York, without regard to conflicts")
+    assert '"New" (" " ("York")?)?' in grammar and "without" not in grammar
