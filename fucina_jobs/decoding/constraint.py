@@ -28,6 +28,10 @@ from .processor import LogitProcessor, LookJob, PathsAhead
 log = logging.getLogger(__name__)
 
 COMPACT_JSON = {"whitespace_flexible": False}
+#: llguidance's limits, but for the lexer's fuel at compile time: ten times its default of 1,000,000. A grounded grammar
+#: over a chunk of a long document (28-38k characters of an NDA's text, ``docs/LONG_DOCUMENTS.md``) needs 1-3 million
+#: to precompute its spans' lexemes, and failed to compile at the default; compiling took 0.07-0.09 s either way.
+LIMITS = llguidance.LLParserLimits(initial_lexer_fuel=10_000_000)
 
 
 class GrammarError(ValueError):
@@ -158,11 +162,11 @@ class Constraint(LogitProcessor):
         self.vocab_size = vocab_size or len(tokenizer)
         self.stop_token = tokenizer.eos_token_id if stop_token is None else stop_token
         self.bridge = tokenizer_bridge(tokenizer, self.vocab_size, self.stop_token)
-        diagnostic = llguidance.LLMatcher.validate_grammar(grammar, self.bridge)
+        diagnostic = llguidance.LLMatcher.validate_grammar(grammar, self.bridge, limits=LIMITS)
         if diagnostic:
             raise GrammarError(f"{name}: {diagnostic}")
         self.grammar = grammar
-        self._matcher = llguidance.LLMatcher(self.bridge, grammar, log_level=0)
+        self._matcher = llguidance.LLMatcher(self.bridge, grammar, log_level=0, limits=LIMITS)
         if self._matcher.is_error():
             raise GrammarError(f"{name}: {self._matcher.get_error()}")
         self._initial = self._matcher.deep_copy()  # never advanced: reset() restores failed matchers from it
