@@ -105,7 +105,11 @@ def _write(tmp_path, text, finishes):
     from fucina_jobs.pipeline.shard_writer import ShardWriter
 
     schema = tmp_path / "names.json"
-    schema.write_text(json.dumps({"type": "object", "required": ["party"], "properties": {"party": {"type": "array", "items": {"type": "string", "x-grounded": True}}}}))
+    schema.write_text(
+        json.dumps(
+            {"type": "object", "required": ["party"], "properties": {"party": {"type": "array", "items": {"type": "string", "x-grounded": True}}}}
+        )
+    )
     cfg = validate(job_dict(tmp_path / "out", constraint={"json_schema": str(schema)}, dataset={"chunking": {"enabled": True}}))
     out = RunDir.for_config(str(tmp_path / "out"), REPO, "f" * 64)
     out.start_run()

@@ -186,5 +186,10 @@ def test_a_list_of_names_keeps_each_name_once_across_every_chunk():
         ("lines[0]", "a", "A."),
     }
     assert merge({**schema, "properties": {"party": {**names, "x-merge": "all"}}}, parts).record["party"] == [
-        "ACME, INC.", "Foo  LLC", "Acme Inc", "acme inc.", "Bar Corp", "FOO LLC"
+        "ACME, INC.",
+        "Foo  LLC",
+        "Acme Inc",
+        "acme inc.",
+        "Bar Corp",
+        "FOO LLC",
     ], "x-merge: all keeps every copy"
