@@ -180,7 +180,11 @@ class Chunker:
 
 def gather(outputs: list[dict[str, Any]], chunks: dict[str, tuple[str, Chunk]]) -> list[dict[str, Any]]:
     """A shard's decoded outputs with each chunked row's chunk outputs as one: ``{"row_id", "chunks": [...], "relaxations"}``,
-    its chunks in text order, each with its ``chunk``. Outputs of rows decoded whole pass unchanged."""
+    its chunks in text order, each with its ``chunk``. Outputs of rows decoded whole pass unchanged.
+
+    A chunk that ran out of tokens (``decoding.max_tokens``: a list the model kept filling) is left out of its row's merge
+    where another chunk of the row finished: the row's record is the other chunks', and its ``relaxations`` name the chunk
+    left out. A document is not lost for one chunk of it; where every chunk ran out, the row stays a ``length`` reject."""
     rows: dict[str, dict[str, Any]] = {}
     gathered = []
     for output in outputs:
@@ -194,4 +198,19 @@ def gather(outputs: list[dict[str, Any]], chunks: dict[str, tuple[str, Chunk]]) 
         rows[row_id]["chunks"].append(output | {"chunk": chunk})
     for row in rows.values():
         row["chunks"].sort(key=lambda output: output["chunk"].index)
+        _leave_out_unfinished(row)
     return gathered
+
+
+def _leave_out_unfinished(row: dict[str, Any]) -> None:
+    """The row's chunks that ran out of tokens, out of its merge and named in its ``relaxations``, unless no chunk finished."""
+    out = [c for c in row["chunks"] if c.get("finish_reason") == "length"]
+    if not out or len(out) == len(row["chunks"]):
+        return
+    count = len(row["chunks"])
+    row["chunks"] = [c for c in row["chunks"] if c not in out]
+    row["relaxations"] = [*row["relaxations"]] + [
+        f"chunk {c['chunk'].index + 1} of {count} (characters {c['chunk'].start}-{c['chunk'].end}) left out: it ran out of tokens "
+        f"after {c.get('generated_tokens', 0)} (decoding.max_tokens)"
+        for c in out
+    ]

@@ -17,7 +17,10 @@ a grounded value at the same offsets of the row's text (the same occurrence cann
 belong to two items); without located values, when they are equal. Of two duplicates
 the one kept is the one farther from the cut that separates the chunks (a copy near
 a chunk's edge may have been read from half the item); a dropped copy that disagreed
-is a conflict too.
+is a conflict too. An array of names (``uniqueItems``, or items that are grounded
+strings: the parties of a contract) keeps each name once, wherever and however often
+the chunks write it: two strings whose words are the same but for case, punctuation
+and whitespace (``ACME, INC.`` and ``Acme Inc``) are one item, the first one written.
 
 Every merged value remembers where it came from: its chunk, its span in the row's
 text (when located) and its confidence, all under the merged record's paths
@@ -27,6 +30,7 @@ text (when located) and its confidence, all under the merged record's paths
 from __future__ import annotations
 
 import json
+import unicodedata
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
@@ -133,7 +137,8 @@ class _Merge:
         if rule == "fields" and all(isinstance(c.value, dict) for c in present):
             return self.fields(schema, present, path)
         if rule in ("concat", "all") and all(isinstance(c.value, list) for c in present):
-            return self.items(schema.get("items") if isinstance(schema.get("items"), dict) else {}, present, path, dedup=rule == "concat")
+            items = schema.get("items") if isinstance(schema.get("items"), dict) else {}
+            return self.items(items, present, path, dedup=rule == "concat", by_name=rule == "concat" and _names(schema, items))
         return self.choose(present, path, "first" if rule in ("fields", "concat", "all") else rule)
 
     def fields(self, schema: dict[str, Any], candidates: list[_Candidate], path: str) -> dict[str, Any]:
@@ -168,13 +173,18 @@ class _Merge:
         self.origins[path] = (c.part, c.path)
         return c.value
 
-    def items(self, schema: dict[str, Any], arrays: list[_Candidate], path: str, dedup: bool) -> list[Any]:
-        """Every chunk's items in chunk order; with ``dedup``, an item of the chunk before that is the same item is kept once."""
+    def items(self, schema: dict[str, Any], arrays: list[_Candidate], path: str, dedup: bool, by_name: bool) -> list[Any]:
+        """Every chunk's items in chunk order; with ``dedup``, an item of the chunk before that is the same item is kept once;
+        ``by_name``, a string item is kept once in the whole array (``named``)."""
         kept: list[_Candidate] = []
+        names: dict[str, _Candidate] = {}  # a string item's name -> the item kept for it
         for array in arrays:
             fresh = [_Candidate(array.part, _index(array.path, i), v) for i, v in enumerate(array.value)]
             earlier = [k for k in kept if k.index == array.index - 1] if dedup else []
             for item in fresh:
+                if by_name and isinstance(item.value, str):
+                    self.named(item, names, kept, path)
+                    continue
                 twin = next((k for k in earlier if _same_item(k, item)), None)
                 if twin is None:
                     kept.append(item)
@@ -187,6 +197,18 @@ class _Merge:
                 if _canonical(winner.value) != _canonical(loser.value):
                     self.conflicts.append(Conflict(_index(path, at), winner.value, winner.index, [(loser.value, loser.index, _score(loser))]))
         return [self.node(schema, [k], _index(path, i)) for i, k in enumerate(kept)]
+
+    def named(self, item: _Candidate, names: dict[str, _Candidate], kept: list[_Candidate], path: str) -> None:
+        """A string item, kept unless one of the same name is: a list of names (the parties of a contract) names each once,
+        however many chunks, or places of one chunk, write it. The first written is kept; a spelling it drops is a conflict."""
+        first = names.get(_name(item.value))
+        if first is None:
+            names[_name(item.value)] = item
+            kept.append(item)
+            return
+        self.duplicates += 1
+        if item.value != first.value:
+            self.conflicts.append(Conflict(_index(path, kept.index(first)), first.value, first.index, [(item.value, item.index, _score(item))]))
 
     def result(self, record: Any, top: str) -> Merged:
         confidence, chunks, spans = Confidence(), {}, {}
@@ -237,6 +259,20 @@ def _same_item(a: _Candidate, b: _Candidate) -> bool:
     if located_a and located_b:
         return bool(located_a & located_b)
     return _canonical(a.value) == _canonical(b.value)
+
+
+def _names(schema: dict[str, Any], items: dict[str, Any]) -> bool:
+    """Does the array list names, each once? Where it says ``uniqueItems``, or its items are grounded strings: a text writes
+    a name (a party, a company) wherever it refers to it, so where a copy is found says nothing of how many there are."""
+    kinds = items.get("type")
+    strings = kinds == "string" or isinstance(kinds, list) and "string" in kinds
+    return bool(schema.get("uniqueItems")) or strings and bool(items.get("x-grounded"))
+
+
+def _name(value: str) -> str:
+    """What two spellings of one name share: its words, case folded, without punctuation (``ACME, INC.`` is ``Acme Inc``)."""
+    letters = "".join(" " if unicodedata.category(ch).startswith("P") else ch for ch in value.casefold())
+    return " ".join(letters.split())
 
 
 def _margin(c: _Candidate) -> int:

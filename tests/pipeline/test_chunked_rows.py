@@ -94,3 +94,45 @@ def test_chunking_needs_a_json_schema_and_rules_that_apply(tmp_path):
     schema.write_text(json.dumps({"type": "object", "properties": {"n": {"type": "number", "x-merge": "sum"}}}))
     with pytest.raises(ConfigError, match="properties/n: x-merge='sum' does not apply to a scalar"):
         Job(validate(job_dict(tmp_path / "out", constraint={"json_schema": str(schema)}, dataset={"chunking": {"enabled": True}})), REPO)
+
+
+def _write(tmp_path, text, finishes):
+    """The writer's record for one row of two chunks, decoded with these finish reasons (a list the second kept filling)."""
+    from fucina_jobs.pipeline.chunking import Chunk, chunk_id, gather
+    from fucina_jobs.pipeline.dataset import Row
+    from fucina_jobs.pipeline.job_constraint import resolve
+    from fucina_jobs.pipeline.rundir import RunDir
+    from fucina_jobs.pipeline.shard_writer import ShardWriter
+
+    schema = tmp_path / "names.json"
+    schema.write_text(
+        json.dumps(
+            {"type": "object", "required": ["party"], "properties": {"party": {"type": "array", "items": {"type": "string", "x-grounded": True}}}}
+        )
+    )
+    cfg = validate(job_dict(tmp_path / "out", constraint={"json_schema": str(schema)}, dataset={"chunking": {"enabled": True}}))
+    out = RunDir.for_config(str(tmp_path / "out"), REPO, "f" * 64)
+    out.start_run()
+    out.write_manifest({"run_id": "run"})
+    half = text.index("\n\n") + 2
+    pieces = [Chunk(0, 0, half), Chunk(1, half, len(text))]
+    texts = ['{"party":["ACME, INC."]}', '{"party":["Foo LLC","Foo LLC","Foo LLC","Foo'] if finishes[0] == "stop" else ['{"party":["AC'] * 2
+    outputs = [
+        {"row_id": chunk_id("r", c.index), "text": t, "finish_reason": f, "generated_tokens": 7, "relaxations": []}
+        for c, t, f in zip(pieces, texts, finishes)
+    ]
+    decoded = gather(outputs, {chunk_id("r", c.index): ("r", c) for c in pieces})
+    ShardWriter(cfg, resolve(cfg.constraint, REPO), REPO, out, "run").write("k", 0, 0, [Row("r", 0, {"text": text})], decoded, {})
+    return read_dir(tmp_path / "out", "records"), read_dir(tmp_path / "out", "rejects")
+
+
+def test_a_chunk_that_runs_out_of_tokens_is_left_out_and_the_row_is_still_a_record(tmp_path):
+    text = "This agreement is between ACME, INC. and Foo LLC.\n\nFoo LLC shall keep it secret. Foo LLC agrees."
+    [record], rejects = _write(tmp_path, text, ["stop", "length"])
+    assert rejects == [] and json.loads(record["text"]) == {"party": ["ACME, INC."]}
+    assert list(record["relaxations"]) == [f"chunk 2 of 2 (characters 51-{len(text)}) left out: it ran out of tokens after 7 (decoding.max_tokens)"]
+
+
+def test_a_row_whose_every_chunk_runs_out_of_tokens_is_a_length_reject(tmp_path):
+    records, [reject] = _write(tmp_path, "ACME, INC. signs.\n\nACME, INC. again.", ["length", "length"])
+    assert records == [] and reject["reason"] == "length" and reject["error"].startswith("chunk 1 of 2")

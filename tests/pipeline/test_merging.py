@@ -164,3 +164,32 @@ def test_x_merge_rules_are_checked_where_they_are_written():
                 "properties": {"l": {"type": "array", "items": {"type": "object", "properties": {"n": {"type": "number", "x-merge": "sum"}}}}},
             }
         )
+
+
+def test_a_list_of_names_keeps_each_name_once_across_every_chunk():
+    """Grounded string items name things: a party named in chunks 0, 1 and 3, in other cases and punctuation, is one item."""
+    names = {"type": "array", "items": {"type": "string", "x-grounded": True}}
+    schema = {"type": "object", "properties": {"party": names, "lines": {"type": "array", "items": {"type": "string"}, "uniqueItems": True}}}
+    parts = [
+        part(0, 0, 100, {"party": ["ACME, INC.", "Foo  LLC"], "lines": ["a"]}),
+        part(1, 80, 200, {"party": ["Acme Inc", "acme inc."], "lines": ["A."]}),
+        part(2, 180, 300, {"party": []}),
+        part(3, 280, 400, {"party": ["Bar Corp", "FOO LLC"], "lines": ["b"]}),
+    ]
+    merged = merge(schema, parts)
+    assert merged.record == {"party": ["ACME, INC.", "Foo  LLC", "Bar Corp"], "lines": ["a", "b"]}
+    assert merged.duplicates == 4 and merged.chunks == {"party[0]": 0, "party[1]": 0, "party[2]": 3, "lines[0]": 0, "lines[1]": 3}
+    assert {(k.path, k.kept, k.alternatives[0][0]) for k in merged.conflicts} == {
+        ("party[0]", "ACME, INC.", "Acme Inc"),
+        ("party[0]", "ACME, INC.", "acme inc."),
+        ("party[1]", "Foo  LLC", "FOO LLC"),
+        ("lines[0]", "a", "A."),
+    }
+    assert merge({**schema, "properties": {"party": {**names, "x-merge": "all"}}}, parts).record["party"] == [
+        "ACME, INC.",
+        "Foo  LLC",
+        "Acme Inc",
+        "acme inc.",
+        "Bar Corp",
+        "FOO LLC",
+    ], "x-merge: all keeps every copy"
