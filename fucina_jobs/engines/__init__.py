@@ -4,8 +4,8 @@ The job pipeline, ``eval`` and the vLLM engine import this package only, never
 ``decoding`` or ``models``: the ``Engine`` protocol and its types, the
 settings and stats types, the prompt encoding every engine shares, the
 constraint and the error it raises, schema relaxation and model resolution. ``build`` is the registry the replica asks: ``engine=NAME`` in a
-job's config picks ``ENGINES[NAME]``, imported only when a job uses it (vLLM
-is an optional extra).
+job's config picks the class ``pipeline.config.ENGINES[NAME].implementation``
+names, imported only when a job uses it (vLLM is an optional extra).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from ..decoding.relaxation import cause as compile_error_cause
 from ..decoding.relaxation import compile_json_schema
 from ..models.loading import DEFAULT_MODEL, ModelNotFound, load_model, load_tokenizer, resolve_device, resolve_source
 from ..decoding.sampler import SamplingParams
+from ..pipeline.config import ENGINES
 from .base import BatchSession, Completion, Engine, EngineUnavailable, Prompt, Session, drain
 from .fucina import (
     FucinaEngine,
@@ -38,7 +39,6 @@ from .fucina import (
 __all__ = [
     "DEFAULT_MODEL",
     "DRAFT_SOURCES",
-    "ENGINES",
     "NGRAM",
     "BatchSession",
     "Completion",
@@ -76,9 +76,6 @@ __all__ = [
     "tokenizer_bridge",
 ]
 
-#: Every engine a job can name, as ``module:class`` in this package; ``pipeline/config.py`` holds each one's settings.
-ENGINES = {"fucina": "fucina:FucinaEngine", "vllm": "vllm:VLLMEngine", "canned": "canned:CannedEngine"}
-
 
 def build(cfg: Any, model_path: str) -> Engine:
     """The engine the job's config (a ``JobConfig``) names, built from that config over the model at ``model_path``."""
@@ -93,5 +90,5 @@ def require(name: str) -> None:
 
 
 def _engine_class(name: str) -> type:
-    module, cls = ENGINES[name].split(":")
+    module, cls = ENGINES[name].implementation.split(":")
     return getattr(importlib.import_module(f"{__name__}.{module}"), cls)

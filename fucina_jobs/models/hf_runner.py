@@ -41,6 +41,7 @@ from transformers.models.llama.modeling_llama import LlamaAttention, LlamaDecode
 
 from .. import native
 from ..cache import cache_dir
+from ..private_apis import onednn_bf16_supported, onednn_linear, onednn_linear_available, onednn_pack
 from . import decode_attention, layer_ops
 
 _ATTENTION = "fucina_slots"
@@ -356,13 +357,13 @@ class _OneDNNLinear(torch.nn.Linear):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if torch.compiler.is_compiling():  # oneDNN's op does not trace with dynamic shapes: inductor picks its own GEMM
             return F.linear(x, self.weight, self.bias)
-        return torch.ops.mkldnn._linear_pointwise(x, self._packed(), self.bias, "none", [], "")
+        return onednn_linear(x, self._packed(), self.bias)
 
     def _packed(self) -> torch.Tensor:
         key = (self.weight.data_ptr(), self.weight._version)
         cached = _PACKED.get(self)
         if cached is None or cached[0] != key:
-            cached = _PACKED[self] = key, torch.ops.mkldnn._reorder_linear_weight(self.weight.detach(), _PACK_ROWS)
+            cached = _PACKED[self] = key, onednn_pack(self.weight.detach(), _PACK_ROWS)
         return cached[1]
 
 
@@ -385,10 +386,9 @@ def _onednn_packs(dtype: torch.dtype) -> bool:
     """oneDNN can pack this CPU's weights of ``dtype``: float32 wherever oneDNN is built in, bfloat16 only
     where the CPU has the instructions its packed path needs (AVX-512 BW/VL/DQ or AVX-NE-CONVERT; without them
     the reorder raises, and the model keeps torch's own linears)."""
-    ops = ("_linear_pointwise", "_reorder_linear_weight")
-    if not (torch.backends.mkldnn.is_available() and all(hasattr(torch.ops.mkldnn, op) for op in ops)):
+    if not onednn_linear_available():
         return False
-    return dtype == torch.float32 or (dtype == torch.bfloat16 and torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    return dtype == torch.float32 or (dtype == torch.bfloat16 and onednn_bf16_supported())
 
 
 def _compiled(model: torch.nn.Module) -> torch.nn.Module:

@@ -15,7 +15,7 @@ import glob
 import re
 import tempfile
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -35,11 +35,14 @@ class ModelConfig(_Section):
 
 
 class FucinaEngineConfig(_Section):
+    #: The class that runs this engine, as ``module:class`` in ``fucina_jobs.engines`` (imported only when a job names it).
+    implementation: ClassVar[str] = "fucina:FucinaEngine"
     name: Literal["fucina"] = "fucina"
     compile: bool = Field(False, description="torch.compile the model forward: a one-off compile at start, cached across runs")
 
 
 class VLLMEngineConfig(_Section):
+    implementation: ClassVar[str] = "vllm:VLLMEngine"  # vLLM is an optional extra: imported only for engine=vllm
     name: Literal["vllm"]
     max_model_len: int = Field(4096, ge=256, description="longest prompt plus output vLLM plans for")
     kv_cache_gib: float = Field(2.0, gt=0, description="CPU KV cache per replica (VLLM_CPU_KVCACHE_SPACE); unused on GPU")
@@ -48,6 +51,7 @@ class VLLMEngineConfig(_Section):
 
 
 class CannedEngineConfig(_Section):
+    implementation: ClassVar[str] = "canned:CannedEngine"
     name: Literal["canned"]
     output: str = Field("{}", description="the canned completion every row gets: the pipeline alone, for benchmarks and tests")
 
@@ -258,7 +262,7 @@ class JobConfig(_Section):
 SHIPPED = Path(__file__).resolve().parents[1]
 #: Where a Hydra run writes when the job's config names no output.dir (``name`` is the job's).
 DEFAULT_OUTPUT_DIR = "outputs/${name}"
-#: Each engine's settings, by the name a job gives it (``engine=NAME``).
+#: Every engine a job can name (``engine=NAME``): its settings, whose ``implementation`` names the class that runs it.
 ENGINES = {"fucina": FucinaEngineConfig, "vllm": VLLMEngineConfig, "canned": CannedEngineConfig}
 
 

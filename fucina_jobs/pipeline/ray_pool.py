@@ -27,6 +27,7 @@ import ray
 import torch
 from ray.exceptions import ActorDiedError, GetTimeoutError, RayError, RayTaskError
 
+from ..private_apis import ray_bootstrap_address
 from .config import ConfigError, JobConfig, CannedEngineConfig
 from .job_constraint import JobConstraint
 from .replica import ShardWorker
@@ -275,18 +276,12 @@ def probe_cluster(address: str, timeout: float = 5.0) -> None:
         host, _, port = address[len("ray://") :].partition(":")
         target = f"{host}:{port or 10001}"
     else:
-        from ray._private.services import canonicalize_bootstrap_address_or_die
-
-        ray_log, level = logging.getLogger("ray._private.services"), logging.getLogger("ray._private.services").level
-        ray_log.setLevel(logging.ERROR)  # not its "found multiple Ray instances" warning: an error below names the address
         try:
-            target = canonicalize_bootstrap_address_or_die(address)
+            target = ray_bootstrap_address(address)
         except (ConnectionError, ValueError) as err:
             raise ConfigError(
                 f"{key}: {' '.join(str(err).split())} (start one with `ray start --head`, or leave runtime.ray_address unset for a private local Ray)"
             ) from None
-        finally:
-            ray_log.setLevel(level)
     host, _, port = target.rpartition(":")
     try:
         answered = _speaks_http2(host, int(port), timeout)

@@ -1,5 +1,7 @@
 """The output layout (``RunDir``) without a job: versions, partitions, leftovers, and what readers pick."""
 
+import datetime as dt
+
 import pyarrow as pa
 
 from fucina_jobs.pipeline.rundir import RunDir, run_name
@@ -35,10 +37,15 @@ def test_shards_live_in_hive_partitions_of_their_version(tmp_path):
 
 
 def test_a_new_run_never_takes_a_partition_name_in_use(tmp_path):
-    version = _version(tmp_path, "a", run_name())
+    """This second's name and the next are taken: the new run waits for a third, later than both."""
+    now = dt.datetime.now(dt.timezone.utc)
+    taken = [run_name(now), run_name(now + dt.timedelta(seconds=1))]
+    version = _version(tmp_path, "a", taken[0])
     _shard(version, "k1", ["x"])
-    taken = version.run
-    assert version.start_run() > taken
+    version.run = taken[1]
+    _shard(version, "k2", ["y"])
+    name = version.start_run()
+    assert name == version.run and name > max(taken)
 
 
 def test_leftovers_are_uncommitted_shards_and_temporaries_in_any_partition(tmp_path):

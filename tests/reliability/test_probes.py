@@ -5,6 +5,7 @@ Ray cluster that must pass the probe is a real head node (``ray.cluster_utils``)
 """
 
 import http.server
+import re
 import socket
 import threading
 
@@ -69,10 +70,14 @@ def test_a_real_ray_head_passes_the_probe():
     from ray.cluster_utils import Cluster
 
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
+    address = cluster.address
     try:
-        probe_cluster(cluster.address)
+        assert not ray.is_initialized()  # the probe really asks the port: it trusts a driver already connected
+        assert probe_cluster(address) is None
     finally:
         cluster.shutdown()
+    with pytest.raises(ConfigError, match=re.escape(f"runtime.ray_address={address}: no Ray cluster answers at {address}")):
+        probe_cluster(address)  # the same address, once the head is gone
 
 
 def _reachable(host: str) -> bool:
