@@ -164,15 +164,13 @@ class Constraint(LogitProcessor):
         self.vocab_size = vocab_size or len(tokenizer)
         self.stop_token = tokenizer.eos_token_id if stop_token is None else stop_token
         self.bridge = tokenizer_bridge(tokenizer, self.vocab_size, self.stop_token)
-        limits = None
         diagnostic = llguidance.LLMatcher.validate_grammar(grammar, self.bridge)
-        if _PRECOMPUTE_FAILED in diagnostic:
-            limits = _LAZY_LEXEMES
-            diagnostic = llguidance.LLMatcher.validate_grammar(grammar, self.bridge, limits=limits)
         if diagnostic:
             raise GrammarError(f"{name}: {diagnostic}")
         self.grammar = grammar
-        self._matcher = llguidance.LLMatcher(self.bridge, grammar, log_level=0, limits=limits)
+        self._matcher = llguidance.LLMatcher(self.bridge, grammar, log_level=0)
+        if self._matcher.is_error() and _PRECOMPUTE_FAILED in self._matcher.get_error():
+            self._matcher = llguidance.LLMatcher(self.bridge, grammar, log_level=0, limits=_LAZY_LEXEMES)
         if self._matcher.is_error():
             raise GrammarError(f"{name}: {self._matcher.get_error()}")
         self._initial = self._matcher.deep_copy()  # never advanced: reset() restores failed matchers from it

@@ -68,7 +68,7 @@ def _summary(cues: list, rows: int, target: Path, tell: bool) -> str:
     lines = [f"learned from {rows} gold rows -> {target}", "", "| field | written | pick rate | options |", "|---|---|---|---|"]
     for c in cues:
         e = c.evidence
-        options = ", ".join(f"{k}={v}" for k, v in c.options.items())
+        options = ", ".join(f"{k}={v}" for k, v in {**c.options, **c.array}.items())
         lines.append(f"| {c.name} | {e['written']}/{e['values']} | {e['pick_rate_before']:.3f} -> {e['pick_rate_after']:.3f} | {options} |")
     if not cues:
         lines.append("| (none) | | | the gold rows support no cue |")

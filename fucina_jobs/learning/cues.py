@@ -62,6 +62,7 @@ class FieldCues:
     path: tuple[str, ...]
     options: dict[str, Any]
     evidence: dict[str, Any] = field(default_factory=dict)
+    array: dict[str, int] = field(default_factory=dict)  # an item's array: its minItems and maxItems in the gold
 
 
 def field_rows(g: Grounded, gold: Sequence[tuple[str, Any]]) -> list[Row]:

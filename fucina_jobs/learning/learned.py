@@ -26,6 +26,8 @@ GROUNDED_SHARE = 0.6
 #: A string field is a count of units where at least this share of its gold values are written ``N unit``.
 COUNT_SHARE = 0.9
 _LEAF_TYPES = ("string", "number", "integer")
+#: The key of an array item's entry that holds the array's own learned keywords (``minItems``, ``maxItems``).
+ARRAY = "array"
 
 
 class LearnedError(ValueError):
@@ -48,9 +50,21 @@ def learn(schema: dict[str, Any], gold: Sequence[tuple[str, Any]]) -> list[Field
             given = cues.evidence["values"]
             if not given or cues.evidence["written"] < GROUNDED_SHARE * given:
                 continue
-        if cues.options:
+        if g.path[-1:] == ("[]",):
+            cues.array = _item_counts(g.path[:-1], gold)
+        if cues.options or cues.array:
             learned.append(cues)
     return learned
+
+
+def _item_counts(path: tuple[str, ...], gold: Sequence[tuple[str, Any]]) -> dict[str, int]:
+    """``minItems`` and ``maxItems`` of the array at ``path`` as its gold lists bound them: a model that writes an
+    empty list where the gold never has one is held to writing at least as many items as the gold's shortest list."""
+    lists = [v for _, label in gold for v in _values(label, path) if isinstance(v, list)]
+    if not lists:
+        return {}
+    bounds = {"maxItems": max(map(len, lists))}
+    return {"minItems": min(map(len, lists)), **bounds} if min(map(len, lists)) else bounds
 
 
 def _probe(schema: dict[str, Any], gold: Sequence[tuple[str, Any]]) -> tuple[dict[str, Any], dict[tuple[str, ...], dict[str, Any]]]:
@@ -112,7 +126,7 @@ def write(path: Path, cues: list[FieldCues], rows: int, source: str) -> None:
             "constraint.learned; a field's own x-grounded options in the schema win over these, key by key."
         ),
         "rows": rows,
-        "fields": {c.name: {"path": list(c.path), KEYWORD: c.options, "evidence": c.evidence} for c in cues},
+        "fields": {c.name: {"path": list(c.path), KEYWORD: c.options, **({ARRAY: c.array} if c.array else {}), "evidence": c.evidence} for c in cues},
     }
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(document, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
@@ -142,6 +156,9 @@ def apply(schema: dict[str, Any], learned: dict[str, dict[str, Any]], where: str
             raise LearnedError(f"{where}: field {name} is not in the schema any more; run `fucina_jobs learn` again")
         own = node.get(KEYWORD)
         node[KEYWORD] = {**entry[KEYWORD], **(own if isinstance(own, dict) else {})}
+        array = _node(merged, entry["path"][:-1]) if entry.get(ARRAY) else None
+        if array is not None:
+            array.update({k: v for k, v in entry[ARRAY].items() if k not in array})
     try:
         grounded_fields(merged)
     except GroundingError as err:

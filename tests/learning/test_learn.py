@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from fucina_jobs.decoding.constraint import Constraint
 from fucina_jobs.grounding.declaration import grounded_fields
 from fucina_jobs.grounding.grammar import candidates, grounded_lark
 from fucina_jobs.learning import learned as learned_cues
@@ -13,6 +14,7 @@ from fucina_jobs.learning.cli import learn_command
 from fucina_jobs.learning.evidence import label_contexts, word_runs
 from fucina_jobs.pipeline.config import ConfigError, ConstraintConfig
 from fucina_jobs.pipeline.job_constraint import resolve
+from tests.helpers import STOP, instance_accepted
 
 SCHEMA = {
     "type": "object",
@@ -124,6 +126,28 @@ def test_learn_command_errors_are_one_line(tmp_path, monkeypatch, capsys):
     assert "none of the 1 gold ids of data/other.jsonl is a row" in capsys.readouterr().err
     with pytest.raises(ConfigError, match="constraint.learned: .*missing.json does not exist"):
         resolve(ConstraintConfig(json_schema="schemas/notice.json", learned="missing.json"), job)
+
+
+def test_an_array_the_gold_never_leaves_empty_is_held_to_the_golds_item_counts(tokenizer):
+    schema = {
+        "type": "object",
+        "properties": {"party": {"type": "array", "items": {"type": "string", "maxLength": 40, "x-grounded": True}}},
+        "required": ["party"],
+        "additionalProperties": False,
+    }
+    gold = [(f"Agreement between {a} and {b}.", {"party": [a, b][: 1 + n % 2]}) for n, (a, b) in enumerate(zip(CARRIERS, CARRIERS[1:]))]
+    cues = by_name(learned_cues.learn(schema, gold))
+    assert cues["party[]"].array == {"minItems": 1, "maxItems": 2}
+    entries = {c.name: {"path": list(c.path), "x-grounded": c.options, "array": c.array} for c in cues.values()}
+    merged = learned_cues.apply(schema, entries, "test")
+    assert (merged["properties"]["party"]["minItems"], merged["properties"]["party"]["maxItems"]) == (1, 2)
+    text = "Agreement between Kestrel Cargo Lines and Pelican Express."
+    constraint = lambda s: Constraint.lark(grounded_lark(s, text), tokenizer, stop_token=STOP)  # noqa: E731
+    assert instance_accepted(constraint(schema), tokenizer, {"party": []}, separators=(",", ":"))
+    assert not instance_accepted(constraint(merged), tokenizer, {"party": []}, separators=(",", ":"))
+    assert instance_accepted(constraint(merged), tokenizer, {"party": ["Kestrel Cargo Lines"]}, separators=(",", ":"))
+    own = {**schema, "properties": {"party": {**schema["properties"]["party"], "minItems": 0}}}
+    assert learned_cues.apply(own, entries, "test")["properties"]["party"]["minItems"] == 0  # the schema's own wins
 
 
 def test_label_contexts_and_word_runs():
