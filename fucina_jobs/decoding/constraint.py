@@ -137,10 +137,11 @@ def only_allowed(bitmask: np.ndarray) -> int | None:
     return None if word & (word - 1) else index * 32 + word.bit_length() - 1
 
 
-#: llguidance's error where a large lexeme (a long document's substrings) exhausts the fuel of precomputing its
-#: lexer; built again with ``_LAZY_LEXEMES``, which computes those states as decoding reaches them instead.
-_PRECOMPUTE_FAILED = "lexer precomputation failed"
-_LAZY_LEXEMES = llguidance.LLParserLimits(precompute_large_lexemes=False)
+#: llguidance's limits, but for the lexer's fuel at compile time: ten times its default of 1,000,000. A grounded grammar
+#: over a long document (17-38k characters of an NDA's text, ``docs/LONG_DOCUMENTS.md``) needs 1-3 million to
+#: precompute its spans' lexemes, and its matcher failed at the default ("lexer precomputation failed"); compiling
+#: took 0.07-0.15 s either way. Computing those lexemes lazily instead fails later, mid-decode ("too many expressions").
+LIMITS = llguidance.LLParserLimits(initial_lexer_fuel=10_000_000)
 
 
 class Constraint(LogitProcessor):
@@ -164,13 +165,11 @@ class Constraint(LogitProcessor):
         self.vocab_size = vocab_size or len(tokenizer)
         self.stop_token = tokenizer.eos_token_id if stop_token is None else stop_token
         self.bridge = tokenizer_bridge(tokenizer, self.vocab_size, self.stop_token)
-        diagnostic = llguidance.LLMatcher.validate_grammar(grammar, self.bridge)
+        diagnostic = llguidance.LLMatcher.validate_grammar(grammar, self.bridge, limits=LIMITS)
         if diagnostic:
             raise GrammarError(f"{name}: {diagnostic}")
         self.grammar = grammar
-        self._matcher = llguidance.LLMatcher(self.bridge, grammar, log_level=0)
-        if self._matcher.is_error() and _PRECOMPUTE_FAILED in self._matcher.get_error():
-            self._matcher = llguidance.LLMatcher(self.bridge, grammar, log_level=0, limits=_LAZY_LEXEMES)
+        self._matcher = llguidance.LLMatcher(self.bridge, grammar, log_level=0, limits=LIMITS)
         if self._matcher.is_error():
             raise GrammarError(f"{name}: {self._matcher.get_error()}")
         self._initial = self._matcher.deep_copy()  # never advanced: reset() restores failed matchers from it

@@ -26,6 +26,8 @@ GROUNDED_SHARE = 0.6
 #: A string field is a count of units where at least this share of its gold values are written ``N unit``.
 COUNT_SHARE = 0.9
 _LEAF_TYPES = ("string", "number", "integer")
+#: An array's learned ``minItems`` is the most items at least this share of its gold lists hold.
+ITEMS_SHARE = 0.95
 #: The key of an array item's entry that holds the array's own learned keywords (``minItems``, ``maxItems``).
 ARRAY = "array"
 
@@ -58,13 +60,14 @@ def learn(schema: dict[str, Any], gold: Sequence[tuple[str, Any]]) -> list[Field
 
 
 def _item_counts(path: tuple[str, ...], gold: Sequence[tuple[str, Any]]) -> dict[str, int]:
-    """``minItems`` and ``maxItems`` of the array at ``path`` as its gold lists bound them: a model that writes an
-    empty list where the gold never has one is held to writing at least as many items as the gold's shortest list."""
-    lists = [v for _, label in gold for v in _values(label, path) if isinstance(v, list)]
-    if not lists:
+    """``minItems`` and ``maxItems`` of the array at ``path`` as its gold lists bound them: the most items that
+    ``ITEMS_SHARE`` of the lists hold at least, and the most any holds. A small model writes an empty list where
+    the gold nearly never has one; held to one item, it picks among the spans its grounding allows."""
+    counts = sorted(len(v) for _, label in gold for v in _values(label, path) if isinstance(v, list))
+    if not counts:
         return {}
-    bounds = {"maxItems": max(map(len, lists))}
-    return {"minItems": min(map(len, lists)), **bounds} if min(map(len, lists)) else bounds
+    least = counts[int(len(counts) * (1 - ITEMS_SHARE))]
+    return {"minItems": least, "maxItems": counts[-1]} if least else {"maxItems": counts[-1]}
 
 
 def _probe(schema: dict[str, Any], gold: Sequence[tuple[str, Any]]) -> tuple[dict[str, Any], dict[tuple[str, ...], dict[str, Any]]]:
