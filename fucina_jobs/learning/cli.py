@@ -17,12 +17,21 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 USAGE = """usage: python -m fucina_jobs learn conf=NAME [gold=FILE] [out=FILE] [key=value ...]
+       python -m fucina_jobs learn conf=NAME gold=FILE curve=0,10,20,50 [held_out=20] [out=DIR] [key=value ...]
 
 Learns each field's x-grounded options (labels, day order, span shape, units, ...) from gold rows
 joined to the job's dataset by id, and writes them with their evidence to out (default: the job's
 constraint.learned, else jobs/NAME/learned.json). gold defaults to the job's eval.gold. A job reads
 the file with constraint.learned=FILE; a field's own options in the schema win over learned ones.
+
+With curve=: the learning curve. The last held_out gold rows are kept out; for each size n the cues
+are learned from the first n other rows and the job is scored on the held-out ones with eval (the
+model runs). Prints a table per field; the runs go to out (default outputs/NAME/learning-curve).
 """
+#: The arguments ``learn`` takes itself; the rest are the job's Hydra overrides.
+OURS = ("gold", "out", "curve", "held_out")
+#: Gold rows a learning curve keeps out of learning, to score on.
+HELD_OUT = 20
 
 
 def learn_command(argv: list[str]) -> int:
@@ -31,17 +40,53 @@ def learn_command(argv: list[str]) -> int:
     if {"-h", "--help"} & set(argv):
         sys.stdout.write(USAGE)
         return 0
-    ours = {k: v for k, _, v in (a.partition("=") for a in argv) if k in ("gold", "out")}
-    rest = [a for a in argv if a.partition("=")[0] not in ("gold", "out")]
+    ours = {k: v for k, _, v in (a.partition("=") for a in argv) if k in OURS}
+    rest = [a for a in argv if a.partition("=")[0] not in OURS]
+    if "curve" in ours:
+        return hydra_command("learn", rest, lambda cfg, resolved: _curve_task(cfg, ours, rest))
     return hydra_command("learn", rest, lambda cfg, resolved: _learn_task(cfg, ours.get("gold"), ours.get("out")))
 
 
 def _learn_task(cfg: Any, gold_path: str | None, out: str | None) -> int:
+    from .learned import learn, write
+
+    base = Path.cwd()
+    schema, rows, gold, gold_path = _gold_rows(cfg, gold_path)
+    pairs = [(str(rows[i].get(cfg.dataset.text_field, "")), label) for i, label in gold.items() if i in rows]
+    cues = learn(schema, pairs)
+    target = Path(out or cfg.constraint.learned or f"jobs/{cfg.name}/learned.json")
+    write(base / target, cues, len(pairs), gold_path)
+    sys.stdout.write(_summary(cues, len(pairs), target, cfg.constraint.learned is None) + "\n")
+    return 0
+
+
+def _curve_task(cfg: Any, ours: dict[str, str], overrides: list[str]) -> int:
+    from ..pipeline.config import ConfigError
+    from .curve import learning_curve
+
+    try:
+        sizes = [int(n) for n in ours["curve"].split(",")]
+        held_out = int(ours.get("held_out", HELD_OUT))
+    except ValueError:
+        raise ConfigError(f"learn: curve={ours['curve']} held_out={ours.get('held_out', HELD_OUT)}: expected whole numbers, curve=0,10,20") from None
+    schema, rows, gold, _ = _gold_rows(cfg, ours.get("gold"))
+    out = Path(ours.get("out") or f"outputs/{cfg.name}/learning-curve")
+    try:
+        table = learning_curve(
+            cfg.name, schema, rows, gold, text_field=cfg.dataset.text_field, sizes=sizes, held_out=held_out, overrides=overrides, out=out.resolve()
+        )
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+    sys.stdout.write(table + "\n")
+    return 0
+
+
+def _gold_rows(cfg: Any, gold_path: str | None) -> tuple[dict[str, Any], dict[str, dict[str, Any]], dict[str, Any], str]:
+    """The job's schema without learned cues, its readable rows by id, the gold labels of those rows, the gold's path."""
     from ..eval.evaluate import load_gold
     from ..pipeline.config import ConfigError, locate
     from ..pipeline.dataset import read_rows
     from ..pipeline.job_constraint import resolve
-    from .learned import learn, write
 
     base = Path.cwd()
     if cfg.constraint.kind != "json_schema":
@@ -51,17 +96,13 @@ def _learn_task(cfg: Any, gold_path: str | None, out: str | None) -> int:
         raise ConfigError("learn: say which gold rows to learn from: gold=FILE (a JSONL of {'id': ..., 'label': {...}})")
     constraint = resolve(cfg.constraint.model_copy(update={"learned": None}), base)
     gold = load_gold(locate(gold_path, base))
-    texts = {row.id: str(row.fields.get(cfg.dataset.text_field, "")) for row in read_rows(cfg.dataset, base) if row.problem is None}
-    pairs = [(texts[i], label) for i, label in gold.items() if i in texts]
-    if not pairs:
+    rows = {row.id: {**row.fields, cfg.dataset.id_field: row.id} for row in read_rows(cfg.dataset, base) if row.problem is None}
+    known = {i: label for i, label in gold.items() if i in rows}
+    if not known:
         raise ConfigError(f"learn: none of the {len(gold)} gold ids of {gold_path} is a row of dataset.path={cfg.dataset.path}")
-    if len(pairs) < len(gold):
-        log.warning("%d of %d gold rows have no row in %s and are left out", len(gold) - len(pairs), len(gold), cfg.dataset.path)
-    cues = learn(constraint.schema, pairs)
-    target = Path(out or cfg.constraint.learned or f"jobs/{cfg.name}/learned.json")
-    write(base / target, cues, len(pairs), gold_path)
-    sys.stdout.write(_summary(cues, len(pairs), target, cfg.constraint.learned is None) + "\n")
-    return 0
+    if len(known) < len(gold):
+        log.warning("%d of %d gold rows have no row in %s and are left out", len(gold) - len(known), len(gold), cfg.dataset.path)
+    return constraint.schema, rows, known, gold_path
 
 
 def _summary(cues: list, rows: int, target: Path, tell: bool) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import re
 from pathlib import Path
 from typing import Any, Iterator, Sequence
@@ -26,7 +27,8 @@ GROUNDED_SHARE = 0.6
 #: A string field is a count of units where at least this share of its gold values are written ``N unit``.
 COUNT_SHARE = 0.9
 _LEAF_TYPES = ("string", "number", "integer")
-#: An array's learned ``minItems`` is the most items at least this share of its gold lists hold.
+#: An array's learned ``minItems`` is the most items at least this share of its gold lists hold, ``maxItems`` the fewest
+#: that as many hold at most: one odd list in twenty sets neither.
 ITEMS_SHARE = 0.95
 #: The key of an array item's entry that holds the array's own learned keywords (``minItems``, ``maxItems``).
 ARRAY = "array"
@@ -61,13 +63,14 @@ def learn(schema: dict[str, Any], gold: Sequence[tuple[str, Any]]) -> list[Field
 
 def _item_counts(path: tuple[str, ...], gold: Sequence[tuple[str, Any]]) -> dict[str, int]:
     """``minItems`` and ``maxItems`` of the array at ``path`` as its gold lists bound them: the most items that
-    ``ITEMS_SHARE`` of the lists hold at least, and the most any holds. A small model writes an empty list where
-    the gold nearly never has one; held to one item, it picks among the spans its grounding allows."""
+    ``ITEMS_SHARE`` of the lists hold at least, and the fewest that as many hold at most. A small model writes an
+    empty list where the gold nearly never has one, and, given room, repeats an item to the end of it; held to
+    the gold's counts, it picks among the spans its grounding allows."""
     counts = sorted(len(v) for _, label in gold for v in _values(label, path) if isinstance(v, list))
     if not counts:
         return {}
-    least = counts[int(len(counts) * (1 - ITEMS_SHARE))]
-    return {"minItems": least, "maxItems": counts[-1]} if least else {"maxItems": counts[-1]}
+    least, most = counts[int(len(counts) * (1 - ITEMS_SHARE))], counts[min(len(counts) - 1, math.ceil(len(counts) * ITEMS_SHARE) - 1)]
+    return {"minItems": least, "maxItems": most} if least else {"maxItems": most}
 
 
 def _probe(schema: dict[str, Any], gold: Sequence[tuple[str, Any]]) -> tuple[dict[str, Any], dict[tuple[str, ...], dict[str, Any]]]:

@@ -175,3 +175,18 @@ def _job_folder(tmp_path: Path) -> Path:
         "defaults: [base, _self_]\nname: notices\nconstraint: {json_schema: schemas/notice.json}\ndataset: {path: data/inputs.jsonl}\n"
     )
     return job
+
+
+@pytest.mark.slow
+def test_learning_curve_scores_held_out_rows_with_cues_learned_from_the_others(tmp_path, monkeypatch, capsys):
+    job = _job_folder(tmp_path)
+    monkeypatch.chdir(job)
+    argv = ["conf=notices", "gold=data/gold.jsonl", "curve=0,8", "held_out=4", "out=curve", "runtime.streams=2"]
+    assert learn_command(argv) == 0
+    table = capsys.readouterr().out
+    assert "scored on 4 held-out gold rows" in table and "| gold rows learned from | carrier | shipped_on | transit | weight |" in table
+    held_out = [json.loads(line)["id"] for line in (job / "curve/held_out_gold.jsonl").read_text().splitlines()]
+    assert held_out == ["n8", "n9", "n10", "n11"]  # the last rows, never learned from
+    assert json.loads((job / "curve/learned-8.json").read_text())["rows"] == 8
+    point = {line.split(" | ")[0].strip("| "): line.split(" | ") for line in table.splitlines() if line.startswith("| 8 ")}
+    assert point["8"][2] == "1.00" and point["8"][4] == "1.00"  # the learned labels leave the held-out rows one date and one weight
