@@ -61,4 +61,4 @@ class _Source:
 
 def _normalized(text: str, g: Grounded) -> str:
     text = normalize_whitespace(text) if g.whitespace == "normalize" else text
-    return text.casefold() if g.case == "insensitive" else text
+    return text.casefold() if g.folds_case else text

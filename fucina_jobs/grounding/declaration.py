@@ -14,13 +14,22 @@ import datetime as dt
 import re
 from decimal import Decimal
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterator, NamedTuple
+from typing import Any, Callable, Iterator, NamedTuple
 
 KEYWORD = "x-grounded"
 #: What one item of a grounded array (``"x-grounded": {"items": UNIT}``) is read from, and where one ends.
 ITEM_UNITS = {"paragraph": re.compile(r"\n[ \t\r\f\v]*\n\s*"), "line": re.compile(r"\n")}
 _WHITESPACE = ("normalize", "exact")
-_CASE = ("exact", "insensitive")
+#: How a value may recase its span of the text: ``case`` -> the recasings the grammar offers (``exact``: none; the
+#: others, learned from gold that is re-cased: one of them each; ``insensitive``: any of them).
+RECASINGS = {
+    "exact": (str,),
+    "upper": (str.upper,),
+    "lower": (str.lower,),
+    "title": (str.title,),
+    "insensitive": (str, str.lower, str.upper, str.title),
+}
+_CASE = tuple(RECASINGS)
 _SPAN = ("words", "word", "lines")
 _VALUES = ("number", "integer", "date")  # the kinds whose candidates are values the text writes: numbers and dates
 _OPTIONS = (
@@ -64,7 +73,7 @@ class Grounded:
     kind: str  # string | number | integer | date | enum | quantity (a string with ``units``)
     schema: dict[str, Any] = field(compare=False)
     whitespace: str = "normalize"  # normalize: runs of whitespace, line breaks included, match one space
-    case: str = "exact"  # insensitive: the value may be recased
+    case: str = "exact"  # insensitive: the value may be recased; upper, lower, title: it is, so (``RECASINGS``)
     span: str = "words"  # strings: a run of whole words of the text; one word (word); a run of whole lines (lines)
     allow: tuple[Any, ...] = ()  # values accepted although the text does not write them, e.g. 0 for tax
     amount: bool = False  # numbers: only those written as money (currency sign or code, or two decimals; no percentages)
@@ -89,6 +98,16 @@ class Grounded:
     most_words: int | None = None  # span: words strings: a run takes at most this many words
     #: The other fields' labels (``grounded_fields``): where one of them is written, longer, around a label, it is theirs.
     rivals: tuple[str, ...] = field(default=(), compare=False)
+
+    @property
+    def recasings(self) -> tuple[Callable[[str], str], ...]:
+        """How the grammar may write the text's spans: as written, or recased (``case``)."""
+        return RECASINGS[self.case]
+
+    @property
+    def folds_case(self) -> bool:
+        """Is a value compared with the text whatever its case? Everywhere ``case`` lets it differ from the text's."""
+        return self.case != "exact"
 
     def included(self) -> re.Pattern | None:
         """``includes`` as a Python pattern that finds such a word (a run of letters and digits) in a text."""

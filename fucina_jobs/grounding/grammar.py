@@ -237,7 +237,7 @@ class _Builder:
         """The terminal of the text's spans under ``g``'s options: one per document and set of options."""
         key = (g.whitespace, g.case, g.span)
         if key not in self.sources:
-            recase = [str] if g.case == "exact" else [str, str.lower, str.upper, str.title]
+            recase = g.recasings
             chunkings = list(dict.fromkeys(tuple(block) for f in recase for block in _chunks(self.text, g, f)))
             name = f"SOURCE{len(self.rules)}"  # unique across a document's paragraph builders
             self.rules.append(f"{name}: " + " | ".join(f"%regex {json.dumps({'substring_chunks': list(c)}, ensure_ascii=False)}" for c in chunkings))
@@ -270,7 +270,7 @@ class _Builder:
             rests.append(_kept(text[start:stop].rstrip(_CUT_ENDS)) if stop < len(text) else text[start:])
         ending = whole_words(g.ends_on)
         runs, ended = [], []
-        for recase in [str] if g.case == "exact" else [str, str.lower, str.upper, str.title]:
+        for recase in g.recasings:
             for rest in rests:
                 chunks, room, words_left = [], g.schema.get("maxLength", LABELLED_CHARS), g.most_words or len(rest)
                 for chunk in _word_chunks(_escaped(recase(rest))):
@@ -318,7 +318,7 @@ class _Builder:
         if not starts:
             return None
         runs, separator = [], _literal(_escaped(" " if g.whitespace == "normalize" else "\n"))
-        for recase in [str] if g.case == "exact" else [str, str.lower, str.upper, str.title]:
+        for recase in g.recasings:
             pieces = [_literal(_escaped(recase(line))) for line in lines]
             for first, least, most in starts:
                 needed = f" {separator} ".join(pieces[first : least + 1])
@@ -406,7 +406,7 @@ def words(g: Grounded, text: str, narrowed: bool = False) -> list[str]:
     ``narrowed``: of those that match ``includes``, where the text writes such words, the ones right after a
     label, where there are any. A label may end inside a word (``Facture n°562044387``): the rest is the word."""
     low, high = g.schema.get("minLength", 1), g.schema.get("maxLength", len(text))
-    recase = [str] if g.case == "exact" else [str, str.lower, str.upper, str.title]
+    recase = g.recasings
 
     def fits(found: Iterable[str]) -> list[str]:
         return [w for w in dict.fromkeys(f(word) for word in found for f in recase) if w and low <= len(w) <= high]

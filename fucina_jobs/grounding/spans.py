@@ -175,7 +175,7 @@ def writes(g: Grounded, written: str, value: Any) -> bool:
 
 
 def fold(text: str, g: Grounded) -> str:
-    """``text`` the way ``g`` compares it: whitespace runs as one space (``normalize``), casefolded (``insensitive``)."""
+    """``text`` the way ``g`` compares it: whitespace runs as one space (``normalize``), casefolded (any ``case`` but ``exact``)."""
     return _Folded(text, g.whitespace, g.case).text
 
 
@@ -191,7 +191,7 @@ class _Folded:
                     chars.append(" ")
                     where.append(i)
                 continue
-            for c in char.casefold() if case == "insensitive" else char:
+            for c in char.casefold() if case != "exact" else char:
                 chars.append(c)
                 where.append(i)
         if chars and chars[-1] == " " and whitespace == "normalize":
@@ -263,7 +263,7 @@ class _Source:
         return [hay.source_span(*span) for span in whole or found]
 
     def _enum(self, g: Grounded, member: Any) -> list[Span]:
-        flags = re.IGNORECASE if g.case == "insensitive" else 0
+        flags = re.IGNORECASE if g.folds_case else 0
         return sorted({m.span() for s in g.evidence(member) for m in re.finditer(rf"(?<![^\W\d_]){re.escape(s)}(?![^\W\d_])", self.text, flags)})
 
 

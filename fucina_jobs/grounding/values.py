@@ -457,6 +457,6 @@ def normalized_offsets(text: str) -> list[int]:
 
 
 def written(text: str, spellings: tuple[str, ...], case: str = "exact") -> bool:
-    """Does the text write any of ``spellings`` with no letter glued to it (``C$`` is not ``$``; ``case="insensitive"``: in any case)?"""
-    flags = re.IGNORECASE if case == "insensitive" else 0
+    """Does the text write any of ``spellings`` with no letter glued to it (``C$`` is not ``$``; any ``case`` but ``exact``: in any case)?"""
+    flags = re.IGNORECASE if case != "exact" else 0
     return any(re.search(rf"(?<![^\W\d_]){re.escape(s)}(?![^\W\d_])", text, flags) for s in spellings)

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any, Callable, Sequence
 
-from ..grounding.declaration import Grounded, leaves
+from ..grounding.declaration import RECASINGS, Grounded, leaves
 from ..grounding.grammar import candidates, line_starts, preferred, words, written_values
 from ..grounding.values import after_labels, json_number, labelled
 from .evidence import label_contexts, occurrences, verbatim
@@ -44,6 +44,7 @@ VERBATIM_SHARE = 0.8
 TOP_LINES = 15
 
 _WORD = re.compile(r"\w+")
+_MARKS = ".,;:!?()[]{}\"'"
 
 
 @dataclass
@@ -90,8 +91,9 @@ def learn_field(g: Grounded, rows: list[Row]) -> FieldCues:
     if g.kind == "string" and given:
         exact = sum(verbatim(str(v), r.text) for r in rows for v in r.values if v is not None)
         evidence["verbatim"] = exact
-        if exact < VERBATIM_SHARE * evidence["written"]:
-            options["case"] = "insensitive"
+        case, evidence["recased"] = _case(rows, found, exact)
+        if case != "exact":
+            options["case"] = case
         if all(len(_WORD.findall(str(v))) == 1 for v in given):
             options["span"] = "word"
     g = replace(g, **options)
@@ -125,6 +127,26 @@ def learn_field(g: Grounded, rows: list[Row]) -> FieldCues:
             options["first_lines"] = lines
     evidence["pick_rate_after"] = round(score(g), 4)
     return FieldCues(g.name, g.path, options, evidence)
+
+
+def _case(rows: list[Row], found: list[list[list[tuple[int, int]]]], exact: int) -> tuple[str, dict[str, int]]:
+    """The ``case`` that writes the gold values as the gold spells them, and how many each recasing writes: the one
+    recasing that writes the most (``exact`` where none writes more than the text's own case does), so re-cased
+    gold (``Aol Inc.`` for ``AOL Inc.``) is decoded in the gold's case, not in one the model picks; ``insensitive``
+    (any, the model's pick) only where no one recasing writes ``VERBATIM_SHARE`` of the values some recasing writes."""
+    pairs = [(r.text, str(v), spans) for r, value_spans in zip(rows, found) for v, spans in zip(r.values, value_spans)]
+    counts = {"exact": exact}
+    for case in ("upper", "lower", "title"):
+        (recase,) = RECASINGS[case]
+        counts[case] = sum(any(_same(recase(text[a:b]), v) for a, b in spans) for text, v, spans in pairs)
+    counts["insensitive"] = sum(any(_same(text[a:b].casefold(), v.casefold()) for a, b in spans) for text, v, spans in pairs)
+    best = max(("exact", "upper", "lower", "title"), key=lambda c: (counts[c], c == "exact"))
+    return ("insensitive" if counts[best] < VERBATIM_SHARE * counts["insensitive"] else best), counts
+
+
+def _same(span: str, value: str) -> bool:
+    """Does a span of the text write ``value``, whitespace runs and the marks at either end aside?"""
+    return " ".join(span.split()).strip(_MARKS) == " ".join(value.split()).strip(_MARKS)
 
 
 def _choices(g: Grounded) -> dict[str, list[Any]]:

@@ -69,6 +69,18 @@ def test_exact_whitespace_keeps_line_breaks_and_case_insensitive_recases(tokeniz
     assert not accepts(tokenizer, exact, HARD, rec("Nordlicht Bakery"))
 
 
+@pytest.mark.parametrize(
+    "case, written, refused",
+    [("title", "Acme Widgets Llc", "ACME WIDGETS LLC"), ("lower", "acme widgets", "Acme Widgets"), ("upper", "ACME", "Acme")],
+)
+def test_a_learned_case_writes_the_span_in_that_case_only(tokenizer, case, written, refused):
+    schema = json.loads(json.dumps(PARTY))
+    schema["properties"]["name"]["x-grounded"] = {"case": case}
+    for text in ("Sold by ACME WIDGETS LLC, 2 Main St", "Sold by Acme Widgets LLC, 2 Main St"):
+        assert accepts(tokenizer, schema, text, rec(written)), text
+        assert not accepts(tokenizer, schema, text, rec(refused)), text
+
+
 def test_max_length_holds_inside_the_span(tokenizer):
     text = "Name: " + " ".join(["Verylongcompanyname"] * 4)
     assert accepts(tokenizer, PARTY, text, rec("Verylongcompanyname Verylongcompanyname"))

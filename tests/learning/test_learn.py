@@ -62,7 +62,8 @@ def test_learn_finds_each_fields_label_units_and_case_from_gold_alone():
     assert cues["shipped_on"].options["labels"] == ["shipped on the"]  # the words before the date, not the order's
     assert any("weight" in label for label in cues["weight"].options["labels"])
     assert cues["transit"].options["units"] == ["day"]  # an ungrounded field whose gold is a count of units
-    assert cues["carrier"].options["case"] == "insensitive"  # the gold is re-cased: CARRIER: NORDWIND FREIGHT
+    assert cues["carrier"].options["case"] == "title"  # the gold is re-cased: CARRIER: NORDWIND FREIGHT is Nordwind Freight
+    assert cues["carrier"].evidence["recased"]["title"] == len(GOLD) > cues["carrier"].evidence["recased"]["exact"]
     for name in ("carrier", "shipped_on", "weight"):
         assert cues[name].evidence["pick_rate_after"] > cues[name].evidence["pick_rate_before"], name
     assert cues["transit"].evidence["written"] == len(GOLD)  # three (3) days writes 3 days
