@@ -3,7 +3,7 @@
 | a schema node | default rule | ``x-merge`` may also say |
 | --- | --- | --- |
 | object with ``properties`` | ``fields``: each property merged by its own rule | ``first``, ``most_confident`` (the whole object from one chunk) |
-| array | ``concat``: every chunk's items in text order, an item found twice in an overlap kept once | ``all`` (no dedup), ``first``, ``most_confident`` |
+| array | ``concat``: every chunk's items in text order, an item found twice in an overlap kept once, the first ``maxItems`` | ``all`` (no dedup), ``first``, ``most_confident`` |
 | anything else (string, number, boolean, enum, ``anyOf``...) | ``most_confident``: the non-null value the model was surest of | ``first``, ``last`` |
 
 Null and absent values never win over a value. ``first``/``last`` take the first/last
@@ -138,7 +138,8 @@ class _Merge:
             return self.fields(schema, present, path)
         if rule in ("concat", "all") and all(isinstance(c.value, list) for c in present):
             items = schema.get("items") if isinstance(schema.get("items"), dict) else {}
-            return self.items(items, present, path, dedup=rule == "concat", by_name=rule == "concat" and _names(schema, items))
+            kept = self.items(items, present, path, dedup=rule == "concat", by_name=rule == "concat" and _names(schema, items))
+            return self.room(schema.get("maxItems"), kept, path)
         return self.choose(present, path, "first" if rule in ("fields", "concat", "all") else rule)
 
     def fields(self, schema: dict[str, Any], candidates: list[_Candidate], path: str) -> dict[str, Any]:
@@ -173,7 +174,7 @@ class _Merge:
         self.origins[path] = (c.part, c.path)
         return c.value
 
-    def items(self, schema: dict[str, Any], arrays: list[_Candidate], path: str, dedup: bool, by_name: bool) -> list[Any]:
+    def items(self, schema: dict[str, Any], arrays: list[_Candidate], path: str, dedup: bool, by_name: bool) -> list[tuple[_Candidate, Any]]:
         """Every chunk's items in chunk order; with ``dedup``, an item of the chunk before that is the same item is kept once;
         ``by_name``, a string item is kept once in the whole array (``named``)."""
         kept: list[_Candidate] = []
@@ -196,7 +197,15 @@ class _Merge:
                 kept[at] = winner
                 if _canonical(winner.value) != _canonical(loser.value):
                     self.conflicts.append(Conflict(_index(path, at), winner.value, winner.index, [(loser.value, loser.index, _score(loser))]))
-        return [self.node(schema, [k], _index(path, i)) for i, k in enumerate(kept)]
+        return [(k, self.node(schema, [k], _index(path, i))) for i, k in enumerate(kept)]
+
+    def room(self, most: Any, items: list[tuple[_Candidate, Any]], path: str) -> list[Any]:
+        """The merged items ``maxItems`` has room for, the first written; the rest is a conflict (each chunk held to it)."""
+        if isinstance(most, int) and len(items) > most:
+            kept, dropped = [k for k, _ in items[:most]], [k for k, _ in items[most:]]
+            self.conflicts.append(Conflict(path, [k.value for k in kept], dropped[0].index, [(k.value, k.index, _score(k)) for k in dropped]))
+            items = items[:most]
+        return [value for _, value in items]
 
     def named(self, item: _Candidate, names: dict[str, _Candidate], kept: list[_Candidate], path: str) -> None:
         """A string item, kept unless one of the same name is: a list of names (the parties of a contract) names each once,

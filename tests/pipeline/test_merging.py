@@ -193,3 +193,13 @@ def test_a_list_of_names_keeps_each_name_once_across_every_chunk():
         "Bar Corp",
         "FOO LLC",
     ], "x-merge: all keeps every copy"
+
+
+def test_a_merged_list_keeps_the_first_items_its_schema_has_room_for():
+    """Each chunk within ``maxItems`` (a bound learned from the gold) is no merged record over it: the rest is a conflict."""
+    schema = {"type": "object", "properties": {"party": {"type": "array", "maxItems": 2, "items": {"type": "string", "x-grounded": True}}}}
+    parts = [part(0, 0, 100, {"party": ["Lydall Inc.", "12"]}), part(1, 80, 200, {"party": ["lydall inc", "13"]})]
+    merged = merge(schema, parts)
+    assert merged.record == {"party": ["Lydall Inc.", "12"]}
+    dropped = next(k for k in merged.conflicts if k.path == "party")
+    assert dropped.kept == ["Lydall Inc.", "12"] and dropped.chunk == 1 and [a[:2] for a in dropped.alternatives] == [("13", 1)]
