@@ -41,7 +41,7 @@ ACTOR_PREFIX = "fucina-replica-"
 
 
 class ReplicaPool:
-    def __init__(self, cfg: JobConfig, constraint: JobConstraint | None, model_path: str, base: str, out: RunDir, run_id: str, shards: int):
+    def __init__(self, cfg: JobConfig, *, constraint: JobConstraint | None, model_path: str, base: str, out: RunDir, run_id: str, shards: int):
         self.cfg = cfg
         self.args = (cfg.model_dump(), constraint, model_path, base, out, run_id)
         self.replicas = replica_count(cfg, model_path, shards)
