@@ -9,10 +9,10 @@ import logging
 import sys
 import textwrap
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 from . import job, occupancy, pipeline, reports
-from ..pipeline.config import DecodingConfig
+from ..pipeline.config import DecodingConfig, ModelConfig
 from .inputs import DEFAULT_JOB, DEFAULT_SCHEMA, load_docs
 
 log = logging.getLogger("fucina_jobs.bench")
@@ -79,9 +79,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     common.add_argument("--json", action="store_true", help="print one JSON object instead of the text tables")
     common.add_argument("--save", type=Path, metavar="FILE", help="also write the JSON object to FILE")
-    common.add_argument("--model", default="default", help="model source: 'default' (SmolLM2-135M-Instruct), a model directory or a hub id")
-    common.add_argument("--dtype", default="float32", choices=["float32", "float64", "bfloat16", "float16"], help="model dtype (default float32)")
-    common.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="model device (default auto)")
+    # The model's defaults and choices are a job's (pipeline/config.py), so a benchmark measures what a run would load.
+    model = ModelConfig.model_fields
+    common.add_argument("--model", default=model["source"].default, help=f"model source: {model['source'].description}")
+    common.add_argument(
+        "--dtype", default=model["dtype"].default, choices=get_args(model["dtype"].annotation), help="model dtype (default %(default)s)"
+    )
+    common.add_argument(
+        "--device", default=model["device"].default, choices=get_args(model["device"].annotation), help="model device (default %(default)s)"
+    )
     common.add_argument("--threads", type=_positive, default=2, help="torch intra-op threads (default 2)")
     common.add_argument(
         "--job", type=Path, default=DEFAULT_JOB, help="job directory with inputs.jsonl, system.txt, template.txt (default: jobs/invoices)"

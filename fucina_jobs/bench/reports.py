@@ -265,7 +265,15 @@ def plan(args: argparse.Namespace, tokenizer: Any) -> dict[str, Any]:
         parts.append(row["text"])
         total += _tokens(tokenizer, row["text"]) + 1
     document = "\n\n".join(parts)
-    chunker = Chunker(cfg.dataset.chunking, tokenizer, context, system, template, cfg.dataset.text_field, cfg.decoding.max_tokens)
+    chunker = Chunker(
+        cfg.dataset.chunking,
+        tokenizer,
+        context=context,
+        system=system,
+        template=template,
+        text_field=cfg.dataset.text_field,
+        max_tokens=cfg.decoding.max_tokens,
+    )
     chunks = chunker.chunks({"text": document})
     prompts = [len(encode_chat(tokenizer, template.format(text=document[c.start : c.end]), system)) for c in chunks]
     return {

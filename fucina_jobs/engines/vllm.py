@@ -21,7 +21,6 @@ from typing import Any, Callable, Iterable, Iterator
 
 from ..pipeline.config import DecodingConfig, ModelConfig, RuntimeConfig, SpeculativeConfig, VLLMEngineConfig
 from . import (
-    DEFAULT_MODEL,
     NGRAM,
     BatchSession,
     Completion,
@@ -60,7 +59,7 @@ class VLLMEngine:
 
     def __init__(
         self,
-        source: str = DEFAULT_MODEL,
+        source: str = ModelConfig().source,
         model: ModelConfig = ModelConfig(),
         decoding: DecodingConfig = DecodingConfig(),
         runtime: RuntimeConfig = RuntimeConfig(),

@@ -136,7 +136,8 @@ def load_tokenizer(source: str = DEFAULT_MODEL):
     return AutoTokenizer.from_pretrained(path)
 
 
-def load_model(source: str = DEFAULT_MODEL, device: str = "auto", dtype: str = "float32") -> LoadedModel:
+def load_model(source: str, device: str, dtype: str) -> LoadedModel:
+    """The model and tokenizer of ``source`` on ``device`` in ``dtype``; their defaults are a job's (``pipeline/config.py``)."""
     from transformers import AutoModelForCausalLM
 
     path = resolve_source(source)

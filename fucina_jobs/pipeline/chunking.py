@@ -143,6 +143,7 @@ class Chunker:
         self,
         cfg: ChunkingConfig,
         tokenizer: Any,
+        *,
         context: int | None,
         system: str | None,
         template: str,

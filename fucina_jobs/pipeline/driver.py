@@ -267,7 +267,15 @@ class Job:
                 def payload(shard: int) -> tuple[str, Slice]:  # built when sent: a million rows' slices never sit in the driver at once
                     return keys[shard], self.index.slice(self.shards[keys[shard]])
 
-                with ReplicaPool(self.cfg, self.constraint, model_path, str(self.base), self.dir, self.run_id, len(keys)) as pool:
+                with ReplicaPool(
+                    self.cfg,
+                    constraint=self.constraint,
+                    model_path=model_path,
+                    base=str(self.base),
+                    out=self.dir,
+                    run_id=self.run_id,
+                    shards=len(keys),
+                ) as pool:
                     try:
                         for index, result, error in pool.map(deque(range(len(keys))), payload, self.cfg.runtime.max_retries, on_dispatch):
                             if result is None:  # every replica failed it: its rows become rejects that carry the error

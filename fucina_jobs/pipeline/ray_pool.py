@@ -41,7 +41,7 @@ ACTOR_PREFIX = "fucina-replica-"
 
 
 class ReplicaPool:
-    def __init__(self, cfg: JobConfig, constraint: JobConstraint | None, model_path: str, base: str, out: RunDir, run_id: str, shards: int):
+    def __init__(self, cfg: JobConfig, *, constraint: JobConstraint | None, model_path: str, base: str, out: RunDir, run_id: str, shards: int):
         self.cfg = cfg
         self.args = (cfg.model_dump(), constraint, model_path, base, out, run_id)
         self.replicas = replica_count(cfg, model_path, shards)
@@ -171,7 +171,8 @@ class RayReplica(ShardWorker):
             torch.set_num_threads(node_threads())
         super().__init__(cfg, *args)
         # What is alive now (the model, the engine) lives as long as this actor. Frozen, it is skipped by the
-        # collector's full passes, which at 128 streams otherwise walk it every few steps (docs/BENCHMARKS.md).
+        # collector's full passes, which at 128 streams otherwise walk it every few steps
+        # (docs/history/BENCHMARKS.md, "The collector's full passes skip the model").
         gc.collect()
         gc.freeze()
 
@@ -206,7 +207,8 @@ def node_threads() -> int:
     """This node's CPUs over the replicas it holds (its GPUs, else its ``replica`` units).
 
     Ray sets ``OMP_NUM_THREADS`` to an actor's ``num_cpus``, 1 where that is 0, and a CPU
-    replica on one thread decoded at half the speed of two (docs/BENCHMARKS.md)."""
+    replica on one thread decoded at half the speed of two (docs/history/BENCHMARKS.md, "Kernel
+    vector width and replica threads")."""
     node = ray.get_runtime_context().get_node_id()
     resources = next(n["Resources"] for n in ray.nodes() if n["NodeID"] == node)
     slots = resources.get("GPU") or resources.get("replica") or 1

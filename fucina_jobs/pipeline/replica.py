@@ -274,12 +274,12 @@ class ShardWorker:
         return Chunker(
             self.cfg.dataset.chunking,
             tokenizer,
-            getattr(self.engine, "context", None),
-            self.system,
-            self.template,
-            self.cfg.dataset.text_field,
-            self.cfg.decoding.max_tokens,
-            self.examples,
+            context=getattr(self.engine, "context", None),
+            system=self.system,
+            template=self.template,
+            text_field=self.cfg.dataset.text_field,
+            max_tokens=self.cfg.decoding.max_tokens,
+            examples=self.examples,
         )
 
     def _constraint(self, row: Row, source: str, exclude: dict | None = None, pinned: dict | None = None) -> tuple[Any, list[str], bool]:

@@ -108,7 +108,15 @@ def test_the_budget_is_what_the_context_leaves_after_the_prompt_and_max_tokens()
     )
     bare = chunker.budget({"text": ""})
     assert 400 - 100 - SLACK - 20 < bare < 400 - 100 - SLACK
-    capped = Chunker(ChunkingConfig(enabled=True, max_tokens=64, overlap_tokens=16), _Tokenizer(), 400, None, "{text}", "text", 100)
+    capped = Chunker(
+        ChunkingConfig(enabled=True, max_tokens=64, overlap_tokens=16),
+        _Tokenizer(),
+        context=400,
+        system=None,
+        template="{text}",
+        text_field="text",
+        max_tokens=100,
+    )
     assert capped.budget({}) == 64
     text = " ".join(f"w{i}" for i in range(300))
     assert all(tokens(text, c) <= 64 for c in capped.chunks({"text": text}))
@@ -127,7 +135,7 @@ def test_real_tokenizer_chunks_fit_the_context(tokenizer):
 
     text = "\n\n".join(f"SHOP {i} SDN BHD\nNO. {i}, JALAN {i}\nDATE: {i % 28 + 1:02d}/03/2018\nTOTAL RM {i * 3}.50" for i in range(2500))
     system, template = "Extract every receipt.", "<document>\n{text}\n</document>\n"
-    chunker = Chunker(ChunkingConfig(enabled=True), tokenizer, 8192, system, template, "text", 256)
+    chunker = Chunker(ChunkingConfig(enabled=True), tokenizer, context=8192, system=system, template=template, text_field="text", max_tokens=256)
     chunks = chunker.chunks({"text": text})
     assert len(chunks) > 4
     assert all(len(encode_chat(tokenizer, template.format(text=text[c.start : c.end]), system)) + 256 <= 8192 for c in chunks)
