@@ -60,5 +60,6 @@ class _Source:
 
 
 def _normalized(text: str, g: Grounded) -> str:
+    text = "".join(c for c in text if c not in g.drop_marks)
     text = normalize_whitespace(text) if g.whitespace == "normalize" else text
     return text.casefold() if g.folds_case else text

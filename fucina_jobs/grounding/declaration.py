@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+import unicodedata
 from decimal import Decimal
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterator, NamedTuple
@@ -55,6 +56,7 @@ _OPTIONS = (
     "units",
     "only_labelled",
     "most_words",
+    "drop_marks",
 )
 
 
@@ -96,13 +98,17 @@ class Grounded:
     units: tuple[str, ...] = ()  # strings: the value is a count of one of these units, normalised to ``N unit`` (``three (3) years``: 3 years)
     only_labelled: bool = False  # with labels, nullable fields: where the text writes none of the labels, the field is null
     most_words: int | None = None  # span: words strings: a run takes at most this many words
+    drop_marks: str = ""  # strings: the value is its span without these punctuation marks (``Palm Inc.`` for ``Palm, Inc.``)
     #: The other fields' labels (``grounded_fields``): where one of them is written, longer, around a label, it is theirs.
     rivals: tuple[str, ...] = field(default=(), compare=False)
 
     @property
     def recasings(self) -> tuple[Callable[[str], str], ...]:
-        """How the grammar may write the text's spans: as written, or recased (``case``)."""
-        return RECASINGS[self.case]
+        """How the grammar may write the text's spans: as written, or recased (``case``), less ``drop_marks``."""
+        if not self.drop_marks:
+            return RECASINGS[self.case]
+        marks = re.compile(rf"\s*[{re.escape(self.drop_marks)}]")
+        return tuple(lambda text, f=f: f(marks.sub("", text)) for f in RECASINGS[self.case])
 
     @property
     def folds_case(self) -> bool:
@@ -340,6 +346,9 @@ def _declared(node: dict[str, Any], path: tuple[str, ...]) -> Grounded:
     most_words = options.get("most_words")
     if most_words is not None and (type(most_words) is not int or most_words < 1 or kind != "string" or span != "words"):
         raise GroundingError(f"{where}: {KEYWORD}.most_words must be a whole number of words, at least 1, on a string of span: words")
+    drop_marks = options.get("drop_marks", "")
+    if not isinstance(drop_marks, str) or not all(unicodedata.category(c).startswith("P") for c in drop_marks) or (drop_marks and kind != "string"):
+        raise GroundingError(f'{where}: {KEYWORD}.drop_marks must be a string of punctuation marks (e.g. ","), on string properties only')
     spellings = {k: tuple(v) for k, v in spellings.items()}
     return Grounded(
         path,
@@ -367,6 +376,7 @@ def _declared(node: dict[str, Any], path: tuple[str, ...]) -> Grounded:
         tuple(units),
         only_labelled,
         most_words,
+        drop_marks,
     )
 
 

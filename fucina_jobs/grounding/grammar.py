@@ -122,7 +122,7 @@ class _Builder:
         self.fields = {g.path: g for g in grounded_fields(schema)}
         self.arrays = grounded_arrays(schema)
         self.rules: list[str] = [] if rules is None else rules  # a paragraph's builder adds to its document's rules
-        self.sources: dict[tuple[str, str, str], str] = {}  # (whitespace, case, span) -> the terminal of the text's spans
+        self.sources: dict[tuple[str, str, str, str], str] = {}  # (whitespace, case, span, drop_marks) -> the terminal of the text's spans
         self.unwritten: list[str] = []  # "field (what it needed)" for each field the text gives nothing to hold
 
     def grammar(self) -> str:
@@ -235,7 +235,7 @@ class _Builder:
 
     def source(self, g: Grounded) -> str:
         """The terminal of the text's spans under ``g``'s options: one per document and set of options."""
-        key = (g.whitespace, g.case, g.span)
+        key = (g.whitespace, g.case, g.span, g.drop_marks)
         if key not in self.sources:
             recase = g.recasings
             chunkings = list(dict.fromkeys(tuple(block) for f in recase for block in _chunks(self.text, g, f)))
@@ -275,12 +275,10 @@ class _Builder:
                 chunks, room, words_left = [], g.schema.get("maxLength", LABELLED_CHARS), g.most_words or len(rest)
                 for chunk in _word_chunks(_escaped(recase(rest))):
                     room -= len(chunk)
-                    if room < 0:
-                        break
+                    if room < 0 or (not words_left and chunk != "."):
+                        break  # the last word's own period (``Inc.``) may end the run with it
                     chunks.append(chunk)
                     words_left -= chunk[0].isalnum()
-                    if not words_left:
-                        break
                 if chunks:  # none where the first word after the label is longer than the string may be
                     runs.append(self.prefixes([_literal(c) for c in chunks]))
                     ended += _ending_runs(chunks, ending) if ending else []

@@ -176,16 +176,18 @@ def writes(g: Grounded, written: str, value: Any) -> bool:
 
 def fold(text: str, g: Grounded) -> str:
     """``text`` the way ``g`` compares it: whitespace runs as one space (``normalize``), casefolded (any ``case`` but ``exact``)."""
-    return _Folded(text, g.whitespace, g.case).text
+    return _Folded(text, g.whitespace, g.case, g.drop_marks).text
 
 
 class _Folded:
     """A text folded for comparison, with the source index of every folded character."""
 
-    def __init__(self, text: str, whitespace: str, case: str):
+    def __init__(self, text: str, whitespace: str, case: str, dropped: str = ""):
         chars: list[str] = []
         where: list[int] = []
         for i, char in enumerate(text):
+            if char in dropped:
+                continue
             if whitespace == "normalize" and char.isspace():
                 if chars and chars[-1] != " ":
                     chars.append(" ")
@@ -209,7 +211,7 @@ class _Source:
 
     def __init__(self, text: str):
         self.text = text
-        self._folded: dict[tuple[str, str], _Folded] = {}
+        self._folded: dict[tuple[str, str, str], _Folded] = {}
         self._numbers: dict[bool, dict[Decimal, list[Span]]] = {}
         self._dates: dict[str, list[Span]] | None = None
         self._labelled: dict[tuple[str, ...], dict[Any, list[Span]]] = {}  # a labelled field's path -> its labelled values
@@ -248,7 +250,7 @@ class _Source:
         return [*first, *(s for s in spans if s not in first)]
 
     def folded(self, g: Grounded) -> _Folded:
-        key = (g.whitespace, g.case)
+        key = (g.whitespace, g.case, g.drop_marks)
         if key not in self._folded:
             self._folded[key] = _Folded(self.text, *key)
         return self._folded[key]

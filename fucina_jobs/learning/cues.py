@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import re
+import unicodedata
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
@@ -40,6 +41,8 @@ MOST_LABELS = 8
 MIN_GAIN = 0.005
 #: A string field reads its words in any case where its gold is written verbatim in fewer of its rows than this.
 VERBATIM_SHARE = 0.8
+#: A mark the gold leaves out is dropped where at least this share of the written values' spans hold it.
+MARK_SUPPORT = 0.1
 #: ``first_lines`` is tried where the gold values start on one of the text's first this many lines.
 TOP_LINES = 15
 
@@ -91,7 +94,10 @@ def learn_field(g: Grounded, rows: list[Row]) -> FieldCues:
     if g.kind == "string" and given:
         exact = sum(verbatim(str(v), r.text) for r in rows for v in r.values if v is not None)
         evidence["verbatim"] = exact
-        case, evidence["recased"] = _case(rows, found, exact)
+        drop = _dropped_marks(rows, found)
+        if drop:
+            options["drop_marks"] = drop
+        case, evidence["recased"] = _case(rows, found, exact, drop)
         if case != "exact":
             options["case"] = case
         if all(len(_WORD.findall(str(v))) == 1 for v in given):
@@ -129,17 +135,32 @@ def learn_field(g: Grounded, rows: list[Row]) -> FieldCues:
     return FieldCues(g.name, g.path, options, evidence)
 
 
-def _case(rows: list[Row], found: list[list[list[tuple[int, int]]]], exact: int) -> tuple[str, dict[str, int]]:
+def _dropped_marks(rows: list[Row], found: list[list[list[tuple[int, int]]]]) -> str:
+    """The punctuation marks that the spans writing the gold values hold and no gold value does, where at least
+    ``MARK_SUPPORT`` of those values' spans hold them: the gold's normal form leaves them out (``Palm Inc.``)."""
+    written = [(str(v), [r.text[a:b] for a, b in spans]) for r, value_spans in zip(rows, found) for v, spans in zip(r.values, value_spans) if spans]
+    kept = {c for v, _ in written for c in v}
+    held = Counter(c for _, spans in written for c in {c for span in spans for c in span if unicodedata.category(c).startswith("P")})
+    return "".join(sorted(c for c, n in held.items() if c not in kept and n >= max(2, MARK_SUPPORT * len(written))))
+
+
+def _case(rows: list[Row], found: list[list[list[tuple[int, int]]]], exact: int, drop: str = "") -> tuple[str, dict[str, int]]:
     """The ``case`` that writes the gold values as the gold spells them, and how many each recasing writes: the one
     recasing that writes the most (``exact`` where none writes more than the text's own case does), so re-cased
     gold (``Aol Inc.`` for ``AOL Inc.``) is decoded in the gold's case, not in one the model picks; ``insensitive``
     (any, the model's pick) only where no one recasing writes ``VERBATIM_SHARE`` of the values some recasing writes."""
-    pairs = [(r.text, str(v), spans) for r, value_spans in zip(rows, found) for v, spans in zip(r.values, value_spans)]
-    counts = {"exact": exact}
+    undropped = str.maketrans("", "", drop)
+    pairs = [
+        ([text[a:b].translate(undropped) for a, b in spans], str(v))
+        for r, value_spans in zip(rows, found)
+        for v, spans in zip(r.values, value_spans)
+        for text in (r.text,)
+    ]
+    counts = {"exact": exact if not drop else sum(any(_same(span, v) for span in spans) for spans, v in pairs)}
     for case in ("upper", "lower", "title"):
         (recase,) = RECASINGS[case]
-        counts[case] = sum(any(_same(recase(text[a:b]), v) for a, b in spans) for text, v, spans in pairs)
-    counts["insensitive"] = sum(any(_same(text[a:b].casefold(), v.casefold()) for a, b in spans) for text, v, spans in pairs)
+        counts[case] = sum(any(_same(recase(span), v) for span in spans) for spans, v in pairs)
+    counts["insensitive"] = sum(any(_same(span.casefold(), v.casefold()) for span in spans) for spans, v in pairs)
     best = max(("exact", "upper", "lower", "title"), key=lambda c: (counts[c], c == "exact"))
     return ("insensitive" if counts[best] < VERBATIM_SHARE * counts["insensitive"] else best), counts
 

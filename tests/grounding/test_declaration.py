@@ -109,6 +109,8 @@ def test_nested_objects_and_array_items_are_found():
         ({"type": "number", "x-grounded": {"labels": ["a"], "only_labelled": True}}, "on a property that may be null"),
         ({"type": "string", "x-grounded": {"most_words": 0}}, "x-grounded.most_words must be a whole number of words"),
         ({"type": "string", "x-grounded": {"span": "word", "most_words": 2}}, "on a string of span: words"),
+        ({"type": "string", "x-grounded": {"drop_marks": ",a"}}, "drop_marks must be a string of punctuation marks"),
+        ({"type": "number", "x-grounded": {"drop_marks": ","}}, "on string properties only"),
     ],
 )
 def test_bad_declarations_name_the_property(prop, message):

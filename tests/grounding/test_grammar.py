@@ -7,7 +7,9 @@ import pytest
 
 from fucina_jobs.decoding.constraint import Constraint
 from fucina_jobs.grounding.declaration import grounded_fields
+from fucina_jobs.grounding.check import ungrounded_values
 from fucina_jobs.grounding.grammar import NothingToGround, candidates, grounded_lark
+from fucina_jobs.grounding.spans import value_spans
 
 from tests.helpers import STOP, instance_accepted
 
@@ -79,6 +81,19 @@ def test_a_learned_case_writes_the_span_in_that_case_only(tokenizer, case, writt
     for text in ("Sold by ACME WIDGETS LLC, 2 Main St", "Sold by Acme Widgets LLC, 2 Main St"):
         assert accepts(tokenizer, schema, text, rec(written)), text
         assert not accepts(tokenizer, schema, text, rec(refused)), text
+
+
+def test_dropped_marks_are_left_out_of_the_span_and_its_check(tokenizer):
+    schema = json.loads(json.dumps(PARTY))
+    schema["properties"]["name"]["x-grounded"] = {"drop_marks": ",", "case": "title"}
+    text = "This agreement is between PALMSOURCE, INC. and Palm , Inc., both of Delaware."
+    assert accepts(tokenizer, schema, text, rec("Palmsource Inc."))
+    assert accepts(tokenizer, schema, text, rec("Palm Inc."))
+    assert not accepts(tokenizer, schema, text, rec("Palmsource, Inc."))
+    fields = [f for f in grounded_fields(schema) if f.name == "name"]
+    assert ungrounded_values({"name": "Palmsource Inc."}, fields, text) == (1, [])
+    assert ungrounded_values({"name": "Palmsource Inc"}, fields, text) == (1, [])
+    assert value_spans({"name": "Palm Inc."}, fields, text) == {"name": (text.index("Palm ,"), text.index("Inc.,") + 4)}
 
 
 def test_max_length_holds_inside_the_span(tokenizer):
@@ -628,3 +643,5 @@ def test_most_words_bounds_a_run_after_a_label():
     schema = {"type": "object", "properties": {"state": {"type": "string", "x-grounded": {"labels": ["laws of"], "most_words": 2}}}}
     grammar = grounded_lark(schema, "governed by the laws of New York, without regard to conflicts")
     assert '"New" (" " ("York")?)?' in grammar and "without" not in grammar
+    schema["properties"]["state"]["x-grounded"]["most_words"] = 3
+    assert '"Acme" (" " ("Widgets" (" " ("Inc" (".")?)?)?)?)?' in grounded_lark(schema, "under the laws of Acme Widgets Inc. and others")

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from fucina_jobs.decoding.constraint import Constraint
+from fucina_jobs.grounding.check import ungrounded_values
 from fucina_jobs.grounding.declaration import grounded_fields
 from fucina_jobs.grounding.grammar import candidates, grounded_lark
 from fucina_jobs.learning import learned as learned_cues
@@ -149,6 +150,21 @@ def test_an_array_the_gold_never_leaves_empty_is_held_to_the_golds_item_counts(t
     assert instance_accepted(constraint(merged), tokenizer, {"party": ["Kestrel Cargo Lines"]}, separators=(",", ":"))
     own = {**schema, "properties": {"party": {**schema["properties"]["party"], "minItems": 0}}}
     assert learned_cues.apply(own, entries, "test")["properties"]["party"]["minItems"] == 0  # the schema's own wins
+
+
+def test_a_gold_normal_form_is_learned_marks_left_out_and_recased(tokenizer):
+    schema = {"type": "object", "properties": {"seller": {"type": "string", "maxLength": 40, "x-grounded": True}}}
+    names = ["Nordwind Freight", "Bluefin Logistics", "Kestrel Cargo", "Oakridge Haulage"]
+    gold = [(f"Sold by {name.upper()}, INC., of Ohio, on 3 May.", {"seller": f"{name} Inc."}) for name in names]
+    cues = by_name(learned_cues.learn(schema, gold))["seller"]
+    assert (cues.options["drop_marks"], cues.options["case"]) == (",", "title")  # the commas a gold value never holds
+    assert cues.evidence["recased"]["title"] == len(names)
+    merged = learned_cues.apply(schema, {"seller": {"path": ["seller"], "x-grounded": cues.options}}, "test")
+    text = "Sold by PELICAN EXPRESS, INC., of Utah."
+    constraint = lambda: Constraint.lark(grounded_lark(merged, text), tokenizer, stop_token=STOP)  # noqa: E731
+    assert instance_accepted(constraint(), tokenizer, {"seller": "Pelican Express Inc."}, separators=(",", ":"))
+    assert not instance_accepted(constraint(), tokenizer, {"seller": "PELICAN EXPRESS, INC."}, separators=(",", ":"))
+    assert ungrounded_values({"seller": "Pelican Express Inc."}, grounded_fields(merged), text) == (1, [])
 
 
 def test_label_contexts_and_word_runs():
