@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import http.client
 import http.server
+import logging
 import os
 import socket
 import threading
@@ -36,7 +37,7 @@ _ERRORS = {
     "slowdown": (503, "SlowDown", "Please reduce your request rate."),
     "internal": (500, "InternalError", "We encountered an internal error. Please try again."),
 }
-_HOP = {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "te", "trailer", "upgrade"}
+_HOP = {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "te", "trailer", "upgrade", "server", "date"}
 
 
 @dataclass
@@ -82,7 +83,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         pass
 
     def _any(self) -> None:
-        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        body = self._body()
         rule = self.server.rule_for(self.command, unquote(urlsplit(self.path).path))
         if rule is not None and rule.before is not None:
             rule.before()
@@ -96,6 +97,19 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self._forward(body)
 
     do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = _any
+
+    def _body(self) -> bytes:
+        """The request's body, its HTTP chunking undone (the SDK streams uploads ``Transfer-Encoding: chunked``); moto gets it
+        with a ``Content-Length``, its ``aws-chunked`` content encoding untouched."""
+        if self.headers.get("Transfer-Encoding", "").lower() != "chunked":
+            return self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        parts = []
+        while size := int(self.rfile.readline().split(b";")[0].strip() or b"0", 16):
+            parts.append(self.rfile.read(size))
+            self.rfile.readline()  # the CRLF after the chunk
+        while self.rfile.readline().strip():  # trailers, then the blank line
+            pass
+        return b"".join(parts)
 
     def _error(self, status: int, code: str, message: str) -> None:
         # A GET's error has no body: the AWS SDK writes a GetObject's error body into the caller's buffer, which overflows
@@ -147,6 +161,7 @@ class S3Store:
     def __enter__(self) -> "S3Store":
         from moto.server import ThreadedMotoServer
 
+        logging.getLogger("werkzeug").setLevel(logging.WARNING)  # moto's request log
         self._saved = {k: os.environ.get(k) for k in CREDENTIALS}
         os.environ.update(CREDENTIALS)
         port = _free_port()

@@ -202,8 +202,10 @@ class Storage:
                 f.write(buffer.getvalue())
         except OSError as err:
             self.delete_quietly(path)
-            tries = f"{self.fs.attempts} attempts" if isinstance(self.fs, RetryingS3FileSystem) else "its retries"
-            raise StoreError(errno.EIO, f"not written, the store still failing after {tries} ({_first_line(err)})", self.name(path)) from err
+            raise StoreError(errno.EIO, f"not written, the store still failing after {self._tries()} ({_first_line(err)})", self.name(path)) from err
+
+    def _tries(self) -> str:
+        return f"{self.fs.attempts} attempts" if isinstance(self.fs, RetryingS3FileSystem) else "its retries"
 
     def delete_quietly(self, path: str) -> None:
         """Delete ``path`` if the store lets us: a failed upload must leave nothing under its name, and may not reach the store."""
@@ -221,10 +223,17 @@ class Storage:
             return pq.ParquetFile(f).metadata.num_rows
 
     def read_json(self, path: str) -> Any | None:
-        """The JSON at ``path``, or None when it is missing or unreadable."""
+        """The JSON at ``path``, or None when it is missing or unreadable; a ``StoreError`` when an object store fails to
+        answer: a manifest it could not read is not a missing one (a commit would take it for another run's)."""
         try:
             return json.loads(read_bytes(self.fs, path))
-        except (OSError, ValueError):
+        except FileNotFoundError:
+            return None
+        except OSError as err:
+            if self.local:
+                return None
+            raise StoreError(errno.EIO, f"not read, the store still failing after {self._tries()} ({_first_line(err)})", self.name(path)) from err
+        except ValueError:
             return None
 
     def exists(self, path: str) -> bool:
