@@ -10,7 +10,10 @@ script exits 1 otherwise.
     python checks/fault_matrix.py --cases ctrl_c,full_disk --work /tmp/faults
 
 Full disk needs a small tmpfs (``mount -t tmpfs``, so root); the case is
-skipped, saying why, where mounting is not allowed. Only processes this script
+skipped, saying why, where mounting is not allowed. The ``s3_*`` cases read
+and write ``s3://`` through a real failing HTTP proxy in front of moto's S3
+server on 127.0.0.1 (``faulty_store.py``), on the canned engine (the storage is
+under test, not the model: every row is a ``schema_violation`` reject). Only processes this script
 started are signalled: a run's process group, and replica workers found among
 its descendants.
 """
@@ -32,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from faulty_store import Rule, S3Store
 from fucina_jobs.pipeline.config import SHIPPED
 from fucina_jobs.pipeline.rundir import RunDir
 
@@ -49,6 +53,7 @@ class Outcome:
     exits: list[int] = field(default_factory=list)
     status: str = ""
     note: str = ""
+    tracebacks: int = 0  # Python tracebacks in the case's run logs (its stops must be one line each)
 
 
 class Case:
@@ -62,16 +67,22 @@ class Case:
         self.note = ""
         self.counted: Outcome | None = None  # set by a case whose outputs vanish afterwards (a tmpfs)
         self.expected: list[str] | None = None  # the input's ids, where the dataset is no plain jsonl (else read from it)
+        self.data_uri: str | None = None  # dataset.path and output.dir on an object store (the s3_* cases)
+        self.out_uri: str | None = None
+
+    @property
+    def output(self) -> str:
+        return self.out_uri or str(self.out)
 
     def start(self, *overrides: str) -> subprocess.Popen:
         args = [
-            f"dataset.path={self.dataset}",
+            f"dataset.path='{self.data_uri or self.dataset}'",  # quoted: a URI's query holds = and &
             "dataset.limit=null",
             "decoding.max_tokens=8",
             "runtime.replicas=1",
             "runtime.streams=2",
             "runtime.shard_size=2",
-            f"output.dir={self.out}",
+            f"output.dir='{self.output}'",
             *overrides,
         ]
         log = open(self.out.parent / f"run-{self.started}.log", "w")
@@ -98,10 +109,10 @@ class Case:
         return self.finish(self.start(*overrides))
 
     def committed(self) -> int:
-        return sum(f.key is not None for f in RunDir.open(self.out).shard_files("stats"))
+        return sum(f.key is not None for f in RunDir.open(self.output).shard_files("stats"))
 
     def manifest(self) -> dict:
-        return RunDir.open(self.out).read_manifest() or {}
+        return RunDir.open(self.output).read_manifest() or {}
 
     def wait(self, proc: subprocess.Popen, predicate: Callable[[], bool], timeout: float = 600) -> None:
         deadline = time.monotonic() + timeout
@@ -349,6 +360,59 @@ def sighup_to_the_group(c: Case) -> None:
     _stop(c, "to the process group (a closed terminal), after the first commit", lambda: c.committed() >= 1, signal.SIGHUP, group=True)
 
 
+#: The s3_* cases' engine: no model, every row answered ``{}`` at once.
+CANNED = ("engine=canned",)
+
+
+def _on_s3(c: Case, store: S3Store) -> None:
+    """Put the case's dataset in the bucket, and its output.dir there too, both through the failing proxy."""
+    store.put(f"{c.name}/in.jsonl", c.dataset.read_bytes())
+    c.data_uri, c.out_uri = store.uri(f"{c.name}/in.jsonl"), store.uri(f"{c.name}/out")
+
+
+def _faults(rules: list[Rule]) -> str:
+    return ", ".join(f"{r.hits} {r.method} {r.key.strip('/')} {r.fault}" for r in rules)
+
+
+def s3_throttled_commits(c: Case, store: S3Store) -> None:
+    _on_s3(c, store)
+    store.rules[:] = [Rule(method="PUT", key="/stats/", fault="slowdown", times=4), Rule(method="PUT", key="/records/", fault="cut", times=2)]
+    c.run(*CANNED)
+    c.note = f"faults served: {_faults(store.rules)}; {_summary(c, 0)}"
+    store.rules.clear()
+
+
+def s3_refused_commits(c: Case, store: S3Store) -> None:
+    _on_s3(c, store)
+    store.rules[:] = [Rule(method="PUT", key="/stats/", fault="internal")]
+    c.run(*CANNED)
+    c.note = f"every commit refused (500, {store.rules[0].hits} times), manifest then {c.manifest().get('status', '-')}: "
+    c.note += f"{_last_line(c.out.parent / 'run-0.log')}; the store answers again, rerun: "
+    store.rules.clear()
+    c.run(*CANNED)
+    c.note += _summary(c, 1)
+
+
+def s3_input_cut_short(c: Case, store: S3Store) -> None:
+    _on_s3(c, store)
+    body = c.dataset.read_bytes()
+    cut = lambda: store.put(f"{c.name}/in.jsonl", body[: len(body) // 3])  # noqa: E731
+    store.rules[:] = [Rule(method="GET", key=f"/{c.name}/in.jsonl", fault=None, times=1, before=cut)]
+    c.run(*CANNED)
+    c.note = f"rewritten to a third after the listing: {_last_line(c.out.parent / 'run-0.log')}; the export finished, rerun: "
+    store.rules.clear()
+    store.put(f"{c.name}/in.jsonl", body)
+    c.run(*CANNED)
+    c.note += _summary(c, 1)
+
+
+#: Cases that take the failing object store as well.
+S3_CASES: dict[str, Callable[[Case, S3Store], None]] = {
+    "s3_throttled_commits": s3_throttled_commits,
+    "s3_refused_commits": s3_refused_commits,
+    "s3_input_cut_short": s3_input_cut_short,
+}
+
 CASES: dict[str, Callable[[Case], None]] = {
     "kill9_at_start": kill9_at_start,
     "kill9_after_first_shard": kill9_after_first_shard,
@@ -384,7 +448,7 @@ def _last_line(path: Path) -> str:
 
 def count(c: Case) -> Outcome:
     expected = c.expected or [json.loads(line)["id"] for line in c.dataset.read_text().splitlines()]
-    run_dir = RunDir.open(c.out)
+    run_dir = RunDir.open(c.output)
     seen = collections.Counter(row_id for kind in ("records", "rejects") for row_id in run_dir.read(kind, ["row_id"]).column("row_id").to_pylist())
     manifest = c.manifest()
     return Outcome(
@@ -396,6 +460,7 @@ def count(c: Case) -> Outcome:
         c.exits,
         manifest.get("status", "-"),
         c.note,
+        sum(log.read_text(errors="replace").count("Traceback") for log in c.out.parent.glob("run-*.log")),
     )
 
 
@@ -408,23 +473,29 @@ def dataset(path: Path) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cases", default=",".join(CASES), help=f"comma-separated, from: {', '.join(CASES)}")
+    names = [*CASES, *S3_CASES]
+    parser.add_argument("--cases", default=",".join(names), help=f"comma-separated, from: {', '.join(names)}")
     parser.add_argument("--work", default="/tmp/fucina-faults", help="scratch folder (emptied first)")
     args = parser.parse_args(argv)
     work = Path(args.work)
     shutil.rmtree(work, ignore_errors=True)
     outcomes = []
-    for name in args.cases.split(","):
-        c = Case(name, work, dataset(work / name / "in.jsonl"))
-        c.out.parent.mkdir(parents=True, exist_ok=True)
-        started = time.monotonic()
-        CASES[name](c)
-        outcomes.append(c.counted or count(c))
-        print(f"{name}: done in {time.monotonic() - started:.0f}s", file=sys.stderr, flush=True)
-    print("| case | rows in | rows out | duplicates | losses | exit codes | final manifest | note |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    with S3Store() as store:  # before any run starts, so that each inherits its credentials
+        for name in args.cases.split(","):
+            c = Case(name, work, dataset(work / name / "in.jsonl"))
+            c.out.parent.mkdir(parents=True, exist_ok=True)
+            started = time.monotonic()
+            if name in S3_CASES:
+                S3_CASES[name](c, store)
+            else:
+                CASES[name](c)
+            outcomes.append(c.counted or count(c))
+            print(f"{name}: done in {time.monotonic() - started:.0f}s", file=sys.stderr, flush=True)
+    print("| case | rows in | rows out | duplicates | losses | tracebacks | exit codes | final manifest | note |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for o in outcomes:
-        print(f"| {o.case} | {o.rows_in} | {o.rows_out} | {o.duplicates} | {o.losses} | {', '.join(map(str, o.exits))} | {o.status} | {o.note} |")
+        exits = ", ".join(map(str, o.exits))
+        print(f"| {o.case} | {o.rows_in} | {o.rows_out} | {o.duplicates} | {o.losses} | {o.tracebacks} | {exits} | {o.status} | {o.note} |")
     return 0 if all(o.duplicates == 0 and o.losses == 0 and o.rows_out == o.rows_in for o in outcomes if not o.note.startswith("skipped")) else 1
 
 

@@ -17,7 +17,11 @@ index, and each replica reads its own rows back with ``read_slice``, which
 checks each against the id and digest the scan found there: a file replaced or
 moved during the run raises ``DatasetChanged`` rather than decode a row the
 plan does not hold. The scan hashes the bytes it parses: the manifest's
-dataset hash.
+dataset hash. A jsonl, csv or parquet file's ``Stamp`` (size, modification
+time) is taken before the scan reads it: one that changed by the end of its
+read is an error naming it, and a replica refuses one that is shorter now
+(``dataset_files.py``), so an object cut short or replaced between the listing
+and a read is never read as a file of fewer rows.
 ``dataset.path`` is a local path or a ``pyarrow.fs`` URI (``storage.py``):
 every read goes through the filesystem, and a replica's byte ranges are
 ranged reads, so an ``s3://`` dataset is never copied whole.
@@ -50,11 +54,13 @@ from .dataset_files import (
     COMPRESSED_SUFFIXES,
     HEAD,
     READ_ERRORS,
+    Stamp,
     decompress,
     open_ranged,
     open_stream,
     sniff,
     special_file,
+    stamps,
     unreadable,
     walk,
     wide_encoding,
@@ -105,6 +111,7 @@ class Slice:
     files: list[str]
     table: pa.Table  # Loc's columns (``file`` indexes ``files``), then id and digest: what the scan found there
     problems: dict[str, str] = field(default_factory=dict)  # text_dir files that are rejects whatever they hold (a loop, a dangling link)
+    stamps: dict[str, Stamp] = field(default_factory=dict)  # jsonl, csv, parquet files as the scan listed them
 
     @property
     def locs(self) -> list[Loc]:
@@ -122,6 +129,7 @@ class RowIndex:
     first_usable: Row | None  # the template is checked against it
     hash: str = ""  # sha256 of the bytes the scan parsed: the manifest's record of what was read
     problems: dict[str, str] = field(default_factory=dict)  # text_dir files that are rejects whatever they hold
+    stamps: dict[str, Stamp] = field(default_factory=dict)  # jsonl, csv, parquet files as the listing found them
 
     def __len__(self) -> int:
         return self.table.num_rows
@@ -131,7 +139,8 @@ class RowIndex:
         used = pc.unique(table.column("file")).sort()
         locs = table.select([*Loc._fields, "id", "digest"]).set_column(0, "file", pc.index_in(table.column("file"), value_set=used))
         files = [self.files[f] for f in used.to_pylist()]
-        return Slice(self.fs, self.root, files, locs.combine_chunks(), {f: self.problems[f] for f in files if f in self.problems})
+        problems = {f: self.problems[f] for f in files if f in self.problems}
+        return Slice(self.fs, self.root, files, locs.combine_chunks(), problems, {f: self.stamps[f] for f in files if f in self.stamps})
 
 
 INDEX_SCHEMA = pa.schema(
@@ -154,9 +163,10 @@ def scan(cfg: DatasetConfig, base: Path) -> RowIndex:
     """Stream the dataset once into a ``RowIndex``; duplicate ids are an error naming both rows."""
     fs, root = _resolve(cfg, base)
     files, problems = _files(cfg, fs, root)
+    listed = _listed(cfg, fs, files)
     batches, pending, first_usable = [], [], None
     digest = hashlib.sha256()
-    for loc, row in _located(cfg, fs, root, files, problems, digest.update):
+    for loc, row in _located(cfg, fs, root, files, problems, digest.update, listed):
         if first_usable is None and row.problem is None:
             first_usable = row
         pending.append((row.id, row.digest, *loc))
@@ -166,14 +176,14 @@ def scan(cfg: DatasetConfig, base: Path) -> RowIndex:
     batches.append(_batch(pending))
     table = pa.Table.from_batches(batches, INDEX_SCHEMA)
     _check_unique(table, cfg, root, files)
-    return RowIndex(fs, root, files, table, first_usable, digest.hexdigest(), problems)
+    return RowIndex(fs, root, files, table, first_usable, digest.hexdigest(), problems, listed)
 
 
 def read_rows(cfg: DatasetConfig, base: Path) -> list[Row]:
     """Every row, in memory: for small datasets and tests; jobs use ``scan`` and ``read_slice``."""
     fs, root = _resolve(cfg, base)
     files, problems = _files(cfg, fs, root)
-    located = list(_located(cfg, fs, root, files, problems, None))
+    located = list(_located(cfg, fs, root, files, problems, None, _listed(cfg, fs, files)))
     rows = [row for _, row in located]
     table = pa.table(
         {
@@ -416,7 +426,9 @@ def _document_id(file: str) -> str:
     return path.with_suffix("").as_posix().encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")  # a name not UTF-8: caf\xe9
 
 
-def _located(cfg: DatasetConfig, fs: pafs.FileSystem, root: str, files: list[str], problems: dict[str, str], seen: Seen) -> Iterator[tuple[Loc, Row]]:
+def _located(
+    cfg: DatasetConfig, fs: pafs.FileSystem, root: str, files: list[str], problems: dict[str, str], seen: Seen, listed: dict[str, Stamp]
+) -> Iterator[tuple[Loc, Row]]:
     reader = _READERS[cfg.format]
     index = 0
     for file_no, file in enumerate(files):
@@ -427,6 +439,35 @@ def _located(cfg: DatasetConfig, fs: pafs.FileSystem, root: str, files: list[str
                 return
             yield Loc(file_no, start, end, line, index), _checked(cfg, where, nameless.format(line=line), index, item)
             index += 1
+        if file in listed:
+            _check_read_whole(cfg, fs, file, listed[file])
+
+
+#: The formats whose files hold many rows each, read by byte range or row number: their files are stamped at the listing.
+_STAMPED = ("jsonl", "csv", "parquet")
+
+
+def _listed(cfg: DatasetConfig, fs: pafs.FileSystem, files: list[str]) -> dict[str, Stamp]:
+    """Each many-row file's ``Stamp``, taken before any of it is read."""
+    if cfg.format not in _STAMPED:
+        return {}
+    return {file: stamp for file, stamp in zip(files, stamps(fs, files)) if stamp is not None}
+
+
+def _check_read_whole(cfg: DatasetConfig, fs: pafs.FileSystem, file: str, listed: Stamp) -> None:
+    """A file the scan just read must be as the listing found it: one replaced, cut short or grown meanwhile is an
+    error naming it, rather than an index of rows that are not the file's (fewer, or two versions' mixed)."""
+    now = (stamps(fs, [file]) or [None])[0]
+    if now != listed:
+        raise ConfigError(
+            f"dataset.path {_shown(cfg, file)} changed while the scan read it: {listed} when listed, "
+            f"{now or 'gone'} after the read; rerun once whatever writes it has finished"
+        )
+
+
+def _shown(cfg: DatasetConfig, file: str) -> str:
+    """A dataset file as the user finds it: a local path, or the URI's scheme and path."""
+    return f"{cfg.path.split('://', 1)[0]}://{file}" if "://" in cfg.path else file
 
 
 def _problem_item(cfg: DatasetConfig, file: str, problem: str) -> Item:
@@ -440,7 +481,7 @@ def _items_at(cfg: DatasetConfig, piece: Slice) -> Iterator[tuple[Loc, Item]]:
         by_file: dict[int, list[Loc]] = {}
         for loc in locs:
             by_file.setdefault(loc.file, []).append(loc)
-        for f, locs in by_file.items():
+        for f, locs in by_file.items():  # a parquet file cut short has no footer: ArrowInvalid below
             try:
                 table = pds.dataset(piece.files[f], format="parquet", filesystem=piece.fs).take(pa.array([loc.start for loc in locs]))
             except (pa.ArrowIndexError, pa.ArrowInvalid) as err:
@@ -467,16 +508,35 @@ def _items_at(cfg: DatasetConfig, piece: Slice) -> Iterator[tuple[Loc, Item]]:
         header = {}
         for loc in locs:
             if loc.file not in handles:
+                _check_not_shorter(cfg, piece, loc.file)
                 handles[loc.file] = open_ranged(piece.fs, piece.files[loc.file])
                 if cfg.format == "csv":
                     header[loc.file] = _csv_header(handles[loc.file], piece.files[loc.file])
             f = handles[loc.file]
             f.seek(loc.start)
             raw = f.read(loc.end - loc.start)
+            if len(raw) < loc.end - loc.start:  # cut short after the check above: the row's bytes end early
+                raise _cut_short(cfg, piece.files[loc.file], f"line {loc.line} ends at byte {loc.start + len(raw)}, not {loc.end}")
             yield loc, _jsonl_item(raw, names[loc.file], loc.line) if cfg.format == "jsonl" else _csv_record(raw, header[loc.file])
     finally:
         for f in handles.values():
             f.close()
+
+
+def _check_not_shorter(cfg: DatasetConfig, piece: Slice, f: int) -> None:
+    """A replica's jsonl or csv file must be at least as long as the scan listed it: a shorter one (an object cut short, a file
+    truncated) holds fewer rows than the plan, and would read as blank lines or none. A longer or rewritten one may
+    still hold the scan's rows, which their digests then prove; a file gone is ``read_slice``'s to name."""
+    file = piece.files[f]
+    listed, now = piece.stamps.get(file), (stamps(piece.fs, [file]) or [None])[0]
+    if listed is not None and now is not None and now.size < listed.size:
+        raise _cut_short(cfg, file, f"{now}; {listed} at the scan")
+
+
+def _cut_short(cfg: DatasetConfig, file: str, how: str) -> DatasetChanged:
+    return DatasetChanged(
+        f"dataset.path changed during the run: {_shown(cfg, file)} is cut short ({how}); rerun the same command to decode the dataset as it is now"
+    )
 
 
 def _jsonl(fs: pafs.FileSystem, root: str, file: str, cfg: DatasetConfig, seen: Seen) -> Iterator[tuple[int, int, int, Item]]:

@@ -13,6 +13,13 @@ of the wrong kind (Parquet, UTF-16, binary, lone-CR line ends, a JSON array or
 pretty-printed JSON, CSV given as jsonl or jsonl as CSV) is one error that says
 what to set or do, never rows of garbage.
 
+A ``Stamp`` is a file's size and modification time as the scan's listing
+found them: the scan refuses a file that changed while it read it, and a
+replica one that is shorter than the scan found it, naming the file, rather
+than take a cut-short object for a file of fewer rows. (``pyarrow.fs`` shows
+no ETag; a same-size rewrite within a second of an object store's clock is
+left to the rows' content digests, which a replica checks too.)
+
 ``walk`` lists a local folder's files the way a ``text_dir`` reads them: each
 real file once, symlinked folders followed once, and a problem, not a silent
 skip, for a link that loops, dangles or leads to a file read already, a name
@@ -21,6 +28,7 @@ that is not UTF-8, or something that is not a regular file.
 
 from __future__ import annotations
 
+import datetime as dt
 import heapq
 import io
 import json
@@ -44,6 +52,26 @@ COMPRESSED_SUFFIXES = (".gz", ".bz2", ".xz", ".zst")
 READ_ERRORS = (OSError, EOFError, lzma.LZMAError)
 _BUFFER = 1 << 20
 HEAD = 1 << 16  # what ``sniff`` looks at
+
+
+# -- what the listing saw ----------------------------------------------------------
+
+
+class Stamp(NamedTuple):
+    """A file's size and modification time at the scan's listing."""
+
+    size: int
+    mtime_ns: int | None
+
+    def __str__(self) -> str:
+        if self.mtime_ns is None:
+            return f"{self.size} bytes"
+        return f"{self.size} bytes, modified {dt.datetime.fromtimestamp(self.mtime_ns / 1e9, dt.timezone.utc):%Y-%m-%d %H:%M:%S.%f} UTC"
+
+
+def stamps(fs: pafs.FileSystem, paths: list[str]) -> list[Stamp | None]:
+    """Each file's ``Stamp`` (None: not there any more), in one listing call."""
+    return [Stamp(i.size, i.mtime_ns) if i.type == pafs.FileType.File else None for i in fs.get_file_info(paths)] if paths else []
 
 
 # -- compression ---------------------------------------------------------------

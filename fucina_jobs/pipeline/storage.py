@@ -8,14 +8,26 @@ relative to the config's base folder.
 Writes are atomic on both. Locally a file is written to a hidden temporary
 name, fsynced and renamed, then its folder is fsynced. On an object store a
 PUT (a multipart upload included) makes the object appear whole or not at
-all, so the object is written in place. Readers skip names that start with
-``.`` or ``_``, so a local temporary is never read as data.
+all, so the object is written in place, from bytes serialized beforehand: a
+stream that failed half-way through a Parquet write would still complete its
+upload on close, and leave a partial file under the final name. Readers skip
+names that start with ``.`` or ``_``, so a local temporary is never read as
+data.
+
+An S3 store's transient errors (503 SlowDown, 500, a cut connection) are
+retried by the AWS SDK under pyarrow, with its standard exponential backoff,
+up to ``S3_ATTEMPTS`` attempts a request (``S3FileSystem``'s own
+``retry_strategy``; ``from_uri`` gives none, and a pickled filesystem forgets
+it, so ``RetryingS3FileSystem`` keeps it across Ray). When they run out, a
+write is a ``StoreError`` naming the object.
 """
 
 from __future__ import annotations
 
+import errno
 import io
 import json
+import logging
 import os
 import secrets
 import threading
@@ -29,14 +41,44 @@ import pyarrow.parquet as pq
 
 from .config import ConfigError, locate
 
+log = logging.getLogger(__name__)
+
+#: Attempts per S3 request (the first included) before an error is final: the AWS SDK's standard strategy backs off
+#: exponentially between them (throttling errors such as SlowDown longer), about 10 s over 5 attempts.
+S3_ATTEMPTS = 5
+
+
+class StoreError(OSError):
+    """An object store still failing after its retries: one line naming the object, for the command line's message."""
+
+
+class RetryingS3FileSystem(pafs.S3FileSystem):
+    """``pyarrow.fs.S3FileSystem`` with ``S3_ATTEMPTS`` attempts a request, also in the Ray workers it is pickled to
+    (the parent's ``__reduce__`` leaves the retry strategy out)."""
+
+    def __init__(self, attempts: int = S3_ATTEMPTS, **options: Any):
+        super().__init__(**options, retry_strategy=pafs.AwsStandardS3RetryStrategy(max_attempts=attempts))
+        self.attempts = attempts
+        self._options = options
+
+    def __reduce__(self) -> tuple:
+        return _rebuild_s3, (self.attempts, self._options)
+
+
+def _rebuild_s3(attempts: int, options: dict[str, Any]) -> RetryingS3FileSystem:
+    return RetryingS3FileSystem(attempts, **options)
+
 
 def resolve(location: str, base: Path) -> tuple[pafs.FileSystem, str]:
-    """The filesystem and the path on it: a URI through ``from_uri``, anything else local below ``base``."""
+    """The filesystem and the path on it: a URI through ``from_uri`` (S3 with its retries), anything else local below ``base``."""
     if "://" in location:
         try:
-            return pafs.FileSystem.from_uri(location)
+            fs, path = pafs.FileSystem.from_uri(location)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as err:
             raise ConfigError(f"{location}: not a usable filesystem URI ({str(err).splitlines()[0]})") from None
+        if isinstance(fs, pafs.S3FileSystem):
+            fs = RetryingS3FileSystem(**fs.__reduce__()[1][0])  # the URI's options (endpoint, region, keys), and our retries
+        return fs, path
     return pafs.LocalFileSystem(), os.path.abspath(base / location)  # not resolve(): /dev/stdin must not become /proc/N/fd/pipe:[M]
 
 
@@ -153,8 +195,24 @@ class Storage:
         if self.local:
             atomic(Path(path), write)
             return
-        with self.fs.open_output_stream(path) as f:  # the object appears when the stream closes, whole
-            write(f)
+        buffer = pa.BufferOutputStream()
+        write(buffer)  # serialized first: the upload below is all of the file or nothing
+        try:
+            with self.fs.open_output_stream(path) as f:  # the object appears when the stream closes, whole
+                f.write(buffer.getvalue())
+        except OSError as err:
+            self.delete_quietly(path)
+            raise StoreError(errno.EIO, f"not written, the store still failing after {self._tries()} ({_first_line(err)})", self.name(path)) from err
+
+    def _tries(self) -> str:
+        return f"{self.fs.attempts} attempts" if isinstance(self.fs, RetryingS3FileSystem) else "its retries"
+
+    def delete_quietly(self, path: str) -> None:
+        """Delete ``path`` if the store lets us: a failed upload must leave nothing under its name, and may not reach the store."""
+        try:
+            self.delete(path)
+        except OSError as err:
+            log.warning("%s: could not delete it after a failed write (%s)", self.name(path), _first_line(err))
 
     def read_table(self, path: str, columns: list[str] | None = None) -> pa.Table:
         return pq.read_table(path, columns=columns, filesystem=self.fs)
@@ -165,10 +223,17 @@ class Storage:
             return pq.ParquetFile(f).metadata.num_rows
 
     def read_json(self, path: str) -> Any | None:
-        """The JSON at ``path``, or None when it is missing or unreadable."""
+        """The JSON at ``path``, or None when it is missing or unreadable; a ``StoreError`` when an object store fails to
+        answer: a manifest it could not read is not a missing one (a commit would take it for another run's)."""
         try:
             return json.loads(read_bytes(self.fs, path))
-        except (OSError, ValueError):
+        except FileNotFoundError:
+            return None
+        except OSError as err:
+            if self.local:
+                return None
+            raise StoreError(errno.EIO, f"not read, the store still failing after {self._tries()} ({_first_line(err)})", self.name(path)) from err
+        except ValueError:
             return None
 
     def exists(self, path: str) -> bool:
