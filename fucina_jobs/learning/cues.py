@@ -94,10 +94,11 @@ def learn_field(g: Grounded, rows: list[Row]) -> FieldCues:
     if g.kind == "string" and given:
         exact = sum(verbatim(str(v), r.text) for r in rows for v in r.values if v is not None)
         evidence["verbatim"] = exact
-        drop = _dropped_marks(rows, found)
+        spans = _written_spans(rows, found)
+        drop = _dropped_marks(spans)
         if drop:
             options["drop_marks"] = drop
-        case, evidence["recased"] = _case(rows, found, exact, drop)
+        case, evidence["recased"] = _case(spans, exact, drop)
         if case != "exact":
             options["case"] = case
         if all(len(_WORD.findall(str(v))) == 1 for v in given):
@@ -135,27 +136,26 @@ def learn_field(g: Grounded, rows: list[Row]) -> FieldCues:
     return FieldCues(g.name, g.path, options, evidence)
 
 
-def _dropped_marks(rows: list[Row], found: list[list[list[tuple[int, int]]]]) -> str:
+def _written_spans(rows: list[Row], found: list[list[list[tuple[int, int]]]]) -> list[tuple[str, list[str]]]:
+    """Each gold value the text writes, with the spans of the text that write it."""
+    return [(str(v), [r.text[a:b] for a, b in spans]) for r, value_spans in zip(rows, found) for v, spans in zip(r.values, value_spans) if spans]
+
+
+def _dropped_marks(written: list[tuple[str, list[str]]]) -> str:
     """The punctuation marks that the spans writing the gold values hold and no gold value does, where at least
     ``MARK_SUPPORT`` of those values' spans hold them: the gold's normal form leaves them out (``Palm Inc.``)."""
-    written = [(str(v), [r.text[a:b] for a, b in spans]) for r, value_spans in zip(rows, found) for v, spans in zip(r.values, value_spans) if spans]
     kept = {c for v, _ in written for c in v}
     held = Counter(c for _, spans in written for c in {c for span in spans for c in span if unicodedata.category(c).startswith("P")})
     return "".join(sorted(c for c, n in held.items() if c not in kept and n >= max(2, MARK_SUPPORT * len(written))))
 
 
-def _case(rows: list[Row], found: list[list[list[tuple[int, int]]]], exact: int, drop: str = "") -> tuple[str, dict[str, int]]:
+def _case(written: list[tuple[str, list[str]]], exact: int, drop: str = "") -> tuple[str, dict[str, int]]:
     """The ``case`` that writes the gold values as the gold spells them, and how many each recasing writes: the one
     recasing that writes the most (``exact`` where none writes more than the text's own case does), so re-cased
     gold (``Aol Inc.`` for ``AOL Inc.``) is decoded in the gold's case, not in one the model picks; ``insensitive``
     (any, the model's pick) only where no one recasing writes ``VERBATIM_SHARE`` of the values some recasing writes."""
     undropped = str.maketrans("", "", drop)
-    pairs = [
-        ([text[a:b].translate(undropped) for a, b in spans], str(v))
-        for r, value_spans in zip(rows, found)
-        for v, spans in zip(r.values, value_spans)
-        for text in (r.text,)
-    ]
+    pairs = [([span.translate(undropped) for span in spans], v) for v, spans in written]
     counts = {"exact": exact if not drop else sum(any(_same(span, v) for span in spans) for spans, v in pairs)}
     for case in ("upper", "lower", "title"):
         (recase,) = RECASINGS[case]
