@@ -57,6 +57,7 @@ _OPTIONS = (
     "only_labelled",
     "most_words",
     "drop_marks",
+    "known_values",
 )
 
 
@@ -99,6 +100,7 @@ class Grounded:
     only_labelled: bool = False  # with labels, nullable fields: where the text writes none of the labels, the field is null
     most_words: int | None = None  # span: words strings: a run takes at most this many words
     drop_marks: str = ""  # strings: the value is its span without these punctuation marks (``Palm Inc.`` for ``Palm, Inc.``)
+    known_values: tuple[str, ...] = ()  # span: words strings: where the text writes some of these (any case), one of those spans
     #: The other fields' labels (``grounded_fields``): where one of them is written, longer, around a label, it is theirs.
     rivals: tuple[str, ...] = field(default=(), compare=False)
 
@@ -349,6 +351,15 @@ def _declared(node: dict[str, Any], path: tuple[str, ...]) -> Grounded:
     drop_marks = options.get("drop_marks", "")
     if not isinstance(drop_marks, str) or not all(unicodedata.category(c).startswith("P") for c in drop_marks) or (drop_marks and kind != "string"):
         raise GroundingError(f'{where}: {KEYWORD}.drop_marks must be a string of punctuation marks (e.g. ","), on string properties only')
+    known_values = options.get("known_values", [])
+    if (
+        not isinstance(known_values, list)
+        or not all(isinstance(v, str) and v.strip() for v in known_values)
+        or (known_values and (kind != "string" or span != "words"))
+    ):
+        raise GroundingError(
+            f'{where}: {KEYWORD}.known_values must be a list of non-empty strings (e.g. ["New York"]), on a string of span: words only'
+        )
     spellings = {k: tuple(v) for k, v in spellings.items()}
     return Grounded(
         path,
@@ -377,6 +388,7 @@ def _declared(node: dict[str, Any], path: tuple[str, ...]) -> Grounded:
         only_labelled,
         most_words,
         drop_marks,
+        tuple(known_values),
     )
 
 

@@ -18,10 +18,12 @@ nothing of models, jobs or speculation.
 from __future__ import annotations
 
 import bisect
+import functools
 import itertools
 import json
 import re
 import unicodedata
+from dataclasses import replace
 from decimal import Decimal
 from typing import Any, Callable, Collection, Iterable, Mapping
 
@@ -85,6 +87,7 @@ def grounded_lark(
     text: str,
     exclude: Mapping[tuple[str, ...], Collection[Any]] | None = None,
     pinned: Mapping[tuple[str, ...], Any] | None = None,
+    whole: str | None = None,
 ) -> str:
     """The Lark grammar for one row: ``schema``'s JSON with its grounded fields held to ``text``.
 
@@ -93,9 +96,11 @@ def grounded_lark(
     of its words, with or without spaces and punctuation around it, which name
     the same thing (``Halden Robotics LLC 44 Mill Street``, ``Halden Robotics ``). A field whose every
     candidate is excluded falls back to its schema. ``pinned`` maps a property's path to the one JSON value
-    it is written with, grounded or not: its tokens are forced, so speculation drafts them.
+    it is written with, grounded or not: its tokens are forced, so speculation drafts them. ``whole``: the row's
+    whole text, where ``text`` is one chunk of it; a nullable field with ``labels`` that the chunk does not write and
+    another chunk does is null here, left to the chunk its label marks (merging keeps a value over a null).
     Raises ``NothingToGround`` naming the fields the text leaves nothing for."""
-    builder = _Builder(schema, text, exclude or {}, pinned or {})
+    builder = _Builder(schema, text, exclude or {}, pinned or {}, whole=whole)
     grammar = builder.grammar()
     if builder.unwritten:
         raise NothingToGround("the text writes no value for " + "; ".join(builder.unwritten))
@@ -117,8 +122,9 @@ class _Builder:
         exclude: Mapping[tuple[str, ...], Collection[Any]],
         pinned: Mapping[tuple[str, ...], Any],
         rules: list[str] | None = None,
+        whole: str | None = None,
     ):
-        self.root, self.text, self.exclude, self.pinned = schema, text, exclude, pinned
+        self.root, self.text, self.exclude, self.pinned, self.whole = schema, text, exclude, pinned, whole
         self.fields = {g.path: g for g in grounded_fields(schema)}
         self.arrays = grounded_arrays(schema)
         self.rules: list[str] = [] if rules is None else rules  # a paragraph's builder adds to its document's rules
@@ -172,9 +178,23 @@ class _Builder:
         if len(self.unwritten) > before and low == 0:  # the text writes nothing an item's required field could hold: no items
             del self.unwritten[before:]
             return '"[]"'
-        more = f'("," {item})*' if high is None and low <= 1 else f'("," {item}){{{max(low - 1, 0)},{"" if high is None else high - 1}}}'
+        rest = self.later_item(schema["items"], (*path, "[]")) or item
+        more = f'("," {rest})*' if high is None and low <= 1 else f'("," {rest}){{{max(low - 1, 0)},{"" if high is None else high - 1}}}'
         body = f"{item} {more}" if high != 0 else ""
         return self.rule(f'"[" {body} "]"' if low > 0 or not body else f'"[" ({body})? "]"')
+
+    def later_item(self, schema: dict[str, Any], path: tuple[str, ...]) -> str | None:
+        """The items after the first of a list of grounded strings whose ``labels`` the text writes: a label marks where
+        the list starts (``by and between`` before a contract's first party), not every item, so the later ones may be any
+        run the field's other options allow (the second party after ``and``). None where the first item's rule serves."""
+        g = self.fields.get(path)
+        if g is None or g.kind != "string" or not g.labels or not after_labels(self.text, g.labels, g.rivals):
+            return None
+        self.fields[path] = replace(g, labels=(), only_labelled=False)
+        try:
+            return self.value(schema, path)
+        finally:
+            self.fields[path] = g
 
     def units(self, schema: dict[str, Any], path: tuple[str, ...], units: Units) -> str:
         """Items in text order, each from a later paragraph (line) than the one before, its grounded values that paragraph's.
@@ -198,6 +218,8 @@ class _Builder:
         return self.rule(f'"[" {after}' if low > 0 and after else f'"[" ({after} | "]")' if after else '"[]"')
 
     def grounded(self, g: Grounded) -> str:
+        if self.labelled_elsewhere(g):
+            return '"null"'
         excluded = self.exclude.get(g.path, ())
         if g.kind == "enum":
             choices = [_literal(m) for m in members(g, self.text) if json.loads(m) not in excluded]
@@ -220,6 +242,12 @@ class _Builder:
             return '"null"'  # never decoded: grounded_lark raises
         return self.rule(" | ".join(choices))
 
+    def labelled_elsewhere(self, g: Grounded) -> bool:
+        """Is ``g`` nullable, with labels that this chunk of the row does not write and another chunk does?"""
+        if not (self.whole and g.labels and g.nullable and self.whole != self.text):
+            return False
+        return not after_labels(self.text, g.labels, g.rivals) and bool(after_labels(self.whole, g.labels, g.rivals))
+
     def span(self, g: Grounded, excluded: Collection[Any] = ()) -> str:
         """A terminal for the spans of the text this string may be, within its length bounds, but not ``excluded``."""
         runs = self.line_runs(g) if g.span == "lines" else None
@@ -228,7 +256,9 @@ class _Builder:
             bounds = f"{runs}{self.length(g, counted=True)}"
         else:
             trimmed = _TRIMMED if g.whitespace == "normalize" else f"{_TRIMMED} & {_NO_ESCAPED_BREAK_AT_AN_END}"
-            bounds = f"{self.after_labels(g) or self.source(g)} & {trimmed}{self.length(g)}"
+            narrowed = self.known(g) or self.after_labels(g)
+            most = f" & /\\S+(\\s\\S+){{0,{g.most_words - 1}}}/" if g.most_words and not narrowed else ""
+            bounds = f"{narrowed or self.source(g)}{most} & {trimmed}{self.length(g)}"
         banned = [term for v in excluded if isinstance(v, str) for term in _same_thing(v)]
         self.rules.append(f"{name}: {bounds}" + (f" & ~({' | '.join(dict.fromkeys(banned))})" if banned else ""))
         return name
@@ -243,6 +273,18 @@ class _Builder:
             self.rules.append(f"{name}: " + " | ".join(f"%regex {json.dumps({'substring_chunks': list(c)}, ensure_ascii=False)}" for c in chunkings))
             self.sources[key] = name
         return self.sources[key]
+
+    def known(self, g: Grounded) -> str | None:
+        """With ``known_values``: a terminal for the spans of the text that write one of them (``known_spans``), each
+        as the text writes it (recased as ``case`` says); None where they narrow nothing."""
+        spans = known_spans(g, self.text)
+        if not spans:
+            return None
+        normalize = normalize_whitespace if g.whitespace == "normalize" else str
+        written = dict.fromkeys(_literal(_escaped(recase(normalize(self.text[a:b])))) for a, b in spans for recase in g.recasings)
+        name = f"KNOWN{len(self.rules)}"
+        self.rules.append(f"{name}: " + " | ".join(written))
+        return name
 
     def after_labels(self, g: Grounded) -> str | None:
         """With ``labels`` (or ``first_lines``) on a run of words: a terminal for the runs that start with the first
@@ -496,6 +538,24 @@ def _names(run: str, ending: re.Pattern) -> bool:
     if closed >= 0 and not 0 <= opened < closed:
         return False
     return bool(re.search(r"[^\W_]", ending.sub(" ", re.sub(r"\([^)]*\)?", " ", run))))
+
+
+def known_spans(g: Grounded, text: str) -> list[tuple[int, int]]:
+    """Where ``text`` writes one of the field's ``known_values`` (whole words, any case, any whitespace between them):
+    of those a label marks, where the text writes a label (and none where its labels mark other values: the label
+    wins over a value written elsewhere, as an address's state is not the state whose law governs); else all of
+    them. [] where they narrow nothing."""
+    if not g.known_values:
+        return []
+    found = [m.span() for m in _known_pattern(g.known_values).finditer(text)]
+    starts = set(after_labels(text, g.labels, g.rivals)) if g.labels else set()
+    return [s for s in found if s[0] in starts] if starts else found
+
+
+@functools.lru_cache(maxsize=64)
+def _known_pattern(values: tuple[str, ...]) -> re.Pattern:
+    alternatives = (r"\s+".join(map(re.escape, v.split())) for v in sorted(values, key=len, reverse=True))
+    return re.compile(rf"(?<![^\W_])(?:{'|'.join(alternatives)})(?![^\W_])", re.IGNORECASE)
 
 
 def line_starts(text: str, g: Grounded) -> list[int]:

@@ -4,11 +4,13 @@ The job is composed as ``run`` composes it (Hydra, the same overrides); its data
 documents, joined to the gold (``{"id", "label"}`` a line, as ``eval.gold``, the review page and the
 Label Studio import write it) by row id. No model loads. The cues go to ``out`` (by default the file
 the job's ``constraint.learned`` names, else ``jobs/NAME/learned.json``), learned from the schema's own
-options, never from cues learned before.
+options, never from cues learned before; beside them (``learned-examples.jsonl``) the gold rows as worked
+examples, for ``prompt.examples_nearest`` to pick the nearest per row.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 from pathlib import Path
@@ -23,6 +25,9 @@ Learns each field's x-grounded options (labels, day order, span shape, units, ..
 joined to the job's dataset by id, and writes them with their evidence to out (default: the job's
 constraint.learned, else jobs/NAME/learned.json). gold defaults to the job's eval.gold. A job reads
 the file with constraint.learned=FILE; a field's own options in the schema win over learned ones.
+Beside it, FILE-examples.jsonl holds the gold rows as worked examples (long documents cut to the
+passages around their values): prompt.examples=THAT prompt.examples_nearest=true gives each row the
+nearest ones.
 
 With curve=: the learning curve. The last held_out gold rows are kept out; for each size n the cues
 are learned from the first n other rows and the job is scored on the held-out ones with eval (the
@@ -56,8 +61,40 @@ def _learn_task(cfg: Any, gold_path: str | None, out: str | None) -> int:
     cues = learn(schema, pairs)
     target = Path(out or cfg.constraint.learned or f"jobs/{cfg.name}/learned.json")
     write(base / target, cues, len(pairs), gold_path)
+    examples = examples_path(target)
+    kept = write_examples(base / examples, schema, cues, [(i, str(rows[i].get(cfg.dataset.text_field, "")), label) for i, label in gold.items()])
     sys.stdout.write(_summary(cues, len(pairs), target, cfg.constraint.learned is None) + "\n")
+    sys.stdout.write(
+        f"\n{kept} of {len(pairs)} gold rows as worked examples -> {examples} (prompt.examples={examples} prompt.examples_nearest=true)\n"
+    )
     return 0
+
+
+def examples_path(learned: Path) -> Path:
+    """Where ``learn`` writes the worked examples beside the cues file ``learned``."""
+    return learned.with_name(f"{learned.stem}-examples.jsonl")
+
+
+def write_examples(path: Path, schema: dict[str, Any], cues: list, gold: list[tuple[str, str, Any]]) -> int:
+    """The gold rows ((id, text, label)) as worked examples in ``path``, each text cut to the passages that write its
+    values; a row whose label the job would refuse as an example (it breaks the schema with the cues merged in, or
+    its passages do not write a value) is left out. Returns how many were written."""
+    from ..grounding.check import ungrounded_values
+    from ..grounding.declaration import grounded_fields
+    from ..pipeline.sink import json_validator, schema_failure
+    from .excerpts import excerpt
+    from .learned import apply, entries
+
+    merged = apply(schema, entries(cues), str(path))
+    fields, validator = grounded_fields(merged), json_validator(merged)
+    lines = []
+    for row_id, text, label in gold:
+        cut = excerpt(text, label, fields)
+        if schema_failure(validator, label) is None and not ungrounded_values(label, fields, cut)[1]:
+            lines.append(json.dumps({"id": row_id, "text": cut, "label": label}, ensure_ascii=False) + "\n")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(lines), encoding="utf-8")
+    return len(lines)
 
 
 def _curve_task(cfg: Any, ours: dict[str, str], overrides: list[str]) -> int:

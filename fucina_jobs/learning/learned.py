@@ -132,10 +132,15 @@ def write(path: Path, cues: list[FieldCues], rows: int, source: str) -> None:
             "constraint.learned; a field's own x-grounded options in the schema win over these, key by key."
         ),
         "rows": rows,
-        "fields": {c.name: {"path": list(c.path), KEYWORD: c.options, **({ARRAY: c.array} if c.array else {}), "evidence": c.evidence} for c in cues},
+        "fields": {c.name: {**entry, "evidence": c.evidence} for c, entry in zip(cues, entries(cues).values())},
     }
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(document, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def entries(cues: list[FieldCues]) -> dict[str, dict[str, Any]]:
+    """The cues as ``read`` gives a file's fields back: per field its path, its options and its array's counts."""
+    return {c.name: {"path": list(c.path), KEYWORD: c.options, **({ARRAY: c.array} if c.array else {})} for c in cues}
 
 
 def read(path: Path) -> dict[str, dict[str, Any]]:

@@ -149,17 +149,16 @@ class Chunker:
         template: str,
         text_field: str,
         max_tokens: int,
-        examples: Sequence[tuple[str, str]] = (),
     ):
         self.cfg, self.tokenizer, self.context = cfg, tokenizer, context
         self.system, self.template, self.text_field, self.max_tokens = system, template, text_field, max_tokens
-        self.examples = examples  # worked examples are part of every chunk's prompt
 
-    def budget(self, fields: dict[str, Any]) -> int | None:
-        """Tokens of text the row's prompt has room for; None when nothing limits it (no context and no ``max_tokens``)."""
+    def budget(self, fields: dict[str, Any], examples: Sequence[tuple[str, str]] = ()) -> int | None:
+        """Tokens of text the row's prompt has room for, beside its worked ``examples`` (part of every chunk's prompt);
+        None when nothing limits it (no context and no ``max_tokens``)."""
         if self.context is None:
             return self.cfg.max_tokens
-        bare = len(encode_chat(self.tokenizer, self.template.format_map({**fields, self.text_field: ""}), self.system, self.examples))
+        bare = len(encode_chat(self.tokenizer, self.template.format_map({**fields, self.text_field: ""}), self.system, examples))
         room = self.context - bare - self.max_tokens - SLACK
         if room < MIN_BUDGET:
             raise ChunkingError(
@@ -169,10 +168,10 @@ class Chunker:
             )
         return min(room, self.cfg.max_tokens) if self.cfg.max_tokens else room
 
-    def chunks(self, fields: dict[str, Any]) -> list[Chunk]:
-        """The row's text in chunks that fit its budget: one chunk when it fits whole."""
+    def chunks(self, fields: dict[str, Any], examples: Sequence[tuple[str, str]] = ()) -> list[Chunk]:
+        """The row's text in chunks that fit its budget beside its ``examples``: one chunk when it fits whole."""
         text = str(fields.get(self.text_field, ""))
-        budget = self.budget(fields)
+        budget = self.budget(fields, examples)
         if budget is None:
             return [Chunk(0, 0, len(text))]
         encoded = self.tokenizer(text, add_special_tokens=False, split_special_tokens=True, return_offsets_mapping=True)
@@ -194,7 +193,7 @@ def gather(outputs: list[dict[str, Any]], chunks: dict[str, tuple[str, Chunk]]) 
             continue
         row_id, chunk = chunks[output["row_id"]]
         if row_id not in rows:
-            rows[row_id] = {"row_id": row_id, "chunks": [], "relaxations": output["relaxations"]}
+            rows[row_id] = {"row_id": row_id, "chunks": [], "relaxations": output["relaxations"], "example_ids": output.get("example_ids", [])}
             gathered.append(rows[row_id])
         rows[row_id]["chunks"].append(output | {"chunk": chunk})
     for row in rows.values():

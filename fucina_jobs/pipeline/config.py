@@ -144,8 +144,21 @@ class DatasetConfig(_Section):
 class PromptConfig(_Section):
     system: str = Field("", description="system message, or @path to a file holding it")
     template: str = Field("{text}", description="user message; {field} takes the row's field; @path reads a file")
-    examples: str | None = Field(None, description="JSONL of worked examples, {'text': ..., 'label': ...} a line: chat turns before each row's")
+    examples: str | None = Field(
+        None, description="JSONL of worked examples, {'text': ..., 'label': ..., 'id': ...} a line (id optional): chat turns before each row's"
+    )
     examples_k: int | None = Field(None, ge=1, description="use the first k worked examples; null: all of them")
+    examples_nearest: bool = Field(
+        False,
+        description="each row's examples_k worked examples are those nearest its text (word-weight cosine) that fit a quarter "
+        "of the model's context; the record's example_ids names them. false: the first examples_k, for every row",
+    )
+
+    @model_validator(mode="after")
+    def _nearest_picks_among_examples(self) -> "PromptConfig":
+        if self.examples_nearest and self.examples is None:
+            raise ValueError("examples_nearest=true picks among the worked examples, and there are none: set prompt.examples=FILE.jsonl")
+        return self
 
 
 class SpeculativeConfig(_Section):

@@ -12,15 +12,22 @@ checked like a record: against the job's schema, and its grounded values
 against its own text (an example whose total its receipt never writes teaches
 the model to invent one). Grounding keeps an example's values out of the rows
 that do not write them: a grounded field can only copy the row's own text.
+
+With ``prompt.examples_nearest``, each row gets its own: the ``examples_k``
+examples whose documents are nearest its text (``ExamplePicker``), so a
+contract is shown contracts like it, within a quarter of the model's context.
 """
 
 from __future__ import annotations
 
 import json
+import math
+import re
+from collections import Counter
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Sequence
 
 from ..grounding.check import ungrounded_values
 from ..grounding.declaration import grounded_fields
@@ -29,8 +36,14 @@ from .config import ConfigError, JobConfig, locate
 from .sink import json_validator, schema_failure
 
 
+#: The share of the model's context that a row's nearest examples may fill, so the row's own text keeps the rest.
+EXAMPLES_SHARE = 0.25
+_WORD = re.compile(r"\w+")
+
+
 @dataclass(frozen=True)
 class Example:
+    id: str  # the entry's "id", else its line in the file ("line 3")
     document: str  # the example's text
     user: str  # the template filled with it: the user turn
     answer: str  # the label as the grammar writes it: the assistant turn
@@ -41,7 +54,8 @@ class Example:
 
 
 def load_examples(cfg: JobConfig, base: Path, template: str, schema: dict[str, Any] | None) -> list[Example]:
-    """The job's first ``prompt.examples_k`` examples (all when null); a bad one is a ``ConfigError`` naming its file and line."""
+    """The job's first ``prompt.examples_k`` examples (all when null, or with ``examples_nearest``, which picks among them
+    per row); a bad one is a ``ConfigError`` naming its file and line."""
     p = cfg.prompt
     if p.examples is None:
         return []
@@ -52,7 +66,8 @@ def load_examples(cfg: JobConfig, base: Path, template: str, schema: dict[str, A
     if p.examples_k is not None and p.examples_k > len(lines):
         raise ConfigError(f"prompt.examples_k={p.examples_k}: {path.name} holds only {len(lines)} example(s)")
     checker = _Checker(cfg, schema)
-    return [checker.example(f"prompt.examples: {path.name}:{n}", line, template) for n, line in lines[: p.examples_k]]
+    kept = lines if p.examples_nearest else lines[: p.examples_k]
+    return [checker.example(f"prompt.examples: {path.name}:{n}", n, line, template) for n, line in kept]
 
 
 class _Checker:
@@ -63,7 +78,7 @@ class _Checker:
         self.validator = json_validator(schema) if schema is not None else None
         self.grounded = grounded_fields(schema) if schema is not None else []
 
-    def example(self, where: str, line: str, template: str) -> Example:
+    def example(self, where: str, number: int, line: str, template: str) -> Example:
         try:
             entry = json.loads(line)
         except json.JSONDecodeError as err:
@@ -75,7 +90,7 @@ class _Checker:
             user = template.format_map({**entry, self.text_field: text})
         except KeyError as err:
             raise ConfigError(f"{where}: prompt.template uses the field {err}, which the example does not have") from None
-        return Example(text, user, self.answer(where, text, label))
+        return Example(str(entry.get("id", f"line {number}")), text, user, self.answer(where, text, label))
 
     def answer(self, where: str, text: str, label: Any) -> str:
         if self.kind in ("lark", "regex"):  # the label is the answer's text itself
@@ -90,6 +105,48 @@ class _Checker:
             if misses:
                 raise ConfigError(f"{where}: grounded value(s) not found in the example's own text: {'; '.join(misses)}")
         return compact_json(label, self.schema)
+
+
+class ExamplePicker:
+    """Which worked examples a row's prompt carries: the same ones for every row, or (``nearest``) the ``k`` whose
+    documents are nearest the row's text, the nearest last (beside the row), as many as fit ``budget`` tokens
+    (``count`` counts a turn's). Nearness is the cosine of word counts weighted by inverse document frequency over
+    the examples: a cheap measure with no model, which finds the documents of the row's kind and wording."""
+
+    def __init__(self, examples: Sequence[Example], k: int | None, nearest: bool, budget: int | None, count: Callable[[str], int]):
+        self.examples, self.nearest, self.k, self.budget, self.count = list(examples), nearest, k, budget, count
+        self.weights = _idf([e.document for e in self.examples]) if nearest else {}
+        self.vectors = [self._vector(e.document) for e in self.examples] if nearest else []
+
+    def pick(self, text: str) -> tuple[Example, ...]:
+        if not self.nearest:
+            return tuple(self.examples)
+        row = self._vector(text)
+        ranked = sorted(range(len(self.examples)), key=lambda i: (-_cosine(row, self.vectors[i]), i))
+        chosen, room = [], self.budget
+        for i in ranked:
+            if self.k is not None and len(chosen) == self.k:
+                break
+            cost = sum(map(self.count, self.examples[i].turn))
+            if room is None or cost <= room:
+                chosen.append(self.examples[i])
+                room = None if room is None else room - cost
+        return tuple(reversed(chosen))
+
+    def _vector(self, text: str) -> dict[str, float]:
+        counts = Counter(w.casefold() for w in _WORD.findall(text))
+        return {w: n * self.weights.get(w, 0.0) for w, n in counts.items()}
+
+
+def _idf(documents: list[str]) -> dict[str, float]:
+    seen = Counter(w for d in documents for w in {w.casefold() for w in _WORD.findall(d)})
+    return {w: math.log((1 + len(documents)) / (1 + n)) + 1 for w, n in seen.items()}
+
+
+def _cosine(a: dict[str, float], b: dict[str, float]) -> float:
+    dot = sum(v * b.get(w, 0.0) for w, v in a.items())
+    norm = math.sqrt(sum(v * v for v in a.values()) * sum(v * v for v in b.values()))
+    return dot / norm if norm else 0.0
 
 
 def compact_json(value: Any, schema: Any) -> str:

@@ -32,6 +32,7 @@ from .chunking import Chunk, Chunker, ChunkingError, chunk_id, gather
 from .config import JobConfig, read_text_option
 from .dataset import Row, Slice, read_slice
 from .decode_loop import DecodeLoop
+from .examples import EXAMPLES_SHARE, Example, ExamplePicker
 from .job_constraint import JobConstraint, RowSchemaError, compile_schema, meta_schema_problem, parse_row_schema
 from .rundir import RunDir
 from .shard_writer import ShardSummary, ShardWriter
@@ -60,7 +61,7 @@ class ShardWorker:
         self.grounded = bool(grounded_fields(self.schema))  # read once: rows without a schema of their own share it
         self.system = read_text_option(self.cfg.prompt.system, self.base) or None
         self.template = read_text_option(self.cfg.prompt.template, self.base)
-        self.examples = tuple(e.turn for e in self.writer.examples)
+        self.picker = self._picker(model_path)
         self._row_constraints: dict[str, tuple[Any, list[str]]] = {}
         self.vote_params = dataclasses.replace(sampling_params(self.cfg.decoding), temperature=self.cfg.decoding.vote_temperature)
         self.chunker = self._chunker(model_path) if self.cfg.dataset.chunking.enabled else None
@@ -111,8 +112,10 @@ class ShardWorker:
         outputs = {}
         for row, prompt in pending:
             decoded = [by_id[s.id] for s in samples[prompt.id]]
+            ids = [e.id for e in self._examples(row)]
             found = [
-                _as_dict(c, output_values(c.text, kind, pattern) if c.token_probs else None) | {"row_id": row.id, "relaxations": relaxed[row.id]}
+                _as_dict(c, output_values(c.text, kind, pattern) if c.token_probs else None)
+                | {"row_id": row.id, "relaxations": relaxed[row.id], "example_ids": ids}
                 for c in decoded
             ]
             if len(found) == 1:
@@ -209,7 +212,7 @@ class ShardWorker:
         """The row's prompt, or one per chunk when ``dataset.chunking`` cuts its text (each registered in ``chunks``), or the
         (reject reason, message) that keeps it from being decoded; its schema's relaxations; grammar seconds."""
         try:
-            cut = self.chunker.chunks(row.fields) if self.chunker else []
+            cut = self.chunker.chunks(row.fields, [e.turn for e in self._examples(row)]) if self.chunker else []
         except KeyError as err:
             return [], ("error", f"row {row.id!r}: prompt.template uses field {err} that the row does not have"), [], 0.0
         except ChunkingError as err:
@@ -242,7 +245,8 @@ class ShardWorker:
         except KeyError as err:
             return None, ("error", f"row {row.id!r}: prompt.template uses field {err} that the row does not have"), [], 0.0
         d = self.cfg.decoding
-        overflow = prompt_overflow(self.engine, Prompt(prompt_id, text, self.system, max_tokens=d.max_tokens, examples=self.examples))
+        examples = tuple(e.turn for e in self._examples(row))
+        overflow = prompt_overflow(self.engine, Prompt(prompt_id, text, self.system, max_tokens=d.max_tokens, examples=examples))
         if overflow:  # from the token count alone: a long document's grounded grammar takes minutes to build
             return (
                 None,
@@ -266,8 +270,21 @@ class ShardWorker:
             why = meta_schema_problem(parse_row_schema(row.fields.get(self.cfg.dataset.schema_field)))
             return None, ("error", f"row {row.id!r}: its schema cannot be used: {why or f'{type(err).__name__}: {str(err)[:200]}'}"), [], 0.0
         seconds = time.perf_counter() - start if grounded else 0.0
-        prompt = Prompt(prompt_id, text, self.system, constraint, record_seed(d.seed, prompt_id), d.max_tokens, self.examples, choices)
+        prompt = Prompt(prompt_id, text, self.system, constraint, record_seed(d.seed, prompt_id), d.max_tokens, examples, choices)
         return prompt, None, relaxations, seconds
+
+    def _examples(self, row: Row) -> tuple[Example, ...]:
+        """The worked examples the row's prompts carry (every chunk's and repair's alike): ``prompt.examples_nearest`` picks them by its whole text."""
+        return self.picker.pick(str(row.fields.get(self.cfg.dataset.text_field, "")))
+
+    def _picker(self, model_path: str) -> ExamplePicker:
+        """The job's worked examples for each row; nearest ones fit ``EXAMPLES_SHARE`` of the model's context, where it has one."""
+        p, context, count = self.cfg.prompt, getattr(self.engine, "context", None), len
+        if p.examples_nearest and context:
+            tokenizer = getattr(self.engine, "tokenizer", None) or load_tokenizer(model_path)
+            count = lambda turn: len(tokenizer.encode(turn, add_special_tokens=False))  # noqa: E731
+        budget = int(EXAMPLES_SHARE * context) if p.examples_nearest and context else None
+        return ExamplePicker(self.writer.examples, p.examples_k, p.examples_nearest, budget, count)
 
     def _chunker(self, model_path: str) -> Chunker:
         tokenizer = getattr(self.engine, "tokenizer", None) or load_tokenizer(model_path)  # an engine without a model (canned) has none
@@ -279,7 +296,6 @@ class ShardWorker:
             template=self.template,
             text_field=self.cfg.dataset.text_field,
             max_tokens=self.cfg.decoding.max_tokens,
-            examples=self.examples,
         )
 
     def _constraint(self, row: Row, source: str, exclude: dict | None = None, pinned: dict | None = None) -> tuple[Any, list[str], bool]:
@@ -289,7 +305,8 @@ class ShardWorker:
         field_name = self.cfg.dataset.schema_field
         schema = self._schema(row)
         if grounded_fields(schema) if field_name else self.grounded:
-            return self.engine.constraint(lark=grounded_lark(schema, source, exclude, pinned)), [], True
+            whole = str(row.fields.get(self.cfg.dataset.text_field, ""))  # a chunk's fields whose labels other chunks write are left to them
+            return self.engine.constraint(lark=grounded_lark(schema, source, exclude, pinned, whole)), [], True
         return *(self._row_constraint(schema) if field_name else (self.constraint, self.relaxations)), False
 
     def _choices(self, row: Row, source: str) -> tuple[tuple[str, tuple[str, ...], str], ...]:

@@ -41,6 +41,7 @@ META_FIELDS = [
     pa.field("relaxations", pa.list_(pa.string())),  # what constraint.relax widened in the row's schema: see decoding/relaxation.py
     pa.field("rule_failures", pa.list_(pa.string())),  # x-rules an earlier decode broke, repaired since: see docs/RULES.md
     pa.field("repair_attempts", pa.int64()),  # re-decodes of the row to repair a broken rule
+    pa.field("example_ids", pa.list_(pa.string())),  # the worked examples its prompt carried (prompt.examples_nearest picks them per row)
     # Token probabilities in [0, 1] (``fucina_jobs.confidence``): the record's least certain value
     # (lowest mean), and per value (keyed by path such as ``items[0].name``) the min and the mean.
     pa.field("record_confidence", pa.float64()),
@@ -85,6 +86,7 @@ class Outcome:
     error: str | None = None
     flags: list[str] = field(default_factory=list)
     relaxations: list[str] = field(default_factory=list)  # a relaxed grammar left these to post-validation
+    example_ids: list[str] = field(default_factory=list)  # the worked examples the row's prompt carried
     confidence: Confidence | None = None
     rule_failures: list[str] = field(default_factory=list)  # rules a decode of the row broke
     repair_attempts: int = 0
@@ -246,6 +248,7 @@ def outcome_tables(outcomes: Iterable[Outcome], schema: pa.Schema, record_id: Ca
                 "relaxations": o.relaxations,
                 "rule_failures": o.rule_failures,
                 "repair_attempts": o.repair_attempts,
+                "example_ids": o.example_ids,
                 "record_confidence": conf.record,
                 "field_confidence_min": conf.field_min,
                 "field_confidence_mean": conf.field_mean,

@@ -70,7 +70,27 @@ def test_the_learned_schema_narrows_by_learned_labels():
     assert (fields["name"].labels, fields["date"].labels, fields["amount"].amount) == (("from",), ("due",), True)  # money alone: 12,00 not 7
 
 
-@pytest.mark.parametrize("schema", [PARTY, LABELLED, LEARNED], ids=["grounded", "labelled", "learned"])
+#: Values known from gold (``known_values``) and a list whose first item starts after a label, the later ones anywhere.
+KNOWN = {
+    **PARTY,
+    "properties": {
+        **PARTY["properties"],
+        "name": {
+            "type": "string",
+            "maxLength": 40,
+            "x-grounded": {"known_values": ["ACME Tools", "Nordlicht Bakery GmbH", "Händler"], "most_words": 3},
+        },
+        "kind": {
+            "type": "array",
+            "minItems": 1,
+            "maxItems": 3,
+            "items": {"type": "string", "x-grounded": {"labels": ["seller"], "most_words": 4}},
+        },
+    },
+}
+
+
+@pytest.mark.parametrize("schema", [PARTY, LABELLED, LEARNED, KNOWN], ids=["grounded", "labelled", "learned", "known"])
 @pytest.mark.parametrize("params", [GREEDY, replace(GREEDY, temperature=0.8)], ids=["greedy", "sampled"])
 def test_grounded_plain_equals_speculative(tokenizer, tiny_runner, params, schema):
     grammars = [Constraint.lark(grounded_lark(schema, doc), tokenizer, stop_token=STOP) for doc in DOCS]  # compiled once per row

@@ -645,3 +645,49 @@ def test_most_words_bounds_a_run_after_a_label():
     assert '"New" (" " ("York")?)?' in grammar and "without" not in grammar
     schema["properties"]["state"]["x-grounded"]["most_words"] = 3
     assert '"Acme" (" " ("Widgets" (" " ("Inc" (".")?)?)?)?)?' in grounded_lark(schema, "under the laws of Acme Widgets Inc. and others")
+
+
+STATE = {
+    "type": "object",
+    "properties": {
+        "state": {"type": ["string", "null"], "x-grounded": {"labels": ["laws of"], "known_values": ["New York", "Ohio"], "most_words": 2}}
+    },
+    "required": ["state"],
+}
+
+
+@pytest.mark.parametrize(
+    "text, accepted, refused",
+    [
+        # the label marks a known value: that one, not the known value an address writes
+        ("Acme, 1 Main St, New York. Governed by the laws of OHIO.", ["OHIO"], ["New York", "Main St", "Acme"]),
+        # the label marks an unknown value: the run after the label, not a known value written elsewhere
+        ("Acme, 1 Main St, New York. Governed by the laws of Texas.", ["Texas"], ["New York"]),
+        # no label written: the known values the text writes (any case and spacing), nothing else
+        ("Acme, 1 Main St, new  york, and Ohio courts.", ["new york", "Ohio"], ["Main St", "Acme"]),
+    ],
+)
+def test_known_values_narrow_a_run_to_the_values_the_gold_gave(tokenizer, text, accepted, refused):
+    for value in accepted:
+        assert accepts(tokenizer, STATE, text, {"state": value}), value
+    for value in refused:
+        assert not accepts(tokenizer, STATE, text, {"state": value}), value
+
+
+def test_most_words_bounds_every_run_also_where_no_label_is_written(tokenizer):
+    text = "Acme Widgets International Holdings signed here."
+    assert accepts(tokenizer, STATE, text, {"state": "Acme Widgets"})
+    assert not accepts(tokenizer, STATE, text, {"state": "Acme Widgets International"})
+
+
+def test_a_chunk_leaves_a_labelled_field_to_the_chunk_that_writes_its_label(tokenizer):
+    chunk = "Acme Inc, 1 Main St, Springfield."
+    whole = chunk + " This agreement is governed by the laws of Texas."
+    assert accepts(tokenizer, STATE, chunk, {"state": "Acme Inc"})  # read alone, the chunk offers its own runs
+    alone = Constraint.lark(grounded_lark(STATE, chunk, whole=whole), tokenizer, stop_token=STOP)
+    assert instance_accepted(alone, tokenizer, {"state": None}, separators=(",", ":"))
+    for value in ("Acme Inc", "Springfield"):
+        constraint = Constraint.lark(grounded_lark(STATE, chunk, whole=whole), tokenizer, stop_token=STOP)
+        assert not instance_accepted(constraint, tokenizer, {"state": value}, separators=(",", ":")), value
+    # a document that writes the label nowhere leaves every chunk its own runs
+    assert "Springfield" in grounded_lark(STATE, chunk, whole=chunk + " More text.")

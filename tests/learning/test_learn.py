@@ -13,9 +13,11 @@ from fucina_jobs.grounding.grammar import candidates, grounded_lark
 from fucina_jobs.learning import learned as learned_cues
 from fucina_jobs.learning.cli import learn_command
 from fucina_jobs.learning.evidence import label_contexts, word_runs
-from fucina_jobs.pipeline.config import ConfigError, ConstraintConfig
+from fucina_jobs.learning.excerpts import excerpt
+from fucina_jobs.pipeline.examples import load_examples
+from fucina_jobs.pipeline.config import ConfigError, ConstraintConfig, validate
 from fucina_jobs.pipeline.job_constraint import resolve
-from tests.helpers import STOP, instance_accepted
+from tests.helpers import STOP, instance_accepted, job_dict
 
 SCHEMA = {
     "type": "object",
@@ -118,6 +120,27 @@ def test_learn_command_writes_the_file_that_run_reads(tmp_path, monkeypatch, cap
     assert plain.digest != constraint.digest  # a run with cues is another version of the job
     text, label = notice(7)
     assert label["shipped_on"] in grounded_lark(constraint.schema, text)
+    examples = [json.loads(line) for line in (job / "jobs/notices/learned-examples.jsonl").read_text().splitlines()]
+    assert [e["label"] for e in examples] == [label for _, label in GOLD] and "prompt.examples_nearest=true" in out
+    cfg = validate(
+        job_dict(
+            tmp_path / "out",
+            constraint={"json_schema": "schemas/notice.json", "learned": "jobs/notices/learned.json"},
+            dataset={"path": "data/inputs.jsonl"},
+        )
+        | {"prompt": {"examples": "jobs/notices/learned-examples.jsonl", "examples_nearest": True}}
+    )
+    assert len(load_examples(cfg, job, "{text}", constraint.schema)) == len(GOLD)  # every one a valid example of the job it was learned for
+
+
+def test_a_long_document_is_cut_to_the_passages_that_write_its_values():
+    text, label = notice(3)
+    long = "Preamble words. " * 200 + text.replace("\n", " filler words here. " * 40 + "\n")
+    fields = grounded_fields(learned_cues.apply(SCHEMA, _entries(learned_cues.learn(SCHEMA, GOLD)), "test"))
+    cut = excerpt(long, label, fields)
+    assert len(cut) < len(long) / 2 and "[...]" in cut and "Preamble" not in cut
+    assert not ungrounded_values(label, fields, cut)[1]  # every value is written in the passages kept
+    assert excerpt(text, label, fields) == text  # a short document is its own example
 
 
 def test_learn_command_errors_are_one_line(tmp_path, monkeypatch, capsys):
@@ -207,3 +230,38 @@ def test_learning_curve_scores_held_out_rows_with_cues_learned_from_the_others(t
     assert json.loads((job / "curve/learned-8.json").read_text())["rows"] == 8
     point = {line.split(" | ")[0].strip("| "): line.split(" | ") for line in table.splitlines() if line.startswith("| 8 ")}
     assert point["8"][2] == "1.00" and point["8"][4] == "1.00"  # the learned labels leave the held-out rows one date and one weight
+
+
+PORTS = ["Le Havre", "La Spezia", "Gdansk"]
+ORIGINS = ["Oslo", "Bern", "Riga", "Cork"]
+VERBS = ["is bound for", "heads on to", "lands in", "will reach", "ends its trip in", "is consigned at"]
+CLERKS = ["Ada Brandt", "Ivo Kessler", "Lena Marsh", "Omar Quist", "Tess Varga", "Uma Wolff", "Rex Yates", "Nia Zorn", "Eli Abbot"]
+MOVES = {
+    "type": "object",
+    "properties": {
+        "port": {"type": ["string", "null"], "x-grounded": True},
+        "clerk": {"type": ["string", "null"], "x-grounded": True},
+    },
+    "required": ["port", "clerk"],
+}
+
+
+def move(n: int) -> tuple[str, dict]:
+    """A crate's move: its port, one of a few, named in prose that words it differently each time, beside an origin
+    city and a clerk whose name no other row writes."""
+    port, origin, clerk = PORTS[n % 3], ORIGINS[n % 4], CLERKS[n % len(CLERKS)]
+    text = f"Crate {n} left {origin} on Monday. Signed {clerk}. The crate {VERBS[n % len(VERBS)]} {port} by Friday."
+    return text, {"port": port, "clerk": clerk}
+
+
+def test_values_that_repeat_across_rows_are_learned_as_known_values_and_narrow_the_grammar(tokenizer):
+    gold = [move(n) for n in range(9)]
+    cues = by_name(learned_cues.learn(MOVES, gold))
+    assert set(cues["port"].options["known_values"]) == set(PORTS)  # a closed class, given again and again
+    assert cues["port"].evidence["known_values"]["pick_rate_left_out"] > cues["port"].evidence["pick_rate_before"]
+    assert "known_values" not in cues.get("clerk", learned_cues.FieldCues("clerk", ("clerk",), {})).options  # each name once
+    merged = learned_cues.apply(MOVES, _entries(learned_cues.learn(MOVES, gold)), "test")
+    text = "Crate 77 left Cork on Monday. Signed Max Holm. The crate drifts towards La Spezia by Friday."  # a new row
+    for port, ok in (("La Spezia", True), ("Spezia", False), ("Cork", False), ("Monday", False)):
+        constraint = Constraint.lark(grounded_lark(merged, text), tokenizer, stop_token=STOP)
+        assert instance_accepted(constraint, tokenizer, {"port": port, "clerk": None}, separators=(",", ":")) is ok, port

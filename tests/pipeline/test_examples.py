@@ -15,9 +15,9 @@ from fucina_jobs.models.loading import LoadedModel
 from fucina_jobs.pipeline.config import ConfigError, DecodingConfig, RuntimeConfig, SpeculativeConfig, validate
 from fucina_jobs.pipeline.cli import compose
 from fucina_jobs.pipeline.driver import Job
-from fucina_jobs.pipeline.examples import compact_json, load_examples
+from fucina_jobs.pipeline.examples import ExamplePicker, compact_json, load_examples
 
-from tests.helpers import GREEDY, REPO, STOP, job_dict
+from tests.helpers import GREEDY, REPO, STOP, canned_job, job_dict, read_dir, write_jsonl
 
 SCHEMA = {
     "type": "object",
@@ -168,3 +168,64 @@ def test_the_alarm_counts_a_copied_example_value(tmp_path):
     own = alarm.Output({"vendor": "Brightwater Supply Co.", "total": 572.34}, ROW, SCHEMA)
     assert alarm.measure([copied, own], prompt).counts["prompt_copies"] == [1, 4]
     assert alarm.measure([copied], alarm.prompt_text("Extract the seller and the total.", "{text}")).counts["prompt_copies"] == [0, 2]
+
+
+INVOICE = "INVOICE no. {n}\nSeller: {v}\nNet amount 100.00\nVAT 21% 21.00\nTotal due: EUR {t}"
+RECEIPT = "CASH RECEIPT {n}\n{v}\nTABLE 4  2 PAX\nTEA 2.50\nTOTAL RM {t}\nTHANK YOU COME AGAIN"
+KINDS = [(INVOICE, "Pinewood Labels Ltd", "1,608.00", 1608.0), (RECEIPT, "Kedai Murni", "12.50", 12.5)]
+
+
+def _examples(tmp_path, **prompt):
+    lines = [
+        {"id": f"{kind}-{n}", "text": template.format(n=n, v=vendor, t=written), "label": {"vendor": vendor, "total": total}}
+        for n in range(2)
+        for kind, (template, vendor, written, total) in zip(("invoice", "receipt"), KINDS)
+    ]
+    return load_examples(job(tmp_path, lines, **prompt), REPO, "{text}", SCHEMA)
+
+
+def test_nearest_examples_are_the_documents_most_like_the_row_the_nearest_last(tmp_path):
+    examples = _examples(tmp_path, examples_k=2, examples_nearest=True)
+    assert len(examples) == 4, "with examples_nearest every example is a candidate; examples_k counts a row's"
+    picker = ExamplePicker(examples, 2, True, None, len)
+    receipt = RECEIPT.format(n=1, v="Restoran Sentosa", t="30.00")  # receipt 1 shares its number too: the nearest
+    assert [e.id for e in picker.pick(receipt)] == ["receipt-0", "receipt-1"]  # the nearest last, beside the row
+    assert [e.id for e in picker.pick(INVOICE.format(n=0, v="Brightwater", t="5.00"))] == ["invoice-1", "invoice-0"]
+    first = ExamplePicker(_examples(tmp_path, examples_k=2), 2, False, None, len)
+    assert [e.id for e in first.pick(receipt)] == ["invoice-0", "receipt-0"], "without examples_nearest, the first k for every row"
+
+
+def test_nearest_examples_fit_their_share_of_the_context(tmp_path):
+    examples = _examples(tmp_path, examples_nearest=True)
+    cost = sum(map(len, examples[1].turn))
+    picker = ExamplePicker(examples, None, True, cost + 1, len)  # room for one receipt's turns only
+    assert [e.id for e in picker.pick(RECEIPT.format(n=0, v="X", t="5.00"))] == ["receipt-0"]  # the nearest, and no second one
+
+
+def test_examples_nearest_needs_examples(tmp_path):
+    raw = job_dict(tmp_path / "out", dataset={"path": str(tmp_path / "in.jsonl")}, prompt={"examples_nearest": True})
+    with pytest.raises(
+        ConfigError,
+        match=r"invalid job config: prompt=.*: examples_nearest=true picks among the worked examples, and there are none: set prompt.examples=FILE",
+    ):
+        validate(raw)
+
+
+@pytest.mark.usefixtures("local_ray")
+def test_each_record_names_the_nearest_examples_its_prompt_carried(tmp_path):
+    """Through the whole data path (real Ray, the canned engine): a receipt row is shown receipts, an invoice row invoices."""
+    lines = [
+        {"id": f"{kind}-{n}", "text": template.format(n=n, v=vendor, t=written), "label": {"vendor": vendor, "total": total}}
+        for n in range(2)
+        for kind, (template, vendor, written, total) in zip(("invoice", "receipt"), KINDS)
+    ]
+    (tmp_path / "examples.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    (tmp_path / "schema.json").write_text(json.dumps(SCHEMA))
+    rows = [{"id": "r", "text": RECEIPT.format(n=1, v="Acme", t="5.00")}, {"id": "i", "text": INVOICE.format(n=0, v="Acme", t="5.00")}]
+    data = write_jsonl(tmp_path / "in.jsonl", rows)
+    prompt = {"template": "{text}", "system": "", "examples": str(tmp_path / "examples.jsonl"), "examples_k": 1, "examples_nearest": True}
+    raw = canned_job(
+        tmp_path / "out", data, json.dumps({"vendor": "Acme", "total": 5.0}), constraint={"json_schema": str(tmp_path / "schema.json")}, prompt=prompt
+    )
+    Job(validate(raw), REPO).run()
+    assert {r["row_id"]: r["example_ids"] for r in read_dir(tmp_path / "out", "records")} == {"r": ["receipt-1"], "i": ["invoice-0"]}
