@@ -23,7 +23,6 @@ import itertools
 import json
 import re
 import unicodedata
-from dataclasses import replace
 from decimal import Decimal
 from typing import Any, Callable, Collection, Iterable, Mapping
 
@@ -178,23 +177,9 @@ class _Builder:
         if len(self.unwritten) > before and low == 0:  # the text writes nothing an item's required field could hold: no items
             del self.unwritten[before:]
             return '"[]"'
-        rest = self.later_item(schema["items"], (*path, "[]")) or item
-        more = f'("," {rest})*' if high is None and low <= 1 else f'("," {rest}){{{max(low - 1, 0)},{"" if high is None else high - 1}}}'
+        more = f'("," {item})*' if high is None and low <= 1 else f'("," {item}){{{max(low - 1, 0)},{"" if high is None else high - 1}}}'
         body = f"{item} {more}" if high != 0 else ""
         return self.rule(f'"[" {body} "]"' if low > 0 or not body else f'"[" ({body})? "]"')
-
-    def later_item(self, schema: dict[str, Any], path: tuple[str, ...]) -> str | None:
-        """The items after the first of a list of grounded strings whose ``labels`` the text writes: a label marks where
-        the list starts (``by and between`` before a contract's first party), not every item, so the later ones may be any
-        run the field's other options allow (the second party after ``and``). None where the first item's rule serves."""
-        g = self.fields.get(path)
-        if g is None or g.kind != "string" or not g.labels or not after_labels(self.text, g.labels, g.rivals):
-            return None
-        self.fields[path] = replace(g, labels=(), only_labelled=False)
-        try:
-            return self.value(schema, path)
-        finally:
-            self.fields[path] = g
 
     def units(self, schema: dict[str, Any], path: tuple[str, ...], units: Units) -> str:
         """Items in text order, each from a later paragraph (line) than the one before, its grounded values that paragraph's.
@@ -287,46 +272,14 @@ class _Builder:
         return name
 
     def after_labels(self, g: Grounded) -> str | None:
-        """With ``labels`` (or ``first_lines``) on a run of words: a terminal for the runs that start with the first
-        word after a label (with one of the text's first lines, where it writes no label), of at most ``most_words``
-        words, up to the string's ``maxLength`` (``LABELLED_CHARS`` without one) and, with ``cut_before``, up to the
-        first word it matches
-        (none from a start it matches); None where neither narrows anything. No run crosses a column gap, three
-        spaces or more between two words of a line: laid-out text puts the letterhead and the customer's block
-        side by side (``Peter-Behrens-Platz 2    SimFin Analytics GmbH``)."""
-        if not g.labels and not g.first_lines:
+        """With ``labels`` (or ``first_lines``) on a run of words: a terminal for the runs ``labelled_runs`` finds, each
+        start's as a chain of optional pieces (or, with ``ends_on``, the runs that end on such a word, where any does);
+        None where neither narrows anything."""
+        found = labelled_runs(g, self.text)
+        if found is None:
             return None
-        normalize = g.whitespace == "normalize"
-        text = normalize_whitespace(self.text) if normalize else self.text
-        starts = after_labels(self.text, g.labels, g.rivals)  # read in the text's own lines
-        offsets = normalized_offsets(self.text) if normalize else None
-        if starts and offsets:
-            starts = sorted({offsets[start] for start in starts})
-        starts = starts or line_starts(self.text, g)
-        gaps = [offsets[m.end()] - 1 if offsets else m.start() for m in COLUMN_GAP.finditer(self.text)] + [len(text)]
-        cutter = whole_words(g.cut_before)
-        rests = []
-        for start in starts:
-            cut = cutter.search(text, start) if cutter else None
-            stop = min(cut.start() if cut else len(text), gaps[bisect.bisect_right(gaps, start)])
-            rests.append(_kept(text[start:stop].rstrip(_CUT_ENDS)) if stop < len(text) else text[start:])
-        ending = whole_words(g.ends_on)
-        runs, ended = [], []
-        for recase in g.recasings:
-            for rest in rests:
-                chunks, room, words_left = [], g.schema.get("maxLength", LABELLED_CHARS), g.most_words or len(rest)
-                for chunk in _word_chunks(_escaped(recase(rest))):
-                    room -= len(chunk)
-                    if room < 0 or (not words_left and chunk != "."):
-                        break  # the last word's own period (``Inc.``) may end the run with it
-                    chunks.append(chunk)
-                    words_left -= chunk[0].isalnum()
-                if chunks:  # none where the first word after the label is longer than the string may be
-                    runs.append(self.prefixes([_literal(c) for c in chunks]))
-                    ended += _ending_runs(chunks, ending) if ending else []
-        runs = ended or runs  # ``ends_on``: the runs that end on such a word, where any does
-        if not runs:
-            return None
+        chains, ended = found
+        runs = [_literal(run) for run in ended] or [self.prefixes([_literal(c) for c in chunks]) for chunks in chains]
         name = f"LABELLED{len(self.rules)}"
         self.rules.append(f"{name}: " + " | ".join(dict.fromkeys(runs)))
         return name
@@ -558,6 +511,71 @@ def _known_pattern(values: tuple[str, ...]) -> re.Pattern:
     return re.compile(rf"(?<![^\W_])(?:{'|'.join(alternatives)})(?![^\W_])", re.IGNORECASE)
 
 
+def labelled_runs(g: Grounded, text: str) -> tuple[list[list[str]], list[str]] | None:
+    """With ``labels`` (or ``first_lines``) on a run of words: the runs that start with the first word after a label
+    (with one of the text's first lines, where it writes no label), as JSON-escaped pieces per start and recasing, of
+    at most ``most_words`` words, up to the string's ``maxLength`` (``LABELLED_CHARS`` without one) and, with
+    ``cut_before``, up to the first word it matches (none from a start it matches); and, with ``ends_on``, the runs
+    (escaped) that end on such a word. None where neither narrows anything, or no run is left. No run crosses a column
+    gap, three spaces or more between two words of a line: laid-out text puts the letterhead and the customer's block
+    side by side (``Peter-Behrens-Platz 2    SimFin Analytics GmbH``)."""
+    if not g.labels and not g.first_lines:
+        return None
+    normalize = g.whitespace == "normalize"
+    flat = normalize_whitespace(text) if normalize else text
+    starts = after_labels(text, g.labels, g.rivals)  # read in the text's own lines
+    offsets = normalized_offsets(text) if normalize else None
+    if starts and offsets:
+        starts = sorted({offsets[start] for start in starts})
+    starts = starts or line_starts(text, g)
+    gaps = [offsets[m.end()] - 1 if offsets else m.start() for m in COLUMN_GAP.finditer(text)] + [len(flat)]
+    cutter = whole_words(g.cut_before)
+    rests = []
+    for start in starts:
+        cut = cutter.search(flat, start) if cutter else None
+        stop = min(cut.start() if cut else len(flat), gaps[bisect.bisect_right(gaps, start)])
+        rests.append(_kept(flat[start:stop].rstrip(_CUT_ENDS)) if stop < len(flat) else flat[start:])
+    ending = whole_words(g.ends_on)
+    chains, ended = [], []
+    for recase in g.recasings:
+        for rest in rests:
+            chunks, room, words_left = [], g.schema.get("maxLength", LABELLED_CHARS), g.most_words or len(rest)
+            for chunk in _word_chunks(_escaped(recase(rest))):
+                room -= len(chunk)
+                if room < 0 or (not words_left and chunk != "."):
+                    break  # the last word's own period (``Inc.``) may end the run with it
+                chunks.append(chunk)
+                words_left -= chunk[0].isalnum()
+            if chunks:  # none where the first word after the label is longer than the string may be
+                chains.append(chunks)
+                ended += _ending_runs(chunks, ending) if ending else []
+    return (chains, list(dict.fromkeys(ended))) if chains else None
+
+
+def labelled_values(g: Grounded, text: str) -> set[str] | None:
+    """The values ``labelled_runs`` offers, as strings: every run of a chain that ends on a word (or on its marks), or
+    the runs that end on an ``ends_on`` word, where any does; None where they narrow nothing."""
+    found = labelled_runs(g, text)
+    if found is None:
+        return None
+    chains, ended = found
+    if ended:
+        return {json.loads(f'"{run}"') for run in ended}
+    values = set()
+    for chunks in chains:
+        for k in range(1, len(chunks) + 1):
+            run = json.loads(f'"{"".join(chunks[:k])}"')
+            if _trimmed_end(run):
+                values.add(run)
+    return values
+
+
+def _trimmed_end(run: str) -> bool:
+    """Does ``run`` end as ``_TRIMMED`` lets a value end: on a character that is no space or mark, marks after it aside?"""
+    bare = run.rstrip("".join(c for c in set(run) if unicodedata.category(c).startswith("P")))
+    return bool(bare) and not bare[-1].isspace() and bare[-1] == bare[-1].strip()
+
+
 def line_starts(text: str, g: Grounded) -> list[int]:
     """With ``first_lines`` on a run of words: where each of the text's first lines that may start a value starts
     (a letterhead's name starts its line), in the text as the field reads it; none without the option. A line
@@ -654,7 +672,7 @@ def _word_chunks(escaped: str) -> list[str]:
 def _ending_runs(chunks: list[str], ending: re.Pattern) -> list[str]:
     """The runs of ``chunks`` (a run of words' pieces, from its start) that end where ``ending`` ends a match."""
     text, stops = "".join(chunks), set(itertools.accumulate(map(len, chunks)))
-    return [_literal(text[: m.end()]) for m in ending.finditer(text) if m.end() in stops]
+    return [text[: m.end()] for m in ending.finditer(text) if m.end() in stops]
 
 
 def _escaped(text: str) -> str:

@@ -25,7 +25,7 @@ from decimal import Decimal
 from typing import Any, Callable, Sequence
 
 from ..grounding.declaration import RECASINGS, Grounded, leaves
-from ..grounding.grammar import candidates, known_spans, line_starts, preferred, words, written_values
+from ..grounding.grammar import candidates, known_spans, labelled_values, line_starts, preferred, words, written_values
 from ..grounding.values import after_labels, json_number, labelled
 from .evidence import label_contexts, occurrences, verbatim
 
@@ -43,6 +43,8 @@ MIN_GAIN = 0.005
 VERBATIM_SHARE = 0.8
 #: A mark the gold leaves out is dropped where at least this share of the written values' spans hold it.
 MARK_SUPPORT = 0.1
+#: The last words of gold values tried as ``ends_on`` words, the most frequent first.
+ENDINGS = 8
 #: ``first_lines`` is tried where the gold values start on one of the text's first this many lines.
 TOP_LINES = 15
 
@@ -137,6 +139,11 @@ def learn_field(g: Grounded, rows: list[Row]) -> FieldCues:
         if lines and score(replace(g, first_lines=lines)) > score(g) + MIN_GAIN:
             g = replace(g, first_lines=lines)
             options["first_lines"] = lines
+    if g.kind == "string" and g.span == "words" and (g.labels or g.first_lines) and given:
+        ending, evidence["endings"] = _ending(g, given, score)
+        if ending:
+            g = replace(g, ends_on=ending)
+            options["ends_on"] = ending
     evidence["pick_rate_after"] = round(score(g), 4)
     return FieldCues(g.name, g.path, options, evidence)
 
@@ -201,6 +208,27 @@ def _known_values(g: Grounded, rows: list[Row], score: "_Scorer") -> tuple[list[
     return ([v for v, _ in counts.most_common()] if after > before + MIN_GAIN else []), evidence
 
 
+def _ending(g: Grounded, given: list[Any], score: Callable[[Grounded], float]) -> tuple[str | None, dict[str, int]]:
+    """An ``ends_on`` regex (any case) of the last words that end the gold values, added greedily while each raises the
+    pick rate (of the ``ENDINGS`` most frequent that end two values at least), with how many values each ends: the
+    legal forms that end company names (``Inc.``, ``LLC``), so a run after a label stops on the name's end, not a word
+    or two short of it or past it."""
+    last = Counter(str(v).split()[-1].casefold() for v in given if str(v).split())
+    kept: dict[str, int] = {}
+    current = score(g)
+    for word, n in last.most_common(ENDINGS):
+        if n < 2:
+            break
+        tried = score(replace(g, ends_on=_any_of({**kept, word: n})))
+        if tried > current + MIN_GAIN:
+            kept[word], current = n, tried
+    return (_any_of(kept) if kept else None), kept
+
+
+def _any_of(words: dict[str, int]) -> str:
+    return "(?i:" + "|".join(re.escape(w) for w in sorted(words, key=len, reverse=True)) + ")"
+
+
 def _first_lines(rows: list[Row], found: list[list[list[tuple[int, int]]]]) -> int | None:
     """The fewest top lines on which the gold values start in every row that writes them, where that is few."""
     deepest = 0
@@ -225,15 +253,23 @@ class _Scorer:
         if g.kind == "string" and g.span == "words":
             known = known_spans(g, r.text)
             if known:
-                return _known_rate({" ".join(r.text[a:b].casefold().split()) for a, b in known}, r.values)
+                return _values_rate({_folded(r.text[a:b]) for a, b in known}, r.values)
+            runs = labelled_values(g, r.text)
+            if runs is not None or (g.only_labelled and g.labels):
+                return _values_rate({_folded(run) for run in runs or ()}, r.values)
             return _starts_rate(_word_starts(g, r.text), r.values, spans)
         offered = words(g, r.text, narrowed=True) if g.kind == "string" else preferred(g, candidates(g, r.text), r.text)
         return _pick_rate(set(offered), [_spelled(g, v) for v in r.values], g.nullable)
 
 
-def _known_rate(offered: set[str], gold: list[Any]) -> float:
-    """``_starts_rate`` where ``known_values`` narrow a run of words to the values they write (compared casefolded)."""
-    given = {" ".join(str(v).casefold().split()) for v in gold if v is not None}
+def _folded(value: Any) -> str:
+    return " ".join(str(value).casefold().split())
+
+
+def _values_rate(offered: set[str], gold: list[Any]) -> float:
+    """``_starts_rate`` where the grammar offers a run of words as a set of values (``known_values``, the runs after a
+    label), compared casefolded, as ``eval`` compares them."""
+    given = {_folded(v) for v in gold if v is not None}
     if not given:
         return 1.0 / (len(offered) + 1)
     return len(given & offered) / max(len(offered), len(given))

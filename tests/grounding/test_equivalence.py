@@ -70,7 +70,7 @@ def test_the_learned_schema_narrows_by_learned_labels():
     assert (fields["name"].labels, fields["date"].labels, fields["amount"].amount) == (("from",), ("due",), True)  # money alone: 12,00 not 7
 
 
-#: Values known from gold (``known_values``) and a list whose first item starts after a label, the later ones anywhere.
+#: Values known from gold (``known_values``), and a list of labelled runs.
 KNOWN = {
     **PARTY,
     "properties": {

@@ -265,3 +265,24 @@ def test_values_that_repeat_across_rows_are_learned_as_known_values_and_narrow_t
     for port, ok in (("La Spezia", True), ("Spezia", False), ("Cork", False), ("Monday", False)):
         constraint = Constraint.lark(grounded_lark(merged, text), tokenizer, stop_token=STOP)
         assert instance_accepted(constraint, tokenizer, {"port": port, "clerk": None}, separators=(",", ":")) is ok, port
+
+
+SUPPLIERS = ["Alder Mills LLC", "Birch Tools Inc.", "Cedar & Sons LLC", "Dune Works Inc.", "Elm Freight LLC", "Fir Labs Inc."]
+SUPPLY = {"type": "object", "properties": {"supplier": {"type": "string", "maxLength": 60, "x-grounded": True}}, "required": ["supplier"]}
+
+
+def supply(n: int, name: str) -> tuple[str, dict]:
+    """A supply note: the supplier after its label, then words about it that a run of words would run on into."""
+    return f"Note {n}. Supplied by {name} a company of {['Ohio', 'Utah', 'Iowa'][n % 3]} since {1990 + n}.", {"supplier": name}
+
+
+def test_the_last_words_of_gold_names_are_learned_as_where_a_run_ends(tokenizer):
+    cues = by_name(learned_cues.learn(SUPPLY, [supply(n, name) for n, name in enumerate(SUPPLIERS)]))
+    options, evidence = cues["supplier"].options, cues["supplier"].evidence
+    assert options["labels"] == ["by"] and options["ends_on"] == "(?i:inc\\.|llc)", options  # the shortest label that marks them all
+    assert evidence["endings"] == {"llc": 3, "inc.": 3}
+    merged = learned_cues.apply(SUPPLY, _entries(learned_cues.learn(SUPPLY, [supply(n, name) for n, name in enumerate(SUPPLIERS)])), "test")
+    text, _ = supply(9, "Gorse Textiles LLC")  # a supplier no row gave
+    for name, ok in (("Gorse Textiles LLC", True), ("Gorse Textiles", False), ("Gorse Textiles LLC a", False)):
+        constraint = Constraint.lark(grounded_lark(merged, text), tokenizer, stop_token=STOP)
+        assert instance_accepted(constraint, tokenizer, {"supplier": name}, separators=(",", ":")) is ok, name
