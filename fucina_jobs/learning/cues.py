@@ -25,7 +25,7 @@ from decimal import Decimal
 from typing import Any, Callable, Sequence
 
 from ..grounding.declaration import RECASINGS, Grounded, leaves
-from ..grounding.grammar import candidates, known_spans, labelled_values, line_starts, preferred, words, written_values
+from ..grounding.grammar import candidates, known_spans, labelled_values, line_starts, members, preferred, words, written_values
 from ..grounding.values import after_labels, json_number, labelled
 from .evidence import label_contexts, occurrences, verbatim
 
@@ -258,7 +258,10 @@ class _Scorer:
             if runs is not None or (g.only_labelled and g.labels):
                 return _values_rate({_folded(run) for run in runs or ()}, r.values)
             return _starts_rate(_word_starts(g, r.text), r.values, spans)
-        offered = words(g, r.text, narrowed=True) if g.kind == "string" else preferred(g, candidates(g, r.text), r.text)
+        if g.kind == "string":
+            offered = words(g, r.text, narrowed=True)
+        else:
+            offered = members(g, r.text) if g.kind == "enum" else preferred(g, candidates(g, r.text), r.text)
         return _pick_rate(set(offered), [_spelled(g, v) for v in r.values], g.nullable)
 
 
@@ -281,8 +284,8 @@ def _spelled(g: Grounded, value: Any) -> str | None:
         return None
     if g.kind == "string":
         return str(value)
-    if g.kind in ("date", "quantity"):
-        return json.dumps(str(value))
+    if g.kind in ("date", "quantity", "enum"):
+        return json.dumps(str(value), ensure_ascii=False)
     return json_number(Decimal(str(value)))
 
 

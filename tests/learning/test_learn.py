@@ -286,3 +286,11 @@ def test_the_last_words_of_gold_names_are_learned_as_where_a_run_ends(tokenizer)
     for name, ok in (("Gorse Textiles LLC", True), ("Gorse Textiles", False), ("Gorse Textiles LLC a", False)):
         constraint = Constraint.lark(grounded_lark(merged, text), tokenizer, stop_token=STOP)
         assert instance_accepted(constraint, tokenizer, {"supplier": name}, separators=(",", ":")) is ok, name
+
+
+def test_a_grounded_enum_is_scored_by_the_members_its_text_writes():
+    schema = {"type": "object", "properties": {"currency": {"enum": ["USD", "EUR"], "x-grounded": {"spellings": {"USD": ["$"], "EUR": ["€"]}}}}}
+    gold = [(f"Invoice {n}: total {'$' if n % 2 else '€'} {n}0.00", {"currency": "USD" if n % 2 else "EUR"}) for n in range(6)]
+    g = grounded_fields(schema)[0]
+    cues = learned_cues.learn_field(g, learned_cues.field_rows(g, gold))
+    assert cues.options == {} and cues.evidence["pick_rate_before"] == 1.0  # each text writes its one member (a member is no number)
