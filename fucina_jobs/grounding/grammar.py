@@ -49,6 +49,8 @@ _CUT_ENDS = " \t([{-,:;/#"
 LABELLED_CHARS = 80
 #: The most pieces of a run of words nested in one terminal (``_Builder.prefixes``).
 NESTED_MOST = 16
+#: A list of grounded strings whose labels leave at most this many values is spelled out as the lists naming each once.
+DISTINCT_MOST = 4
 #: A rounding line, in the languages of receipts (``ROUNDING ADJ``, ``Rundung``, ``arrondi``, ``redondeo``, ``öresavrundning``).
 _ROUNDING = re.compile(r"(?i)\b(round|rundung|gerundet|arrondi|redondeo|arrotond|afrond)|avrundning")
 #: What may sit around an excluded run of words and leave it the same value (``Halden Robotics,``).
@@ -177,9 +179,30 @@ class _Builder:
         if len(self.unwritten) > before and low == 0:  # the text writes nothing an item's required field could hold: no items
             del self.unwritten[before:]
             return '"[]"'
+        distinct = self.distinct_items((*path, "[]"), low, high)
+        if distinct:
+            return distinct
         more = f'("," {item})*' if high is None and low <= 1 else f'("," {item}){{{max(low - 1, 0)},{"" if high is None else high - 1}}}'
         body = f"{item} {more}" if high != 0 else ""
         return self.rule(f'"[" {body} "]"' if low > 0 or not body else f'"[" ({body})? "]"')
+
+    def distinct_items(self, path: tuple[str, ...], low: int, high: int | None) -> str | None:
+        """A list of grounded strings whose labels (or known values) leave a few values (``DISTINCT_MOST``), as every list
+        of them that names each once, within the array's item counts: a list of names (a contract's parties) names each
+        once, and a greedy model, given room, writes the one name the label marks again. None where the item's own rule
+        serves: more values, or none, or values a repair excludes."""
+        g = self.fields.get(path)
+        if g is None or g.kind != "string" or g.span != "words" or self.exclude.get(path):
+            return None
+        values = offered_values(g, self.text)
+        low_len, high_len = g.schema.get("minLength", 1), g.schema.get("maxLength", len(self.text))
+        values = sorted(v for v in values or () if low_len <= len(v) <= high_len)
+        most = len(values) if high is None else min(high, len(values))
+        if not values or len(values) > DISTINCT_MOST or most < low:
+            return None
+        lists = [p for k in range(max(low, 1), most + 1) for p in itertools.permutations(values, k)]
+        spelled = [_literal("[" + ",".join(json.dumps(v, ensure_ascii=False) for v in p) + "]") for p in lists]
+        return self.rule(" | ".join(spelled + (['"[]"'] if low == 0 else [])))
 
     def units(self, schema: dict[str, Any], path: tuple[str, ...], units: Units) -> str:
         """Items in text order, each from a later paragraph (line) than the one before, its grounded values that paragraph's.
@@ -550,6 +573,16 @@ def labelled_runs(g: Grounded, text: str) -> tuple[list[list[str]], list[str]] |
                 chains.append(chunks)
                 ended += _ending_runs(chunks, ending) if ending else []
     return (chains, list(dict.fromkeys(ended))) if chains else None
+
+
+def offered_values(g: Grounded, text: str) -> set[str] | None:
+    """The values a run of words may take where ``known_values`` or ``labels`` leave a set of them (as the grammar spells
+    them), None where any run of the text may be one."""
+    known = known_spans(g, text)
+    if known:
+        normalize = normalize_whitespace if g.whitespace == "normalize" else str
+        return {recase(normalize(text[a:b])) for a, b in known for recase in g.recasings}
+    return labelled_values(g, text)
 
 
 def labelled_values(g: Grounded, text: str) -> set[str] | None:

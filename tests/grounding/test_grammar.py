@@ -691,3 +691,25 @@ def test_a_chunk_leaves_a_labelled_field_to_the_chunk_that_writes_its_label(toke
         assert not instance_accepted(constraint, tokenizer, {"state": value}, separators=(",", ":")), value
     # a document that writes the label nowhere leaves every chunk its own runs
     assert "Springfield" in grounded_lark(STATE, chunk, whole=chunk + " More text.")
+
+
+def test_a_list_of_labelled_names_names_each_once(tokenizer):
+    schema = {
+        "type": "object",
+        "properties": {
+            "party": {
+                "type": "array",
+                "minItems": 1,
+                "maxItems": 2,
+                "items": {"type": "string", "x-grounded": {"labels": ["between"], "ends_on": "Inc\\."}},
+            }
+        },
+        "required": ["party"],
+    }
+    one = "This agreement is made between Acme Inc. and its employee."
+    assert accepts(tokenizer, schema, one, {"party": ["Acme Inc."]})
+    assert not accepts(tokenizer, schema, one, {"party": ["Acme Inc.", "Acme Inc."]})  # the one name the label marks, once
+    two = one + " A second copy between Bolt Inc. and others."
+    for party in (["Acme Inc.", "Bolt Inc."], ["Bolt Inc.", "Acme Inc."], ["Bolt Inc."]):
+        assert accepts(tokenizer, schema, two, {"party": party}), party
+    assert not accepts(tokenizer, schema, two, {"party": ["Bolt Inc.", "Bolt Inc."]})
