@@ -285,13 +285,11 @@ class _Builder:
     def known(self, g: Grounded) -> str | None:
         """With ``known_values``: a terminal for the spans of the text that write one of them (``known_spans``), each
         as the text writes it (recased as ``case`` says); None where they narrow nothing."""
-        spans = known_spans(g, self.text)
-        if not spans:
+        written = known_written(g, self.text)
+        if not written:
             return None
-        normalize = normalize_whitespace if g.whitespace == "normalize" else str
-        written = dict.fromkeys(_literal(_escaped(recase(normalize(self.text[a:b])))) for a, b in spans for recase in g.recasings)
         name = f"KNOWN{len(self.rules)}"
-        self.rules.append(f"{name}: " + " | ".join(written))
+        self.rules.append(f"{name}: " + " | ".join(_literal(_escaped(v)) for v in written))
         return name
 
     def after_labels(self, g: Grounded) -> str | None:
@@ -578,11 +576,13 @@ def labelled_runs(g: Grounded, text: str) -> tuple[list[list[str]], list[str]] |
 def offered_values(g: Grounded, text: str) -> set[str] | None:
     """The values a run of words may take where ``known_values`` or ``labels`` leave a set of them (as the grammar spells
     them), None where any run of the text may be one."""
-    known = known_spans(g, text)
-    if known:
-        normalize = normalize_whitespace if g.whitespace == "normalize" else str
-        return {recase(normalize(text[a:b])) for a, b in known for recase in g.recasings}
-    return labelled_values(g, text)
+    return set(known_written(g, text)) or labelled_values(g, text)
+
+
+def known_written(g: Grounded, text: str) -> list[str]:
+    """The spans ``known_spans`` finds, as the grammar writes them (whitespace normalised, recased as ``case`` says)."""
+    normalize = normalize_whitespace if g.whitespace == "normalize" else str
+    return list(dict.fromkeys(recase(normalize(text[a:b])) for a, b in known_spans(g, text) for recase in g.recasings))
 
 
 def labelled_values(g: Grounded, text: str) -> set[str] | None:
