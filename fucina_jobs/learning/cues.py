@@ -20,11 +20,12 @@ import json
 import re
 import unicodedata
 from collections import Counter
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Callable, Sequence
 
-from ..grounding.declaration import RECASINGS, Grounded, leaves
+from ..grounding.declaration import Grounded, leaves
+from ..grounding.options import OPTIONS, RECASINGS
 from ..grounding.grammar import candidates, line_starts, preferred, words, written_values
 from ..grounding.values import after_labels, json_number, labelled
 from .evidence import label_contexts, occurrences, verbatim
@@ -99,38 +100,38 @@ def learn_field(g: Grounded, rows: list[Row]) -> FieldCues:
         if drop:
             options["drop_marks"] = drop
         case, evidence["recased"] = _case(spans, exact, drop)
-        if case != "exact":
+        if case != OPTIONS["case"].default:
             options["case"] = case
         if all(len(_WORD.findall(str(v))) == 1 for v in given):
             options["span"] = "word"
-    g = replace(g, **options)
+    g = g.with_options(options)
     score = _Scorer(g, rows, found)
     evidence["pick_rate_before"] = round(score(g), 4)
-    for option, tries in _choices(g).items():
+    for option in (option for name, option in OPTIONS.items() if option.tried and g.takes(name)):
         best, best_score = None, score(g)
-        for value in tries:
-            s = score(replace(g, **{option: value}))
+        for value in option.trials():
+            s = score(g.with_options({option.name: value}))
             if s > best_score + MIN_GAIN:
                 best, best_score = value, s
         if best is not None:
-            g = replace(g, **{option: best})
-            options[option] = best
-    if g.kind != "enum" and not (g.kind == "string" and g.span == "lines"):
+            g = g.with_options({option.name: best})
+            options[option.name] = best
+    if g.takes("labels"):
         labels, label_evidence = _learn_labels(g, rows, found, score)
         if labels:
-            g = replace(g, labels=tuple(labels))
+            g = g.with_options({"labels": labels})
             options["labels"] = labels
             evidence["labels"] = label_evidence
-    if g.labels and g.nullable and score(replace(g, only_labelled=True)) > score(g) + MIN_GAIN:
-        g = replace(g, only_labelled=True)
+    if g.takes("only_labelled") and score(g.with_options({"only_labelled": True})) > score(g) + MIN_GAIN:
+        g = g.with_options({"only_labelled": True})
         options["only_labelled"] = True
     if g.kind == "string" and g.span == "words" and given:
         options["most_words"] = max(len(_WORD.findall(str(v))) for v in given)
-        g = replace(g, most_words=options["most_words"])
+        g = g.with_options({"most_words": options["most_words"]})
     if g.kind == "string" and g.span == "words" and not g.labels:
         lines = _first_lines(rows, found)
-        if lines and score(replace(g, first_lines=lines)) > score(g) + MIN_GAIN:
-            g = replace(g, first_lines=lines)
+        if lines and score(g.with_options({"first_lines": lines})) > score(g) + MIN_GAIN:
+            g = g.with_options({"first_lines": lines})
             options["first_lines"] = lines
     evidence["pick_rate_after"] = round(score(g), 4)
     return FieldCues(g.name, g.path, options, evidence)
@@ -168,15 +169,6 @@ def _case(written: list[tuple[str, list[str]]], exact: int, drop: str = "") -> t
 def _same(span: str, value: str) -> bool:
     """Does a span of the text write ``value``, whitespace runs and the marks at either end aside?"""
     return " ".join(span.split()).strip(_MARKS) == " ".join(value.split()).strip(_MARKS)
-
-
-def _choices(g: Grounded) -> dict[str, list[Any]]:
-    """The options whose values are tried one by one, for the field's kind."""
-    if g.kind == "date":
-        return {"day_first": [True, False]}
-    if g.kind in ("number", "integer"):
-        return {"amount": [True], "largest": [True]}
-    return {}
 
 
 def _first_lines(rows: list[Row], found: list[list[list[tuple[int, int]]]]) -> int | None:
@@ -263,7 +255,7 @@ def _learn_labels(
     pool = [label for label, n in contexts.most_common() if n >= least][:LABEL_CANDIDATES]
     if not pool:
         return [], {}
-    marks = {label: [_marked(replace(g, labels=(label,)), r) for r in rows] for label in pool}
+    marks = {label: [_marked(g.with_options({"labels": [label]}), r) for r in rows] for label in pool}
 
     def union_score(labels: list[str]) -> float:
         rates = []
@@ -283,7 +275,7 @@ def _learn_labels(
             break
         chosen.append(label)
         current = best
-    if chosen and score(replace(g, labels=tuple(chosen))) <= score(g) + MIN_GAIN:
+    if chosen and score(g.with_options({"labels": chosen})) <= score(g) + MIN_GAIN:
         return [], {}
     evidence = {}
     for label in chosen:
@@ -298,7 +290,7 @@ def _marked(g: Grounded, r: Row) -> set[Any]:
         return set(after_labels(r.text, g.labels))
     if g.kind == "string":
         return set(words(g, r.text, narrowed=True)) if after_labels(r.text, g.labels) else set()
-    found = written_values(replace(g, labels=()), r.text)
+    found = written_values(g.without("labels"), r.text)
     return {_spelled_key(g, v) for v in labelled(found, r.text, g.labels)}
 
 
@@ -308,8 +300,8 @@ def _spelled_key(g: Grounded, key: Any) -> str:
 
 def _union_rate(g: Grounded, r: Row, spans: list[list[tuple[int, int]]], marked: set[Any]) -> float:
     if g.kind == "string" and g.span == "words":
-        return _starts_rate(marked or _word_starts(replace(g, labels=()), r.text), r.values, spans)
-    offered = marked or set(words(g, r.text) if g.kind == "string" else candidates(replace(g, labels=()), r.text))
+        return _starts_rate(marked or _word_starts(g.without("labels"), r.text), r.values, spans)
+    offered = marked or set(words(g, r.text) if g.kind == "string" else candidates(g.without("labels"), r.text))
     return _pick_rate(offered, [_spelled(g, v) for v in r.values], g.nullable)
 
 

@@ -617,7 +617,7 @@ def test_items_by_line_and_a_bad_declaration(tokenizer):
     from fucina_jobs.grounding.declaration import GroundingError, grounded_fields
 
     bad = json.loads(json.dumps(BY_PARAGRAPH).replace('{"items": "paragraph"}', '{"items": "page"}'))
-    with pytest.raises(GroundingError, match=r'properties/receipts: x-grounded on an array takes \{"items": "paragraph"\}'):
+    with pytest.raises(GroundingError, match=r'properties/receipts: x-grounded.items must be one of paragraph, line; not "page"$'):
         grounded_fields(bad)
 
 
