@@ -439,7 +439,7 @@ ARRAY_OPTIONS = _table(
         "each item is read from one paragraph (line) of the text, a later one than the item before, its grounded values that paragraph's",
         required=True,
     ),
-    Option("every", ITEMS, BOOL, False, (ARRAY,), "an item for every paragraph (line): a paragraph that writes no item's values is none"),
+    Option("every", ITEMS, BOOL, False, (ARRAY,), "an item for every paragraph (line) that writes what an item's required grounded fields need"),
 )
 
 
@@ -502,7 +502,12 @@ def doc_table(tables: Iterable[Mapping[str, Option]] = (OPTIONS, ARRAY_OPTIONS))
     out: list[str] = []
     options = [option for table in tables for option in table.values()]
     for group in dict.fromkeys(option.group for option in options):
-        out += [f"**{group.title}.** {group.about}", "", "| option | on | value | default | what it does |", "| --- | --- | --- | --- | --- |"]
+        out += [
+            f"**{group.title}.** {group.about}",
+            "",
+            "| option | applies to | value | default | what it does |",
+            "| --- | --- | --- | --- | --- |",
+        ]
         out += [_doc_row(option) for option in options if option.group == group]
         out.append("")
     return "\n".join(out)
@@ -513,8 +518,9 @@ def _doc_row(option: Option) -> str:
     if option.value.choices and all(isinstance(c, str) for c in option.value.choices):
         value = "one of " + ", ".join(f"`{c}`" for c in option.value.choices)
     value += f" (e.g. `{option.example}`)" if option.example else ""
-    on = "; ".join([_scope(option.on) or ("an array" if option.on == (ARRAY,) else "any"), *(n.says() for n in option.needs)])
-    return f"| `{option.name}` | {on} | {value} | {_doc_default(option)} | {option.doc} |"
+    on = "; ".join([_scope(option.on) or ("an array" if option.on == (ARRAY,) else "any property"), *(n.says() for n in option.needs)])
+    cells = [f"`{option.name}`", on, value, _doc_default(option), option.doc]
+    return "| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |"
 
 
 def _doc_default(option: Option) -> str:
