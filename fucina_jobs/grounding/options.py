@@ -125,7 +125,7 @@ class Option:
 
     def trials(self) -> list[Any]:
         """The values ``learn`` tries instead of the default."""
-        return [choice for choice in self.value.choices if not same(choice, self.default)]
+        return [choice for choice in self.value.choices if not _same(choice, self.default)]
 
     def misplaced(self, on: Declared, given: Callable[[str], bool]) -> str | None:
         """Why this option cannot sit on ``on`` (the end of a message: `` on a number property``), with ``given``
@@ -144,12 +144,12 @@ class Option:
         )
 
 
-def same(value: Any, default: Any) -> bool:
+def _same(value: Any, default: Any) -> bool:
     """Is a declared value the default itself (``0`` is not ``false``)?"""
     return type(value) is type(default) and value == default
 
 
-def readable_regex(pattern: str) -> bool:
+def _readable_regex(pattern: str) -> bool:
     """Can both Python and llguidance read ``pattern``? llguidance reads no look-arounds and no anchors."""
     try:
         re.compile(pattern)
@@ -184,15 +184,17 @@ def _fits(value: Any, declared: Declared) -> bool:
 
 
 def one_of(*choices: str) -> Value:
+    """A value that is one of ``choices``, which ``learn`` could try each."""
     return Value("one of " + ", ".join(choices), lambda value, declared: isinstance(value, str) and value in choices, choices)
 
 
 def count(unit: str) -> Value:
+    """A whole number of ``unit``, at least one."""
     return Value(f"a whole number of {unit}, at least 1", lambda value, declared: type(value) is int and value >= 1)
 
 
 BOOL = Value("true or false", lambda value, declared: isinstance(value, bool), (True, False))
-REGEX = Value("a regex without look-arounds or anchors", lambda value, declared: isinstance(value, str) and readable_regex(value))
+REGEX = Value("a regex without look-arounds or anchors", lambda value, declared: isinstance(value, str) and _readable_regex(value))
 STRING_LIST = Value("a list of non-empty strings", _strings, keep=tuple)
 VALUE_LIST = Value("a list of {values}", lambda value, declared: isinstance(value, list) and all(_fits(v, declared) for v in value), keep=tuple)
 SPELLING_MAP = Value("an object of enum members to lists of non-empty strings", _spellings, keep=lambda v: tuple((k, tuple(w)) for k, w in v.items()))
@@ -450,16 +452,16 @@ def read(given: Mapping[str, Any], on: Declared, where: str, table: Mapping[str,
     if unknown:
         raise GroundingError(f"{where}: {KEYWORD} has unknown option(s) {sorted(unknown)}; known: {', '.join(table)}")
 
-    def declared(name: str) -> bool:
-        return name in given and not same(given[name], table[name].default)
+    def declares(name: str) -> bool:
+        return name in given and not _same(given[name], table[name].default)
 
     for option in table.values():
         if option.required and option.name not in given:
             raise _error(where, option, on, "given")
         value = given.get(option.name, option.default)
-        if same(value, option.default):
+        if _same(value, option.default):
             continue
-        problem = "" if not option.value.fits(value, on) else option.misplaced(on, declared)
+        problem = "" if not option.value.fits(value, on) else option.misplaced(on, declares)
         if problem is not None:
             raise _error(where, option, on, _json(value) + problem)
     return {name: option.kept(given.get(name, option.default)) for name, option in table.items()}

@@ -8,6 +8,11 @@ uniformly among what the grammar offers takes the gold value (1/len(offered) whe
 0 where it is not; null counts as one more choice of a nullable field). It keeps the options that raise
 it, so a cue is kept only where the rows show that it helps, and each comes with its counts.
 
+The options and their defaults are the table's (``grounding/options.py``): those it marks ``tried`` are tried
+value by value on the fields they apply to, and ``labels`` and ``only_labelled`` are learned where a field can take them
+(``Grounded.takes``). Runs of words (``most_words``, ``first_lines``) are learned for strings, not for quantities, whose
+candidates are counts.
+
 Label candidates are the words written just before the gold values (``evidence.label_contexts``); they
 are added greedily, each step taking the label that raises the pick rate most, until none raises it by
 ``MIN_GAIN``. The search scores a set of labels as the union of what each marks alone (one reading per
@@ -25,8 +30,8 @@ from decimal import Decimal
 from typing import Any, Callable, Sequence
 
 from ..grounding.declaration import Grounded, leaves
-from ..grounding.options import OPTIONS, RECASINGS
 from ..grounding.grammar import candidates, line_starts, preferred, words, written_values
+from ..grounding.options import OPTIONS, RECASINGS
 from ..grounding.values import after_labels, json_number, labelled
 from .evidence import label_contexts, occurrences, verbatim
 
@@ -107,7 +112,7 @@ def learn_field(g: Grounded, rows: list[Row]) -> FieldCues:
     g = g.with_options(options)
     score = _Scorer(g, rows, found)
     evidence["pick_rate_before"] = round(score(g), 4)
-    for option in (option for name, option in OPTIONS.items() if option.tried and g.takes(name)):
+    for option in (option for option in OPTIONS.values() if option.tried and g.takes(option.name)):
         best, best_score = None, score(g)
         for value in option.trials():
             s = score(g.with_options({option.name: value}))
