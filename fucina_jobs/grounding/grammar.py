@@ -24,7 +24,7 @@ import json
 import re
 import unicodedata
 from decimal import Decimal
-from typing import Any, Callable, Collection, Iterable, Mapping
+from typing import Any, Callable, Collection, Iterable, Mapping, NamedTuple
 
 from .declaration import Grounded, Units, grounded_arrays, grounded_fields, unit_spans, whole_words
 from .values import (
@@ -42,15 +42,29 @@ from .values import (
 
 #: With ``includes``, ``ends_on`` or ``first_lines``, the most lines a run of lines (``span: lines``) takes past the
 #: line it must reach (the one that writes the word, or its first line), and the farthest an included line may be from its start.
+#: Why 7: the gold addresses of the 625 dev receipts span at most 5 lines, their postcode at most 4 lines below the
+#: first and 3 above the last; 7 leaves room for a longer block, and every line of reach is one more nested
+#: optional piece in the grammar, for each start.
 RUN_LINES = 7
 #: What a line that ``cut_before`` cuts loses at its new end, besides spaces: the marks that opened what was cut.
 _CUT_ENDS = " \t([{-,:;/#"
+#: A cut line keeps at least this many characters, or nothing: a letter or a mark alone (``T:`` before a phone
+#: number) is no value.
+_LEAST_KEPT = 2
 #: With ``labels``, the most characters a run of words after a label takes where the string has no ``maxLength``.
+#: Why 80: one line of a printed page. A value a label marks (a name, a place, a period) is written on the label's
+#: line or the next, and each character more is one more piece of the run the grammar spells out.
 LABELLED_CHARS = 80
-#: The most pieces of a run of words nested in one terminal (``_Builder.prefixes``).
+#: With ``most_words``, a run's last word may still take its own period (``Inc.``): it belongs to the word.
+_OWN_PERIOD = "."
+#: The most pieces of a run of words nested in one terminal (``_Builder.prefixes``). Why 16: llguidance (1.9)
+#: refuses a Lark grammar nested past 29 groups (``lark grammar too deeply nested``); 16 pieces nest 15 groups and
+#: the tail's own, well inside it.
 NESTED_MOST = 16
 #: A list of grounded strings whose labels leave at most this many values is spelled out as the lists naming each once.
 DISTINCT_MOST = 4
+#: A grounded string is never empty: the least characters it takes where the schema says fewer or nothing.
+_LEAST_CHARS = 1
 #: A rounding line, in the languages of receipts (``ROUNDING ADJ``, ``Rundung``, ``arrondi``, ``redondeo``, ``öresavrundning``).
 _ROUNDING = re.compile(r"(?i)\b(round|rundung|gerundet|arrondi|redondeo|arrotond|afrond)|avrundning")
 #: What may sit around an excluded run of words and leave it the same value (``Halden Robotics,``).
@@ -348,7 +362,7 @@ class _Builder:
         ``includes`` or ``first_lines`` spell out). Other runs of lines leave them to the schema check and to the likelihood choice, whose
         options fit them: counting characters across a long text's lines made llguidance build more lexer states
         than it allows (``too many expressions constructed``)."""
-        low, high = max(g.schema.get("minLength", 1), 1), g.schema.get("maxLength", "")
+        low, high = max(g.schema.get("minLength", _LEAST_CHARS), _LEAST_CHARS), g.schema.get("maxLength", "")
         return f" & /.{{{low},{high}}}/" if g.span == "words" or counted else ""
 
     def rule(self, body: str) -> str:
@@ -419,7 +433,7 @@ def words(g: Grounded, text: str, narrowed: bool = False) -> list[str]:
     maximal run without whitespace, less the punctuation marks at its ends (``(HP-55021),`` is ``HP-55021``);
     ``narrowed``: of those that match ``includes``, where the text writes such words, the ones right after a
     label, where there are any. A label may end inside a word (``Facture n°562044387``): the rest is the word."""
-    low, high = g.schema.get("minLength", 1), g.schema.get("maxLength", len(text))
+    low, high = g.schema.get("minLength", _LEAST_CHARS), g.schema.get("maxLength", len(text))
     recase = g.recasings
 
     def fits(found: Iterable[str]) -> list[str]:
@@ -434,9 +448,16 @@ def words(g: Grounded, text: str, narrowed: bool = False) -> list[str]:
     return labelled or ([] if g.only_labelled else fitting)
 
 
-#: A run of lines while ``line_run_starts`` narrows: (first, least, most, holds an included line, ends on an ending
-#: line, where its block ends).
-_Start = tuple[int, int, int, bool, bool, int]
+class _Start(NamedTuple):
+    """A run of lines while ``line_run_starts`` narrows: its first line, the line it must reach, the last it may reach,
+    whether it holds an included line, whether it ends on an ending line, and where its block ends."""
+
+    first: int
+    least: int
+    most: int
+    holds: bool
+    ends: bool
+    block: int
 
 
 def line_run_starts(g: Grounded, lines: list[str], cut: list[bool]) -> list[tuple[int, int, int]] | None:
@@ -467,17 +488,17 @@ def line_run_starts(g: Grounded, lines: list[str], cut: list[bool]) -> list[tupl
         ends = [k for k in range(least, most + 1) if ending is not None and ending.search(lines[k]) and fits(first, k)]
         if g.to_block_end and not ends and end - 1 <= most and fits(first, end - 1):
             least = end - 1  # the run must reach its block's last line
-        starts += [(first, k, k, bool(holds), True, end) for k in ends] or [(first, least, most, bool(holds), False, end)]
-    for narrows, pattern in ((3, included), (4, ending)):
-        if pattern is not None and any(s[narrows] for s in starts):
-            starts = [s for s in starts if s[narrows]]
+        starts += [_Start(first, k, k, bool(holds), True, end) for k in ends] or [_Start(first, least, most, bool(holds), False, end)]
+    for narrows, pattern in (("holds", included), ("ends", ending)):
+        if pattern is not None and any(getattr(s, narrows) for s in starts):
+            starts = [s for s in starts if getattr(s, narrows)]
     if g.shortest and ending is not None:
         starts = _shortest(starts, lines, ending)
     if g.starts_on is not None:
         starts = _first_in_block(starts, lines, whole_words(g.starts_on))
-    if g.first_lines is None and not g.to_block_end and g.starts_on is None and not any(s[3] or s[4] for s in starts):
+    if g.first_lines is None and not g.to_block_end and g.starts_on is None and not any(s.holds or s.ends for s in starts):
         return None  # includes or ends_on alone, and no run can hold such a line: every run
-    return [s[:3] for s in starts] or None
+    return [(s.first, s.least, s.most) for s in starts] or None
 
 
 def _first_in_block(starts: list[_Start], lines: list[str], starting: re.Pattern) -> list[_Start]:
@@ -487,10 +508,10 @@ def _first_in_block(starts: list[_Start], lines: list[str], starting: re.Pattern
     brand line above it (``MYDIN MART SRI MUDA``); left to choose among the block's lines, a model starts on the
     postcode's line."""
     firsts: dict[int, int] = {}
-    for first, *_, block in starts:  # in text order
-        if starting.search(lines[first]):
-            firsts.setdefault(block, first)
-    return [s for s in starts if firsts.get(s[5]) == s[0]] if firsts else starts
+    for start in starts:  # in text order
+        if starting.search(lines[start.first]):
+            firsts.setdefault(start.block, start.first)
+    return [s for s in starts if firsts.get(s.block) == s.first] if firsts else starts
 
 
 def _shortest(starts: list[_Start], lines: list[str], ending: re.Pattern) -> list[_Start]:
@@ -498,11 +519,11 @@ def _shortest(starts: list[_Start], lines: list[str], ending: re.Pattern) -> lis
     ``ends_on`` matches and what brackets hold (``KMF FOODICIOUS SDN BHD (1132106-H)`` alone, below a brand line;
     ``POPULAR BOOK`` then ``CO. (M) SDN BHD``, both lines); the other runs as they are."""
     firsts: dict[int, list[int]] = {}
-    for first, least, _, _, ends, _ in starts:
-        if ends:
-            firsts.setdefault(least, []).append(first)
+    for start in starts:
+        if start.ends:
+            firsts.setdefault(start.least, []).append(start.first)
     chosen = {end: next((f for f in sorted(fs, reverse=True) if _names(" ".join(lines[f : end + 1]), ending)), min(fs)) for end, fs in firsts.items()}
-    return [s for s in starts if not s[4] or s[0] == chosen[s[1]]]
+    return [s for s in starts if not s.ends or s.first == chosen[s.least]]
 
 
 def _names(run: str, ending: re.Pattern) -> bool:
@@ -563,7 +584,7 @@ def labelled_runs(g: Grounded, text: str) -> tuple[list[list[str]], list[str]] |
             chunks, room, words_left = [], g.schema.get("maxLength", LABELLED_CHARS), g.most_words or len(rest)
             for chunk in _word_chunks(_escaped(recase(rest))):
                 room -= len(chunk)
-                if room < 0 or (not words_left and chunk != "."):
+                if room < 0 or (not words_left and chunk != _OWN_PERIOD):
                     break  # the last word's own period (``Inc.``) may end the run with it
                 chunks.append(chunk)
                 words_left -= chunk[0].isalnum()
@@ -682,7 +703,7 @@ def text_lines(text: str, g: Grounded) -> tuple[list[str], list[bool]]:
 
 def _kept(head: str) -> str:
     """What is left of a cut line: nothing where a letter or a mark alone is left (``T:`` before a phone number)."""
-    return head if len(head.strip()) > 1 else ""
+    return head if len(head.strip()) >= _LEAST_KEPT else ""
 
 
 def _word_chunks(escaped: str) -> list[str]:

@@ -44,7 +44,7 @@ from typing import Any, Iterator, Mapping
 
 from .declaration import Grounded, Units, unit_spans
 from .grammar import written_values
-from .values import dates_in, number_spans, numbers_in, quantities_in
+from .values import dates_in, number_spans, numbers_in, quantities_in, spellings_written
 
 Span = tuple[int, int]
 
@@ -265,8 +265,7 @@ class _Source:
         return [hay.source_span(*span) for span in whole or found]
 
     def _enum(self, g: Grounded, member: Any) -> list[Span]:
-        flags = re.IGNORECASE if g.folds_case else 0
-        return sorted({m.span() for s in g.evidence(member) for m in re.finditer(rf"(?<![^\W\d_]){re.escape(s)}(?![^\W\d_])", self.text, flags)})
+        return sorted({m.span() for m in spellings_written(self.text, g.evidence(member), g.case)})
 
 
 def _whole_words(text: str, start: int, end: int) -> bool:

@@ -48,11 +48,16 @@ _CASE_CHANGE = r"(?-i:(?<=[a-z])(?=[A-Z]))"
 _MONTH = "(?P<month>" + "|".join(sorted(map(re.escape, _MONTHS), key=len, reverse=True)) + r")\.?"
 _DAY = r"(?P<day>\d{1,2})(?:st|nd|rd|th|er|\.)?"
 _YEAR = r"(?P<year>\d{4})"
+#: 03.04.2025, 14/01/2025, 04/15/2025, 14-11-2025, 03.04.25: a date of numbers only, read day first and month first.
+_NUMERIC_DATE = re.compile(r"(?<![\d.])(?P<a>\d{1,2})(?P<sep>[-/.])(?P<b>\d{1,2})(?P=sep)(?P<year>\d{4}|\d{2})(?![\d])")
+#: The last month: a first number above it is a day.
+_LAST_MONTH = 12
+#: A two-digit year (``28 MAR 18``) is this century's: the documents are recent.
+_CENTURY = 2000
 _DATES = [
     # 2025-02-11, 2025/05/20, 2025.09.12
     re.compile(r"(?<!\d)(?P<year>\d{4})(?P<sep>[-/.])(?P<a>\d{1,2})(?P=sep)(?P<b>\d{1,2})(?!\d)"),
-    # 03.04.2025, 14/01/2025, 04/15/2025, 14-11-2025, 03.04.25: day-first and month-first readings
-    re.compile(r"(?<![\d.])(?P<a>\d{1,2})(?P<sep>[-/.])(?P<b>\d{1,2})(?P=sep)(?P<year>\d{4}|\d{2})(?![\d])"),
+    _NUMERIC_DATE,
     # 2 October 2024, 5th September 2025, 30-Jun-2025, 25/FEB/2017, 28 MAR 18, 1. März 2025, 2 de octubre de 2025,
     # the 1st day of March, 2015
     # (a dash or slash between day and month has no spaces around it: ``July 1 - July 31, 2014`` writes no 1 July 2031)
@@ -79,7 +84,7 @@ def dates_in(text: str, day_first: bool | None = None) -> dict[str, list[tuple[i
     for pattern in _DATES:
         for m in pattern.finditer(text):
             readings = _readings(m)
-            if m.re is _DATES[1] and len(readings) == 2:
+            if m.re is _NUMERIC_DATE and len(readings) == 2:
                 first = day_first if day_first is not None else (True if m["sep"] == "." else None)
                 if first is not None:
                     readings = readings[:1] if first else readings[1:]
@@ -92,20 +97,20 @@ def _order_written(text: str) -> bool | None:
     """True (False) where every date of numbers only that ``text`` writes and that reads one way only reads day
     (month) first; None where none does, or they disagree."""
     orders = set()
-    for m in _DATES[1].finditer(text):
+    for m in _NUMERIC_DATE.finditer(text):
         readings = _readings(m)
         if len(readings) == 1 and int(m["a"]) != int(m["b"]):
-            orders.add(int(m["a"]) > 12)
+            orders.add(int(m["a"]) > _LAST_MONTH)
     return orders.pop() if len(orders) == 1 else None
 
 
 def _readings(m: re.Match) -> list[str]:
     groups = m.groupdict()
     year = int(groups["year"])
-    year += 2000 if year < 100 else 0
+    year += _CENTURY if year < 100 else 0
     if groups.get("month"):
         candidates = [(_MONTHS[groups["month"].lower()], int(groups["day"]))]
-    elif m.re is _DATES[1]:
+    elif m.re is _NUMERIC_DATE:
         a, b = int(groups["a"]), int(groups["b"])
         candidates = [(b, a), (a, b)]  # day-first, month-first
     else:
@@ -125,7 +130,7 @@ _NUMBER_WORDS = {
         "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
         "seventeen eighteen nineteen twenty".split()
     )
-} | {word: 10 * n for n, word in enumerate("thirty forty fifty sixty seventy eighty ninety".split(), start=3)}
+} | {word: 10 * tens for tens, word in enumerate("thirty forty fifty sixty seventy eighty ninety".split(), start=3)}  # 3 tens on
 _NUMBER_WORD = "|".join(sorted(_NUMBER_WORDS, key=len, reverse=True))
 #: A number in words or digits, a digit copy in brackets after the words as contracts write it (``three (3)``).
 _COUNT = rf"(?P<count>\d+(?:\.\d+)?|(?:{_NUMBER_WORD})(?:[- ](?:{_NUMBER_WORD}))?)(?:\s*\(\s*(?P<digits>\d+(?:\.\d+)?)\s*\))?"
@@ -155,9 +160,14 @@ _NUMBER_HEAD = rf"(?P<open>\()?(?P<sign>[-−–])?\s?(?P<currency>{_CURRENCY})?
 _CODES = "USD EUR GBP CHF JPY CAD AUD NZD CNY RMB INR SEK NOK DKK ISK PLN CZK HUF RON BGN TRY RUB UAH BRL MXN ARS CLP COP ZAR SGD HKD TWD KRW THB MYR IDR PHP VND AED SAR ILS EGP NGN KES".split()
 _CODE = "(?:" + "|".join(_CODES) + ")"
 _CODE_BEFORE = re.compile(rf"(?:\b{_CODE}|[$€£¥₹])[ \t]*\Z")  # CHF 6'750.00, €   320,00
+#: How far before a number its currency code is looked for (``CHF 6'750.00``, ``€   320,00``): a code and the
+#: spaces a layout puts after it (8: a three-letter code and five spaces), not a word of the label before.
+_CODE_REACH = 8
 _CODE_AFTER = re.compile(rf" ?(?:{_CODE}\b|[$€£¥₹])")  # 2.350,00 €, 1,450.00 CAD
+#: The digits of a thousands group (``1,340``): a lone separator before this many digits may be one.
+_GROUP = 3
 #: Read twice: with a plain space as a thousands separator (``2 480,00``) and without (``12 30``).
-_NUMBERS = [re.compile(_NUMBER_HEAD + rf"(?P<core>\d+(?:[{seps}]\d{{3}})*(?:[.,]\d+)?)") for seps in (",.'’\u00a0\u202f ", ",.'’\u00a0\u202f")]
+_NUMBERS = [re.compile(_NUMBER_HEAD + rf"(?P<core>\d+(?:[{seps}]\d{{{_GROUP}}})*(?:[.,]\d+)?)") for seps in (",.'’\u00a0\u202f ", ",.'’\u00a0\u202f")]
 
 
 def numbers_in(text: str, amounts: bool = False) -> set[Decimal]:
@@ -202,7 +212,7 @@ def _written_span(m: re.Match, text: str, start: int, end: int) -> tuple[int, in
     """The number's written form: its head and core, a closing parenthesis, a currency code before or after it."""
     if m.group("open") and text[end : end + 1] == ")":
         end += 1
-    before = None if m.group("currency") else _CODE_BEFORE.search(text, max(0, start - 8), m.start("core"))
+    before = None if m.group("currency") else _CODE_BEFORE.search(text, max(0, start - _CODE_REACH), m.start("core"))
     after = _CODE_AFTER.match(text, end) if not (m.group("currency") or before) else None
     return (min(start, before.start()) if before else start), (after.end() if after else end)
 
@@ -241,7 +251,7 @@ def _core_readings(core: str, money: bool = False) -> list[Decimal]:
         return [Decimal(core.replace(last, ""))]
     whole, _, fraction = core.partition(last)
     decimal = Decimal(whole + "." + fraction)
-    if len(fraction) == 3:
+    if len(fraction) == _GROUP:
         return [Decimal(whole + fraction)] if money else [decimal, Decimal(whole + fraction)]
     return [decimal]
 
@@ -285,7 +295,11 @@ _BASE = re.compile(r"\d\s?%[^\n]*?(?<![^\W\d_])(?:on|of|over|sur|auf|aus|von|su|
 class _Line:
     start: int
     values: tuple[int, ...]  # where the values it writes start
-    kind: str  # text (no value), value (values and at most 3 letters beside them: RM, a tax code), mixed, or blank
+    kind: str  # text (no value), value (values and at most ``_VALUE_LETTERS`` letters beside them), mixed, or blank
+
+
+#: A line of values may write this many letters beside them and still be one: a currency (``RM``) or a tax code (``SR``).
+_VALUE_LETTERS = 3
 
 
 #: A line of marks, or of a currency alone (``:``, ``RM``), which OCR splits off between a label and its value.
@@ -303,7 +317,7 @@ def _form_lines(text: str, starts: Mapping[int, list[tuple[Any, tuple[int, int]]
             stop = max(span[1] for _, span in starts[s])
             beside[s - offset : stop - offset] = " " * (min(stop, end) - s)
         letters = sum(c.isalpha() for c in beside)
-        kind = ("value" if letters <= 3 else "mixed") if values else ("blank" if _BLANK_LINE.fullmatch(line) else "text")
+        kind = ("value" if letters <= _VALUE_LETTERS else "mixed") if values else ("blank" if _BLANK_LINE.fullmatch(line) else "text")
         lines.append(_Line(offset, values, kind))
         offset = end + 1
     return lines
@@ -338,8 +352,11 @@ def _below(read: list[_Line], n: int, text: str, label: tuple[int, int]) -> int 
     return _in_column(text, read[n], below[0], label)
 
 
-#: A column gap inside a line of laid-out text (a PDF's, not OCR's): three spaces or more between two words.
-COLUMN_GAP = re.compile(r"(?<=\S) {3,}(?=\S)")
+#: The fewest spaces between two words that part two columns: one or two sit between the words of one cell
+#: (justified text, a sentence's end), a layout puts more between a PDF's columns (OCR writes none).
+GAP_SPACES = 3
+#: A column gap inside a line of laid-out text: ``GAP_SPACES`` spaces or more between two words.
+COLUMN_GAP = re.compile(rf"(?<=\S) {{{GAP_SPACES},}}(?=\S)")
 
 
 def _in_column(text: str, header: _Line, row: _Line, label: tuple[int, int]) -> int | None:
@@ -389,6 +406,12 @@ def _cell_below(text: str, first: int, end: int) -> int | None:
     return next((row_start + m.start() for m in re.finditer(r"\S+(?: \S+)*", row) if m.start() < right and left < m.end()), None)
 
 
+#: Label readings kept: one per row (every field of a schema reads the same labels, its own and its rivals'), read
+#: again by the row's spans and repairs after its grammar; 64 covers a replica's rows in flight (``engine.streams``,
+#: 4 by default) many times over, and ``learn``'s label candidates, one pattern each.
+_CACHED = 64
+
+
 def _label_matches(text: str, labels: Sequence[str], rivals: Sequence[str]) -> Iterator[tuple[int, int]]:
     """Where (start, end) ``text`` writes one of ``labels``, but not as a part of a longer one of ``rivals``, the
     other fields' labels: ``Due Date`` is the due date's label, and its ``Date`` labels no issue date. The
@@ -397,7 +420,7 @@ def _label_matches(text: str, labels: Sequence[str], rivals: Sequence[str]) -> I
     return ((start, end) for start, end, label in _written_labels(text, tuple(sorted({*labels, *rivals}))) if label in own)
 
 
-@functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=_CACHED)
 def _written_labels(text: str, labels: tuple[str, ...]) -> tuple[tuple[int, int, str], ...]:
     """Every place ``text`` writes one of ``labels``, and which: every field of a schema reads the same labels
     (its own and its rivals'), and a row's grammar, spans and repairs read them again."""
@@ -408,7 +431,7 @@ def _spelled_label(written: str) -> str:
     return " ".join(written.lower().split())
 
 
-@functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=_CACHED)
 def _label_pattern(labels: tuple[str, ...]) -> re.Pattern:
     """Labels as whole words: no letter glued to a label's ends, where its end is a letter (``Invoice #HP-55021``),
     but a value glued on where the case changes (``_CASE_CHANGE``)."""
@@ -457,6 +480,12 @@ def normalized_offsets(text: str) -> list[int]:
 
 
 def written(text: str, spellings: tuple[str, ...], case: str = "exact") -> bool:
-    """Does the text write any of ``spellings`` with no letter glued to it (``C$`` is not ``$``; any ``case`` but ``exact``: in any case)?"""
+    """Does the text write any of ``spellings`` (``spellings_written``)?"""
+    return next(spellings_written(text, spellings, case), None) is not None
+
+
+def spellings_written(text: str, spellings: tuple[str, ...], case: str = "exact") -> Iterator[re.Match]:
+    """Where the text writes one of ``spellings`` with no letter glued to it (``C$`` is not ``$``; any ``case`` but
+    ``exact``: in any case), spelling by spelling."""
     flags = re.IGNORECASE if case != "exact" else 0
-    return any(re.search(rf"(?<![^\W\d_]){re.escape(s)}(?![^\W\d_])", text, flags) for s in spellings)
+    return (m for s in spellings for m in re.finditer(rf"(?<![^\W\d_]){re.escape(s)}(?![^\W\d_])", text, flags))

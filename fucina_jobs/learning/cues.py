@@ -8,6 +8,11 @@ uniformly among what the grammar offers takes the gold value (1/len(offered) whe
 0 where it is not; null counts as one more choice of a nullable field). It keeps the options that raise
 it, so a cue is kept only where the rows show that it helps, and each comes with its counts.
 
+The options and their defaults are the table's (``grounding/options.py``): those it marks ``tried`` are tried
+value by value on the fields they apply to, and ``labels`` and ``only_labelled`` are learned where a field can take them
+(``Grounded.takes``). Runs of words (``most_words``, ``first_lines``) are learned for strings, not for quantities, whose
+candidates are counts.
+
 Label candidates are the words written just before the gold values (``evidence.label_contexts``); they
 are added greedily, each step taking the label that raises the pick rate most, until none raises it by
 ``MIN_GAIN``. The search scores a set of labels as the union of what each marks alone (one reading per
@@ -20,12 +25,13 @@ import json
 import re
 import unicodedata
 from collections import Counter
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Callable, Sequence
 
-from ..grounding.declaration import RECASINGS, Grounded, leaves
+from ..grounding.declaration import Grounded, leaves
 from ..grounding.grammar import candidates, known_spans, labelled_values, line_starts, members, preferred, words, written_values
+from ..grounding.options import OPTIONS, RECASINGS
 from ..grounding.values import after_labels, json_number, labelled
 from .evidence import label_contexts, occurrences, verbatim
 
@@ -101,48 +107,48 @@ def learn_field(g: Grounded, rows: list[Row]) -> FieldCues:
         if drop:
             options["drop_marks"] = drop
         case, evidence["recased"] = _case(spans, exact, drop)
-        if case != "exact":
+        if case != OPTIONS["case"].default:
             options["case"] = case
         if all(len(_WORD.findall(str(v))) == 1 for v in given):
             options["span"] = "word"
-    g = replace(g, **options)
+    g = g.with_options(options)
     score = _Scorer(g, rows, found)
     evidence["pick_rate_before"] = round(score(g), 4)
-    for option, tries in _choices(g).items():
+    for option in (option for option in OPTIONS.values() if option.tried and g.takes(option.name)):
         best, best_score = None, score(g)
-        for value in tries:
-            s = score(replace(g, **{option: value}))
+        for value in option.trials():
+            s = score(g.with_options({option.name: value}))
             if s > best_score + MIN_GAIN:
                 best, best_score = value, s
         if best is not None:
-            g = replace(g, **{option: best})
-            options[option] = best
-    if g.kind != "enum" and not (g.kind == "string" and g.span == "lines"):
+            g = g.with_options({option.name: best})
+            options[option.name] = best
+    if g.takes("labels"):
         labels, label_evidence = _learn_labels(g, rows, found, score)
         if labels:
-            g = replace(g, labels=tuple(labels))
+            g = g.with_options({"labels": labels})
             options["labels"] = labels
             evidence["labels"] = label_evidence
-    if g.labels and g.nullable and score(replace(g, only_labelled=True)) > score(g) + MIN_GAIN:
-        g = replace(g, only_labelled=True)
+    if g.takes("only_labelled") and score(g.with_options({"only_labelled": True})) > score(g) + MIN_GAIN:
+        g = g.with_options({"only_labelled": True})
         options["only_labelled"] = True
     if g.kind == "string" and g.span == "words" and given:
         known, evidence["known_values"] = _known_values(g, rows, score)
         if known:
-            g = replace(g, known_values=tuple(known))
+            g = g.with_options({"known_values": known})
             options["known_values"] = known
     if g.kind == "string" and g.span == "words" and given:
         options["most_words"] = max(len(_WORD.findall(str(v))) for v in given)
-        g = replace(g, most_words=options["most_words"])
+        g = g.with_options({"most_words": options["most_words"]})
     if g.kind == "string" and g.span == "words" and not g.labels:
         lines = _first_lines(rows, found)
-        if lines and score(replace(g, first_lines=lines)) > score(g) + MIN_GAIN:
-            g = replace(g, first_lines=lines)
+        if lines and score(g.with_options({"first_lines": lines})) > score(g) + MIN_GAIN:
+            g = g.with_options({"first_lines": lines})
             options["first_lines"] = lines
     if g.kind == "string" and g.span == "words" and (g.labels or g.first_lines) and given:
         ending, evidence["endings"] = _ending(g, given, score)
         if ending:
-            g = replace(g, ends_on=ending)
+            g = g.with_options({"ends_on": ending})
             options["ends_on"] = ending
     evidence["pick_rate_after"] = round(score(g), 4)
     return FieldCues(g.name, g.path, options, evidence)
@@ -182,15 +188,6 @@ def _same(span: str, value: str) -> bool:
     return " ".join(span.split()).strip(_MARKS) == " ".join(value.split()).strip(_MARKS)
 
 
-def _choices(g: Grounded) -> dict[str, list[Any]]:
-    """The options whose values are tried one by one, for the field's kind."""
-    if g.kind == "date":
-        return {"day_first": [True, False]}
-    if g.kind in ("number", "integer"):
-        return {"amount": [True], "largest": [True]}
-    return {}
-
-
 def _known_values(g: Grounded, rows: list[Row], score: "_Scorer") -> tuple[list[str], dict[str, Any]]:
     """The field's gold values, most often given first, where knowing them raises the pick rate on rows they were not
     learned from: each row is scored with the values the other rows give (leave one out), so a value seen once
@@ -202,7 +199,7 @@ def _known_values(g: Grounded, rows: list[Row], score: "_Scorer") -> tuple[list[
     rates = []
     for r, spans, values in zip(rows, score.found, given):
         others = tuple(v for v in counts if counts[v] - (v in values) > 0)
-        rates.append(score.row(replace(g, known_values=others), r, spans))
+        rates.append(score.row(g.with_options({"known_values": list(others)}), r, spans))
     after = sum(rates) / len(rates) if rates else 0.0
     evidence = {"distinct": len(counts), "pick_rate_left_out": round(after, 4)}
     return ([v for v, _ in counts.most_common()] if after > before + MIN_GAIN else []), evidence
@@ -219,7 +216,7 @@ def _ending(g: Grounded, given: list[Any], score: Callable[[Grounded], float]) -
     for word, n in last.most_common(ENDINGS):
         if n < 2:
             break
-        tried = score(replace(g, ends_on=_any_of({**kept, word: n})))
+        tried = score(g.with_options({"ends_on": _any_of({**kept, word: n})}))
         if tried > current + MIN_GAIN:
             kept[word], current = n, tried
     return (_any_of(kept) if kept else None), kept
@@ -335,7 +332,7 @@ def _learn_labels(
     pool = [label for label, n in contexts.most_common() if n >= least][:LABEL_CANDIDATES]
     if not pool:
         return [], {}
-    marks = {label: [_marked(replace(g, labels=(label,)), r) for r in rows] for label in pool}
+    marks = {label: [_marked(g.with_options({"labels": [label]}), r) for r in rows] for label in pool}
 
     def union_score(labels: list[str]) -> float:
         rates = []
@@ -355,7 +352,7 @@ def _learn_labels(
             break
         chosen.append(label)
         current = best
-    if chosen and score(replace(g, labels=tuple(chosen))) <= score(g) + MIN_GAIN:
+    if chosen and score(g.with_options({"labels": chosen})) <= score(g) + MIN_GAIN:
         return [], {}
     evidence = {}
     for label in chosen:
@@ -370,7 +367,7 @@ def _marked(g: Grounded, r: Row) -> set[Any]:
         return set(after_labels(r.text, g.labels))
     if g.kind == "string":
         return set(words(g, r.text, narrowed=True)) if after_labels(r.text, g.labels) else set()
-    found = written_values(replace(g, labels=()), r.text)
+    found = written_values(g.without("labels"), r.text)
     return {_spelled_key(g, v) for v in labelled(found, r.text, g.labels)}
 
 
@@ -380,8 +377,8 @@ def _spelled_key(g: Grounded, key: Any) -> str:
 
 def _union_rate(g: Grounded, r: Row, spans: list[list[tuple[int, int]]], marked: set[Any]) -> float:
     if g.kind == "string" and g.span == "words":
-        return _starts_rate(marked or _word_starts(replace(g, labels=()), r.text), r.values, spans)
-    offered = marked or set(words(g, r.text) if g.kind == "string" else candidates(replace(g, labels=()), r.text))
+        return _starts_rate(marked or _word_starts(g.without("labels"), r.text), r.values, spans)
+    offered = marked or set(words(g, r.text) if g.kind == "string" else candidates(g.without("labels"), r.text))
     return _pick_rate(offered, [_spelled(g, v) for v in r.values], g.nullable)
 
 

@@ -10,7 +10,6 @@ domain; it reads text with the grounding's own readers.
 from __future__ import annotations
 
 import re
-from dataclasses import replace
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -30,7 +29,7 @@ def occurrences(g: Grounded, value: Any, text: str) -> list[Span]:
     if g.kind == "enum":
         return []
     key = _value_key(g, value)
-    return [] if key is None else sorted(written_values(replace(g, labels=()), text).get(key, []))
+    return [] if key is None else sorted(written_values(g.without("labels"), text).get(key, []))
 
 
 def _value_key(g: Grounded, value: Any) -> Any:

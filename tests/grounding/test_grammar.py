@@ -83,7 +83,7 @@ def test_a_learned_case_writes_the_span_in_that_case_only(tokenizer, case, writt
         assert not accepts(tokenizer, schema, text, rec(refused)), text
 
 
-def test_dropped_marks_are_left_out_of_the_span_and_its_check(tokenizer):
+def test_drop_marks_are_left_out_of_the_span_and_its_check(tokenizer):
     schema = json.loads(json.dumps(PARTY))
     schema["properties"]["name"]["x-grounded"] = {"drop_marks": ",", "case": "title"}
     text = "This agreement is between PALMSOURCE, INC. and Palm , Inc., both of Delaware."
@@ -526,7 +526,7 @@ def test_a_50_kb_document(tokenizer):
     assert not accepts(tokenizer, PARTY, text, rec("Final Vendor Names"))
 
 
-def test_grounded_enum_members_need_their_spelling_in_the_text(tokenizer):
+def test_enum_members_need_themselves_or_one_of_their_spellings_in_the_text(tokenizer):
     schema = {
         "type": "object",
         "properties": {"currency": {"enum": ["USD", "EUR", "CAD"], "x-grounded": {"spellings": {"USD": ["$"], "EUR": ["€"], "CAD": ["C$"]}}}},
@@ -537,6 +537,28 @@ def test_grounded_enum_members_need_their_spelling_in_the_text(tokenizer):
     assert not accepts(tokenizer, schema, canadian, {"currency": "USD"})  # the $ of C$ is not a dollar sign of its own
     assert accepts(tokenizer, schema, "Summe 5 € (EUR) or $6", {"currency": "USD"})
     assert not accepts(tokenizer, schema, "Summe 5 €", {"currency": "USD"})
+
+
+def test_prefer_members_holds_a_member_written_itself_over_one_shown_by_a_spelling_alone(tokenizer):
+    """``$1,450.00 CAD``: ``$`` spells USD too, but the text writes CAD itself. With ``prefer_members`` the grammar
+    offers CAD only; without, both; where the text writes no member itself, the spelling still shows one."""
+    spellings = {"USD": ["$"], "EUR": ["€"], "CAD": ["C$"]}
+    schema = {"type": "object", "properties": {"currency": {"enum": ["USD", "EUR", "CAD"], "x-grounded": {"spellings": spellings}}}}
+    schema["required"] = ["currency"]
+    preferring = json.loads(json.dumps(schema))
+    preferring["properties"]["currency"]["x-grounded"]["prefer_members"] = True
+    text = "Amount due: $1,450.00 CAD"
+    assert accepts(tokenizer, schema, text, {"currency": "USD"}) and accepts(tokenizer, schema, text, {"currency": "CAD"})
+    assert accepts(tokenizer, preferring, text, {"currency": "CAD"}) and not accepts(tokenizer, preferring, text, {"currency": "USD"})
+    assert accepts(tokenizer, preferring, "Amount due: $1,450.00", {"currency": "USD"})
+
+
+def test_units_read_a_count_written_in_words_or_digits_as_n_unit(tokenizer):
+    schema = {"type": "object", "properties": {"term": {"type": "string", "x-grounded": {"units": ["year", "month"]}}}, "required": ["term"]}
+    text = "This agreement runs for three (3) years; notices are due within 18 months."
+    assert accepts(tokenizer, schema, text, {"term": "3 years"}) and accepts(tokenizer, schema, text, {"term": "18 months"})
+    assert not accepts(tokenizer, schema, text, {"term": "three (3) years"})  # the count, normalised, not the span
+    assert not accepts(tokenizer, schema, text, {"term": "3 months"})
 
 
 def test_amount_numbers_leave_out_rates_and_quantities(tokenizer):
@@ -617,7 +639,7 @@ def test_items_by_line_and_a_bad_declaration(tokenizer):
     from fucina_jobs.grounding.declaration import GroundingError, grounded_fields
 
     bad = json.loads(json.dumps(BY_PARAGRAPH).replace('{"items": "paragraph"}', '{"items": "page"}'))
-    with pytest.raises(GroundingError, match=r'properties/receipts: x-grounded on an array takes \{"items": "paragraph"\}'):
+    with pytest.raises(GroundingError, match=r'properties/receipts: x-grounded.items must be one of paragraph, line; not "page"$'):
         grounded_fields(bad)
 
 
