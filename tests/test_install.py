@@ -9,6 +9,7 @@ import shutil
 import site
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,9 @@ from fucina_jobs.pipeline.cli import compose
 from fucina_jobs.pipeline.config import SHIPPED, locate
 from fucina_jobs.pipeline.rundir import RunDir
 from tests.helpers import REPO
+
+#: The checkout's top-level folders the wheel ships inside the package (``config.SHIPPED``).
+SHIPPED_FOLDERS = ("conf", "jobs", "schemas")
 
 MY_JOB = """\
 defaults:
@@ -72,13 +76,23 @@ def test_cli_names_the_jobs_when_conf_names_none(project):
     assert {"extract_invoices", "myjob"} <= set(run.stderr.split("the jobs are ")[1].strip().split(", "))
 
 
+def test_the_wheel_holds_every_package_of_the_source_and_the_shipped_folders():
+    """pyproject.toml lists the packages by name (the shipped folders are mapped into the package, which discovery cannot do)."""
+    setup = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+    source = {".".join(p.parent.relative_to(REPO).parts) for p in (REPO / "fucina_jobs").rglob("*.py")}
+    shipped = {f"fucina_jobs.shipped.{folder}": folder for folder in SHIPPED_FOLDERS}
+    assert set(setup["packages"]) == source | set(shipped)
+    assert setup["package-dir"] == shipped
+
+
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory):
     """A fresh virtualenv with the package's wheel installed: its heavy dependencies (torch, Ray...) are the running
     environment's, reached through a .pth file, so nothing is downloaded; the checkout is not on its path."""
     work = tmp_path_factory.mktemp("wheel")
     source = work / "source"  # only what the wheel is built from, so the build leaves nothing in the checkout
-    shutil.copytree(REPO / "fucina_jobs", source / "fucina_jobs", ignore=shutil.ignore_patterns("__pycache__"))
+    for folder in ("fucina_jobs", *SHIPPED_FOLDERS):
+        shutil.copytree(REPO / folder, source / folder, ignore=shutil.ignore_patterns("__pycache__"))
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(REPO / name, source / name)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}

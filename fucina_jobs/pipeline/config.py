@@ -258,8 +258,10 @@ class JobConfig(_Section):
         return self
 
 
-#: The files the package ships, laid out as a job's project folder: ``conf/`` (``base`` and the shipped jobs), ``jobs/`` and ``schemas/``.
-SHIPPED = Path(__file__).resolve().parents[1]
+_PACKAGE = Path(__file__).resolve().parents[1]
+#: The files the package ships, laid out as a job's project folder: ``conf/`` (``base`` and the shipped jobs), ``jobs/`` and
+#: ``schemas/``. They sit beside the package in a checkout (and an editable install); a wheel holds them in ``fucina_jobs/shipped/``.
+SHIPPED = _PACKAGE / "shipped" if (_PACKAGE / "shipped").is_dir() else _PACKAGE.parent
 #: Where a Hydra run writes when the job's config names no output.dir (``name`` is the job's).
 DEFAULT_OUTPUT_DIR = "outputs/${name}"
 #: Every engine a job can name (``engine=NAME``): its settings, whose ``implementation`` names the class that runs it.
