@@ -36,8 +36,8 @@ from pathlib import Path
 from typing import Callable
 
 from faulty_store import Rule, S3Store
-from fucina_jobs.pipeline.config import SHIPPED
-from fucina_jobs.pipeline.rundir import RunDir
+from fucina_jobs.config import SHIPPED
+from fucina_jobs.data.rundir import RunDir
 
 REPO = Path(__file__).resolve().parents[1]
 IDS = [f"r{i:02d}" for i in range(1, 9)]

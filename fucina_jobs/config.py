@@ -258,7 +258,7 @@ class JobConfig(_Section):
         return self
 
 
-_PACKAGE = Path(__file__).resolve().parents[1]
+_PACKAGE = Path(__file__).resolve().parent
 #: The files the package ships, laid out as a job's project folder: ``conf/`` (``base`` and the shipped jobs), ``jobs/`` and
 #: ``schemas/``. They sit beside the package in a checkout (and an editable install); a wheel holds them in ``fucina_jobs/shipped/``.
 SHIPPED = _PACKAGE / "shipped" if (_PACKAGE / "shipped").is_dir() else _PACKAGE.parent

@@ -90,7 +90,7 @@ def load_model_for(args: argparse.Namespace):
 def timed_engine(loaded: Any, speculative: Any, streams: int = 1):
     """Our engine with the job's default decoding but ``speculative`` (a ``SpeculativeConfig``), its forwards timed."""
     from ..engines import FucinaEngine
-    from ..pipeline.config import DecodingConfig, RuntimeConfig
+    from ..config import DecodingConfig, RuntimeConfig
 
     engine = FucinaEngine(loaded, DecodingConfig(speculative=speculative), RuntimeConfig(streams=streams))
     return engine, ForwardClock(engine.runner)

@@ -112,7 +112,7 @@ def _fucina(arms: list[ArmSpec], settings: dict[str, Any]) -> dict[str, Callable
     import torch
 
     from ..engines import FucinaEngine, load_model
-    from ..pipeline.config import DecodingConfig, RuntimeConfig, SpeculativeConfig
+    from ..config import DecodingConfig, RuntimeConfig, SpeculativeConfig
 
     torch.set_num_threads(settings["threads"])
     loaded = load_model(settings["model"], settings["device"], settings["dtype"])
@@ -127,7 +127,7 @@ def _fucina(arms: list[ArmSpec], settings: dict[str, Any]) -> dict[str, Callable
 
 def _vllm(arms: list[ArmSpec], settings: dict[str, Any]) -> dict[str, Callable]:
     from ..engines.vllm import VLLMEngine
-    from ..pipeline.config import DecodingConfig, ModelConfig, RuntimeConfig, SpeculativeConfig
+    from ..config import DecodingConfig, ModelConfig, RuntimeConfig, SpeculativeConfig
 
     (arm,) = arms
     decoding = DecodingConfig(speculative=SpeculativeConfig(enabled=arm.speculative, max_draft=settings["vllm_draft"]))

@@ -98,9 +98,8 @@ def _job(conf: str, overrides: list[str], arm: str, out: Path) -> Any:
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    from ..pipeline.cli import compose
-    from ..pipeline.config import ConfigError, validate
-    from ..pipeline.driver import Job
+    from ..config import ConfigError, validate
+    from ..pipeline import Job, compose
 
     if any(o.lstrip("+~").startswith("output.") for o in overrides):
         raise ConfigError(f"arm {arm}: output.* is the benchmark's to set (--keep DIR keeps the runs)")
@@ -129,7 +128,7 @@ def _rounds(conf: str, shared: list[str], arms: list[JobArm], rounds: int, work:
     """Every arm's run of every round, alternated, on one Ray (started here unless one is up), into ``work/ARM/round-N``."""
     import ray
 
-    from ..pipeline.ray_pool import connect
+    from ..pipeline import connect
 
     def jobs(r: int) -> dict[str, Any]:
         return {a.name: _job(conf, [*shared, *a.overrides], a.name, work / a.name / f"round-{r}") for a in arms}
@@ -228,7 +227,7 @@ def format_job(result: dict[str, Any]) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
-    from ..pipeline.config import ConfigError
+    from ..config import ConfigError
 
     if args.rounds < 1:
         raise SystemExit("bench job: --rounds must be 1 or more")

@@ -164,10 +164,9 @@ def _rate(n: float, total: float) -> float | None:
 
 def _run(job: str, data: Path, out: Path, overrides: list[str]) -> tuple[list[dict], list[dict], list[dict]]:
     """Run ``conf/<job>.yaml`` on ``data`` into ``out``; its records, rejects and stats."""
-    from ..pipeline.cli import compose
-    from ..pipeline.config import validate
-    from ..pipeline.driver import Job
-    from ..pipeline.rundir import RunDir
+    from ..config import validate
+    from ..data import RunDir
+    from ..pipeline import Job, compose
 
     raw = compose(job, [f"dataset.path={data}", f"output.dir={out}", "runtime.replicas=1", *overrides])
     Job(validate(raw), Path.cwd(), raw).run()
@@ -251,9 +250,8 @@ def run_reports(args: argparse.Namespace) -> dict[str, Any]:
 def plan(args: argparse.Namespace, tokenizer: Any) -> dict[str, Any]:
     """The chunks of one document of ``--scale`` contexts (receipts joined until it is that long), as the report job cuts them."""
     from ..engines import encode_chat
-    from ..pipeline.chunking import Chunker
-    from ..pipeline.cli import compose
-    from ..pipeline.config import read_text_option, validate
+    from ..config import read_text_option, validate
+    from ..pipeline import Chunker, compose
 
     cfg = validate(compose(JOB, ["dataset.path=unused", *args.override]))
     system, template = (read_text_option(getattr(cfg.prompt, k), Path.cwd()) for k in ("system", "template"))

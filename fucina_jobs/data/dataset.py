@@ -49,7 +49,7 @@ import pyarrow.dataset as pds
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from .config import ConfigError, DatasetConfig
+from ..config import ConfigError, DatasetConfig
 from .dataset_files import (
     COMPRESSED_SUFFIXES,
     HEAD,

@@ -47,7 +47,7 @@ from typing import Any, Callable, Iterator, NamedTuple, Sequence
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from .config import ConfigError
+from ..config import ConfigError
 from .storage import Storage
 
 log = logging.getLogger(__name__)

@@ -30,7 +30,7 @@ class AllTokensMasked(RuntimeError):
 @dataclass(frozen=True)
 class SamplingParams:
     """How ``Sampler`` picks a token. The settings a job names have their defaults in the job's config
-    (``pipeline/config.py``, ``decoding.*``); an engine builds this from it, key by key."""
+    (``config.py``, ``decoding.*``); an engine builds this from it, key by key."""
 
     temperature: float
     top_k: int

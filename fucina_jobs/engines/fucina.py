@@ -19,7 +19,7 @@ from ..decoding.processor import LogitProcessor
 from ..decoding.sampler import SamplingParams
 from ..models.hf_runner import HFRunner
 from ..models.loading import LoadedModel, load_model
-from ..pipeline.config import DecodingConfig, FucinaEngineConfig, ModelConfig, RuntimeConfig, SpeculativeConfig, one_constraint
+from ..config import DecodingConfig, FucinaEngineConfig, ModelConfig, RuntimeConfig, SpeculativeConfig, one_constraint
 from .base import Completion, Prompt, drain
 
 

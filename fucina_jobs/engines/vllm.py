@@ -19,7 +19,7 @@ import os
 import sys
 from typing import Any, Callable, Iterable, Iterator
 
-from ..pipeline.config import DecodingConfig, ModelConfig, RuntimeConfig, SpeculativeConfig, VLLMEngineConfig
+from ..config import DecodingConfig, ModelConfig, RuntimeConfig, SpeculativeConfig, VLLMEngineConfig
 from . import (
     NGRAM,
     BatchSession,

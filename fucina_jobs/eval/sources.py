@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..grounding.declaration import Grounded, GroundingError, grounded_fields
-from ..pipeline.config import ConfigError, JobConfig, validate
+from ..config import ConfigError, JobConfig, validate
 from .runs import Run, read_run
 
 log = logging.getLogger(__name__)
@@ -37,14 +37,14 @@ class Sources:
 
 def read_sources(run: Run, base: Path, cfg: JobConfig | None = None) -> Sources:
     """The run's source texts and schema, from ``cfg`` or its manifest's config; ``ConfigError`` says what is missing."""
-    from ..pipeline.dataset import read_rows
-    from ..pipeline.job_constraint import resolve
+    from ..data import read_rows
+    from ..pipeline import read_constraint
 
     recorded = (run.manifest or {}).get("config")
     if cfg is None and not recorded:
         raise ConfigError(f"{run.path}/manifest.json names no job config, so the run's documents cannot be found")
     cfg = cfg or validate(recorded)
-    constraint = resolve(cfg.constraint, base) if cfg.constraint.kind else None
+    constraint = read_constraint(cfg.constraint, base) if cfg.constraint.kind else None
     schema = constraint.schema if constraint else None
     expected = ((run.manifest or {}).get("hashes") or {}).get("constraint")
     if constraint and expected and constraint.digest != expected:

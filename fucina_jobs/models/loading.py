@@ -137,7 +137,7 @@ def load_tokenizer(source: str = DEFAULT_MODEL):
 
 
 def load_model(source: str, device: str, dtype: str) -> LoadedModel:
-    """The model and tokenizer of ``source`` on ``device`` in ``dtype``; their defaults are a job's (``pipeline/config.py``)."""
+    """The model and tokenizer of ``source`` on ``device`` in ``dtype``; their defaults are a job's (``config.py``)."""
     from transformers import AutoModelForCausalLM
 
     path = resolve_source(source)

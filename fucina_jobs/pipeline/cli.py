@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, NamedTuple
 
-from .config import ENGINES, SHIPPED, ConfigError, register_defaults, unknown_engine
+from ..config import ENGINES, SHIPPED, ConfigError, register_defaults, unknown_engine
 from .signals import stop_of, stopping
 
 #: The package's own configs: ``base`` and the shipped jobs, searched after the job folder.
@@ -30,7 +30,7 @@ log = logging.getLogger("fucina_jobs")
 _exit_code = 0
 
 
-def run(argv: list[str]) -> int:
+def run_command(argv: list[str]) -> int:
     return hydra_command("run", argv, _task)
 
 
@@ -97,8 +97,15 @@ def config_search(argv: list[str]) -> ConfigSearch:
             rest.append(arg)
             name = arg.split("=", 1)[1] if arg.startswith("--config-name=") else name
     if (folder / f"{name}.yaml").is_file() or (name is None and folder.is_dir()):
-        return ConfigSearch(str(folder.resolve()), [*rest, f"hydra.searchpath=['file://{PACKAGE_CONF}']"], folder)
+        return ConfigSearch(str(folder.resolve()), _with_override(rest, f"hydra.searchpath=['file://{PACKAGE_CONF}']"), folder)
     return ConfigSearch(str(PACKAGE_CONF), rest, folder)
+
+
+def _with_override(args: list[str], override: str) -> list[str]:
+    """``args`` with ``override`` just before the user's first one: Hydra reads the overrides as one run of arguments,
+    which an option (``--cfg job``) ends, so one put anywhere else would split them."""
+    at = next((i for i, a in enumerate(args) if a.startswith("~") or ("=" in a and not a.startswith("-"))), len(args))
+    return [*args[:at], override, *args[at:]]
 
 
 def job_names(folder: Path) -> list[str]:
@@ -173,7 +180,7 @@ def _validated(task: Callable[[Any, dict[str, Any]], int]) -> Callable[[Any], No
     def main(cfg) -> None:
         from omegaconf import OmegaConf
 
-        from .config import validate
+        from ..config import validate
 
         global _exit_code
         resolved = OmegaConf.to_container(cfg, resolve=True)

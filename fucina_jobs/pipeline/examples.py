@@ -25,8 +25,8 @@ from typing import Any
 from ..grounding.check import ungrounded_values
 from ..grounding.declaration import grounded_fields
 from ..grounding.values import json_number
-from .config import ConfigError, JobConfig, locate
-from .sink import json_validator, schema_failure
+from ..config import ConfigError, JobConfig, locate
+from ..data import json_validator, schema_failure
 
 
 @dataclass(frozen=True)

@@ -28,10 +28,10 @@ import torch
 from ray.exceptions import ActorDiedError, GetTimeoutError, RayError, RayTaskError
 
 from ..private_apis import ray_bootstrap_address
-from .config import ConfigError, JobConfig, CannedEngineConfig
+from ..config import ConfigError, JobConfig, CannedEngineConfig
 from .job_constraint import JobConstraint
 from .replica import ShardWorker
-from .rundir import RunDir
+from ..data import RunDir
 from .shard_writer import ShardSummary
 from .signals import deferred, reclaim
 

@@ -29,11 +29,10 @@ from ..grounding.grammar import NothingToGround, field_values, grounded_lark
 from ..rules.expression import RuleError
 from ..rules.repair import Field, Repair
 from .chunking import Chunk, Chunker, ChunkingError, chunk_id, gather
-from .config import JobConfig, read_text_option
-from .dataset import Row, Slice, read_slice
+from ..config import JobConfig, read_text_option
+from ..data import Row, RunDir, Slice, read_slice
 from .decode_loop import DecodeLoop
 from .job_constraint import JobConstraint, RowSchemaError, compile_schema, meta_schema_problem, parse_row_schema
-from .rundir import RunDir
 from .shard_writer import ShardSummary, ShardWriter
 from .voting import sample_prompts, vote
 

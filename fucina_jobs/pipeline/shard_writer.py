@@ -34,14 +34,12 @@ from ..grounding.declaration import GroundingError, grounded_arrays, grounded_fi
 from ..grounding.spans import value_spans
 from ..rules.declaration import Rule, rules_of
 from ..rules.expression import RuleError
-from .config import ConfigError, JobConfig, read_text_option
-from .dataset import Row
+from ..config import ConfigError, JobConfig, read_text_option
+from ..data import Outcome, Row, RunDir, Validator, json_schema_fields, outcome_tables, record_schema
 from .examples import load_examples
 from .flags import record_flags
 from .job_constraint import JobConstraint, parse_row_schema
 from .merging import MergeError, Part, check_rules, merge
-from .rundir import RunDir
-from .sink import Outcome, Validator, json_schema_fields, outcome_tables, record_schema
 
 #: Stats columns whose type a single None or empty value would hide.
 _STATS_TYPES = {

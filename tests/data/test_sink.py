@@ -3,9 +3,9 @@ import json
 
 import pyarrow as pa
 
-from fucina_jobs.pipeline.rundir import RunDir
-from fucina_jobs.pipeline.sink import Outcome, Validator, json_schema_fields, outcome_tables, record_schema
-from fucina_jobs.pipeline.config import SHIPPED
+from fucina_jobs.data.rundir import RunDir
+from fucina_jobs.data.sink import Outcome, Validator, json_schema_fields, outcome_tables, record_schema
+from fucina_jobs.config import SHIPPED
 
 from tests.helpers import REPO
 
@@ -104,15 +104,15 @@ def test_a_shard_commits_only_while_the_manifest_names_its_run(tmp_path):
     """A replica that outlives a killed driver must not commit into the next run's plan."""
     import pytest
 
-    from fucina_jobs.pipeline.config import validate
-    from fucina_jobs.pipeline.dataset import Row
-    from fucina_jobs.pipeline.job_constraint import resolve
+    from fucina_jobs.config import validate
+    from fucina_jobs.data.dataset import Row
+    from fucina_jobs.pipeline.job_constraint import read_constraint
     from fucina_jobs.pipeline.shard_writer import RunSuperseded, ShardWriter
 
     from tests.helpers import job_dict
 
     cfg = validate(job_dict(tmp_path))
-    constraint = resolve(cfg.constraint, REPO)
+    constraint = read_constraint(cfg.constraint, REPO)
     rows = [Row("a", 0, {"text": "x"}, "a problem")]
     out = RunDir.for_config(str(tmp_path), REPO, "f" * 64)
     out.start_run()

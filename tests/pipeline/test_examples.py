@@ -12,7 +12,7 @@ from fucina_jobs.engines import FucinaEngine, Prompt, drain, encode_chat
 from fucina_jobs.grounding import alarm
 from fucina_jobs.grounding.grammar import grounded_lark
 from fucina_jobs.models.loading import LoadedModel
-from fucina_jobs.pipeline.config import ConfigError, DecodingConfig, RuntimeConfig, SpeculativeConfig, validate
+from fucina_jobs.config import ConfigError, DecodingConfig, RuntimeConfig, SpeculativeConfig, validate
 from fucina_jobs.pipeline.cli import compose
 from fucina_jobs.pipeline.driver import Job
 from fucina_jobs.pipeline.examples import compact_json, load_examples

@@ -11,8 +11,8 @@ import pytest
 
 import fucina_jobs.pipeline.replica as replica
 from fucina_jobs.engines import resolve_source
-from fucina_jobs.pipeline.config import validate
-from fucina_jobs.pipeline.dataset import Row
+from fucina_jobs.config import validate
+from fucina_jobs.data.dataset import Row
 from fucina_jobs.pipeline.driver import Job
 
 from tests.helpers import REPO, job_dict

@@ -15,10 +15,10 @@ import sys
 
 import pytest
 
-from fucina_jobs.pipeline.config import validate
-from fucina_jobs.pipeline.dataset import scan
+from fucina_jobs.config import validate
+from fucina_jobs.data.dataset import scan
 from fucina_jobs.pipeline.replica import ShardWorker
-from fucina_jobs.pipeline.rundir import RunDir
+from fucina_jobs.data.rundir import RunDir
 
 from tests.helpers import REPO, write_jsonl
 

@@ -17,7 +17,7 @@ import pytest
 from fucina_jobs.engines import FucinaEngine, Prompt
 from fucina_jobs.grounding.grammar import grounded_lark
 from fucina_jobs.models.loading import load_model
-from fucina_jobs.pipeline.config import RuntimeConfig, validate
+from fucina_jobs.config import RuntimeConfig, validate
 from fucina_jobs.pipeline.driver import Job
 from fucina_jobs.pipeline.replica import record_seed
 from fucina_jobs.pipeline.voting import sample_prompts
