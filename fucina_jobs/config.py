@@ -2,7 +2,8 @@
 
 These pydantic models are the one place every setting and its default is
 spelled: the engines build their own options from them, key by key, and this
-module imports nothing of the project. Hydra composes ``conf/NAME.yaml`` over them (``register_defaults``
+module imports nothing of the project but the embedded model's name (``models.DEFAULT_MODEL``, what
+``model.source`` defaults to, spelled where the loader resolves it). Hydra composes ``conf/NAME.yaml`` over them (``register_defaults``
 hands Hydra the defaults as the ``settings`` config and the ``engine`` group) with
 the command-line overrides; the models then check every key (unknown keys are
 errors) and every range, and turn a failure into one message per bad key that
@@ -19,6 +20,8 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from .models import DEFAULT_MODEL, DEFAULT_MODEL_NAME
+
 
 class ConfigError(ValueError):
     """The job configuration is invalid; the message says which key and why."""
@@ -29,7 +32,7 @@ class _Section(BaseModel):
 
 
 class ModelConfig(_Section):
-    source: str = Field("default", description="'default' (embedded SmolLM2-135M-Instruct), a local directory or a hub id")
+    source: str = Field(DEFAULT_MODEL, description=f"{DEFAULT_MODEL!r} (embedded {DEFAULT_MODEL_NAME}), a local directory or a hub id")
     dtype: Literal["float32", "bfloat16", "float16", "float64"] = "float32"
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto: CUDA where torch sees it, else the CPU")
 

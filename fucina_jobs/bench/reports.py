@@ -195,12 +195,12 @@ def run_reports(args: argparse.Namespace) -> dict[str, Any]:
 
     import ray
 
-    from ..engines import load_tokenizer, resolve_source
+    from ..engines import DEFAULT_MODEL, load_tokenizer
 
     low, _, high = args.receipts.partition("-")
     reports = build_reports(args.dev, args.reports, (int(low), int(high or low)), args.seed)
     work = Path(tempfile.mkdtemp(prefix="fucina-bench-reports-")) if args.dir is None else args.dir
-    tokenizer = load_tokenizer(resolve_source("default"))
+    tokenizer = load_tokenizer(DEFAULT_MODEL)
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     ray.init(
         address="local",

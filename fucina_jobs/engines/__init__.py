@@ -18,7 +18,8 @@ from ..decoding.constraint import Constraint, GrammarError, read_schema, read_so
 from ..decoding.drafting import DRAFT_SOURCES, NGRAM
 from ..decoding.relaxation import cause as compile_error_cause
 from ..decoding.relaxation import compile_json_schema
-from ..models.loading import DEFAULT_MODEL, ModelNotFound, load_model, load_tokenizer, resolve_device, resolve_source
+from ..models import DEFAULT_MODEL
+from ..models.loading import ModelNotFound, load_model, load_tokenizer, resolve_device, resolve_source
 from ..decoding.sampler import SamplingParams
 from ..config import ENGINES
 from .base import BatchSession, Completion, Engine, EngineUnavailable, Prompt, Session, drain
