@@ -25,7 +25,7 @@ import sys
 import tempfile
 import textwrap
 import time
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +46,7 @@ example: the shipped invoice eval as it is, against the same with worked example
 class JobArm:
     name: str
     overrides: list[str]
+    _: KW_ONLY
     walls: list[float] = field(default_factory=list)  # seconds per row, one per round
     hashes: list[str] = field(default_factory=list)  # the run's content hash, one per round
     rows: int = 0

@@ -32,7 +32,7 @@ import shutil
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -114,6 +114,7 @@ class Arm:
     """One arm's counts over every report."""
 
     name: str
+    _: KW_ONLY
     gold: int = 0
     items: int = 0
     matched: dict[str, int] = field(default_factory=lambda: {"all": 0, "date+total": 0})

@@ -36,7 +36,7 @@ _CONTENT_KEYS = ("row_id", "text", "reason", "finish_reason")
 _VERDICT_KEYS = tuple(VERDICT_SCHEMA.names)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Run:
     dir: RunDir  # where it lives, a local folder or an object store (``data/storage.py``): readers and writers go through it
     records: list[dict[str, Any]] = field(default_factory=list)

@@ -10,7 +10,7 @@ run keeps its text but loses its spans, which would point into other words.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,7 @@ class Sources:
     config: JobConfig
     schema: dict[str, Any] | None
     fields: list[Grounded]
+    _: KW_ONLY
     texts: dict[str, str] = field(default_factory=dict)
     changed: set[str] = field(default_factory=set)  # rows whose content differs from what the run decoded
 

@@ -20,7 +20,7 @@ import json
 import re
 import unicodedata
 from collections import Counter
-from dataclasses import dataclass, field, replace
+from dataclasses import KW_ONLY, dataclass, field, replace
 from decimal import Decimal
 from typing import Any, Callable, Sequence
 
@@ -65,6 +65,7 @@ class FieldCues:
     name: str
     path: tuple[str, ...]
     options: dict[str, Any]
+    _: KW_ONLY
     evidence: dict[str, Any] = field(default_factory=dict)
     array: dict[str, int] = field(default_factory=dict)  # an item's array: its minItems and maxItems in the gold
 
@@ -133,7 +134,7 @@ def learn_field(g: Grounded, rows: list[Row]) -> FieldCues:
             g = replace(g, first_lines=lines)
             options["first_lines"] = lines
     evidence["pick_rate_after"] = round(score(g), 4)
-    return FieldCues(g.name, g.path, options, evidence)
+    return FieldCues(g.name, g.path, options, evidence=evidence)
 
 
 def _written_spans(rows: list[Row], found: list[list[list[tuple[int, int]]]]) -> list[tuple[str, list[str]]]:

@@ -42,7 +42,7 @@ from .signals import deferred, stop_of
 log = logging.getLogger(__name__)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class JobSummary:
     rows: int = 0
     records: int = 0
@@ -79,7 +79,7 @@ class Job:
         self.examples = load_examples(cfg, base, self._prompt_option("template"), self.constraint.schema if self.constraint else None)
         self.fingerprint = fingerprint(cfg, self._contents())
         self.dir = RunDir.for_config(cfg.output.dir, base, self.fingerprint)  # a version per config
-        self.writer = ShardWriter(cfg, self.constraint, base, self.dir, self.run_id)
+        self.writer = ShardWriter(cfg, self.constraint, base=base, out=self.dir, run_id=self.run_id)
         self.shards: dict[str, pa.Table] = {}  # this run's shards, by key: their rows' index entries
 
     # -- checks, before any model loads -----------------------------------------

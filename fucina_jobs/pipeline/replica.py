@@ -46,12 +46,12 @@ def record_seed(seed: int, row_id: str) -> int:
 
 
 class ShardWorker:
-    def __init__(self, cfg: dict[str, Any], constraint: JobConstraint | None, model_path: str, base: str, out: RunDir, run_id: str, replica: int):
+    def __init__(self, cfg: dict[str, Any], *, constraint: JobConstraint | None, model_path: str, base: str, out: RunDir, run_id: str, replica: int):
         self.cfg = JobConfig.model_validate(cfg)
         self.base = Path(base)
         self.replica = replica
         _log_to_file(out.log_path(replica))
-        self.writer = ShardWriter(self.cfg, constraint, self.base, out, run_id)
+        self.writer = ShardWriter(self.cfg, constraint, base=self.base, out=out, run_id=run_id)
         self.engine = engines.build(self.cfg, model_path)
         self.job_constraint = constraint
         self.constraint, self.relaxations = constraint.compile(self.engine, self.cfg.constraint) if constraint else (None, [])
@@ -265,7 +265,8 @@ class ShardWorker:
             why = meta_schema_problem(parse_row_schema(row.fields.get(self.cfg.dataset.schema_field)))
             return None, ("error", f"row {row.id!r}: its schema cannot be used: {why or f'{type(err).__name__}: {str(err)[:200]}'}"), [], 0.0
         seconds = time.perf_counter() - start if grounded else 0.0
-        prompt = Prompt(prompt_id, text, self.system, constraint, record_seed(d.seed, prompt_id), d.max_tokens, self.examples, choices)
+        seed = record_seed(d.seed, prompt_id)
+        prompt = Prompt(prompt_id, text, self.system, constraint, seed=seed, max_tokens=d.max_tokens, examples=self.examples, choices=choices)
         return prompt, None, relaxations, seconds
 
     def _chunker(self, model_path: str) -> Chunker:

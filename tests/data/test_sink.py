@@ -63,8 +63,8 @@ def test_regex_validator_gives_named_groups():
 def test_outcomes_are_typed_and_accounted_then_written_into_the_run_partition(tmp_path):
     schema = record_schema(json_schema_fields(INVOICE))
     outcomes = [
-        Outcome("inv-001", json.dumps(GOOD), "stop", 10, 5, record=GOOD),
-        Outcome("inv-002", "{", "length", 10, 5, reason="length", error="budget"),
+        Outcome("inv-001", json.dumps(GOOD), "stop", prompt_tokens=10, generated_tokens=5, record=GOOD),
+        Outcome("inv-002", "{", "length", prompt_tokens=10, generated_tokens=5, reason="length", error="budget"),
     ]
     records, rejects = outcome_tables(outcomes, schema, lambda r: "id-" + r)
     assert (records.num_rows, rejects.num_rows) == (1, 1)
@@ -118,7 +118,7 @@ def test_a_shard_commits_only_while_the_manifest_names_its_run(tmp_path):
     out.start_run()
     out.write_manifest({"run_id": "new-run"})
     with pytest.raises(RunSuperseded):
-        ShardWriter(cfg, constraint, REPO, out, "old-run").write("k1", 0, 0, rows, [], {})
+        ShardWriter(cfg, constraint, base=REPO, out=out, run_id="old-run").write("k1", 0, 0, rows, [], {})
     assert not out.committed()
-    summary = ShardWriter(cfg, constraint, REPO, out, "new-run").write("k1", 0, 0, rows, [], {})
+    summary = ShardWriter(cfg, constraint, base=REPO, out=out, run_id="new-run").write("k1", 0, 0, rows, [], {})
     assert summary.rejects == 1 and [s.key for s in out.committed()] == ["k1"]

@@ -122,7 +122,9 @@ def _write(tmp_path, text, finishes):
         for c, t, f in zip(pieces, texts, finishes)
     ]
     decoded = gather(outputs, {chunk_id("r", c.index): ("r", c) for c in pieces})
-    ShardWriter(cfg, read_constraint(cfg.constraint, REPO), REPO, out, "run").write("k", 0, 0, [Row("r", 0, {"text": text})], decoded, {})
+    ShardWriter(cfg, read_constraint(cfg.constraint, REPO), base=REPO, out=out, run_id="run").write(
+        "k", 0, 0, [Row("r", 0, {"text": text})], decoded, {}
+    )
     return read_dir(tmp_path / "out", "records"), read_dir(tmp_path / "out", "rejects")
 
 

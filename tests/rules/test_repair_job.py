@@ -130,7 +130,7 @@ def test_votes_are_each_fields_majority_over_samples_decoded_with_their_own_seed
     hot = dataclasses.replace(GREEDY, temperature=VOTE_TEMPERATURE)
     disagreed = 0
     for row_id, text in DOCS.items():
-        prompt = Prompt(row_id, text, SYSTEM, engine.constraint(lark=grounded_lark(SCHEMA, text)), record_seed(0, row_id), 48)
+        prompt = Prompt(row_id, text, SYSTEM, engine.constraint(lark=grounded_lark(SCHEMA, text)), seed=record_seed(0, row_id), max_tokens=48)
         prompts = sample_prompts(prompt, 3, hot)
         decoded = {c.id: json.loads(c.text) for c in engine.generate(prompts)}
         samples = [decoded[p.id] for p in prompts]
