@@ -20,7 +20,7 @@ from fucina_jobs.config import validate
 from fucina_jobs.pipeline.driver import Job
 
 from tests.helpers import make_run
-from ..eval.test_review import RECORDS
+from ..review.test_review import RECORDS
 from tests.helpers import REPO, canned_job, write_jsonl
 
 pytestmark = pytest.mark.slow
