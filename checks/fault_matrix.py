@@ -31,13 +31,13 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 from typing import Callable
 
 from faulty_store import Rule, S3Store
-from fucina_jobs.pipeline.config import SHIPPED
-from fucina_jobs.pipeline.rundir import RunDir
+from fucina_jobs.config import SHIPPED
+from fucina_jobs.data.rundir import RunDir
 
 REPO = Path(__file__).resolve().parents[1]
 IDS = [f"r{i:02d}" for i in range(1, 9)]
@@ -46,6 +46,7 @@ IDS = [f"r{i:02d}" for i in range(1, 9)]
 @dataclass
 class Outcome:
     case: str
+    _: KW_ONLY
     rows_in: int = 0
     rows_out: int = 0
     duplicates: int = 0
@@ -453,14 +454,14 @@ def count(c: Case) -> Outcome:
     manifest = c.manifest()
     return Outcome(
         c.name,
-        len(expected),
-        sum(seen.values()),
-        sum(n - 1 for n in seen.values() if n > 1),
-        sum(1 for i in expected if i not in seen),
-        c.exits,
-        manifest.get("status", "-"),
-        c.note,
-        sum(log.read_text(errors="replace").count("Traceback") for log in c.out.parent.glob("run-*.log")),
+        rows_in=len(expected),
+        rows_out=sum(seen.values()),
+        duplicates=sum(n - 1 for n in seen.values() if n > 1),
+        losses=sum(1 for i in expected if i not in seen),
+        exits=c.exits,
+        status=manifest.get("status", "-"),
+        note=c.note,
+        tracebacks=sum(log.read_text(errors="replace").count("Traceback") for log in c.out.parent.glob("run-*.log")),
     )
 
 

@@ -37,7 +37,7 @@ from fucina_jobs.decoding.batch import BatchDecoder, Request, SpecConfig
 from fucina_jobs.engines import compile_constraint, encode_chat, sampling_params, speculation, stop_tokens
 from fucina_jobs.models.hf_runner import HFRunner
 from fucina_jobs.models.loading import load_tokenizer
-from fucina_jobs.pipeline.config import DecodingConfig
+from fucina_jobs.config import DecodingConfig
 
 log = logging.getLogger("checks.gpu")
 SHAPES = {

@@ -45,9 +45,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     command, rest = argv[0], argv[1:]
     if command == "run":
-        from .pipeline.cli import run
+        from .pipeline import run_command
 
-        return run(rest)
+        return run_command(rest)
     if command == "learn":
         from .learning.cli import learn_command
 
@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return compare_command(rest)
     if command == "review":
-        from .eval.review import review_command
+        from .review.cli import review_command
 
         return review_command(rest)
     if command in ("export", "import"):
@@ -82,6 +82,6 @@ def _labelstudio(command: str, rest: list[str]) -> int:
     if not rest or rest[0] != "labelstudio":
         sys.stderr.write(f"usage: python -m fucina_jobs {command} labelstudio ...: labelstudio is the one tool {command} knows\n")
         return 2
-    from .labelstudio import export_command, import_command
+    from .review.labelstudio import export_command, import_command
 
     return (export_command if command == "export" else import_command)(rest[1:])

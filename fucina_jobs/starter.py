@@ -12,7 +12,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from .pipeline.config import SHIPPED
+from .config import SHIPPED
 
 ROWS = 5
 CONFIG = """\

@@ -25,7 +25,7 @@ import torch
 
 from fucina_jobs.decoding.constraint import Constraint, apply_bitmask
 from fucina_jobs.models.loading import load_tokenizer
-from fucina_jobs.pipeline.config import SHIPPED
+from fucina_jobs.config import SHIPPED
 
 
 def unpack_then_fill(logits: torch.Tensor, bitmask: np.ndarray) -> None:

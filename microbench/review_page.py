@@ -28,15 +28,15 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from fucina_jobs.bench.tables import format_table  # noqa: E402
-from fucina_jobs.browser import Chromium  # noqa: E402
-from fucina_jobs.eval.review_page import READY, write_page  # noqa: E402
+from fucina_jobs.review.browser import Chromium  # noqa: E402
+from fucina_jobs.review.page import READY, write_page  # noqa: E402
 from fucina_jobs.eval.runs import read_run  # noqa: E402
 from fucina_jobs.eval.sources import read_sources  # noqa: E402
 from fucina_jobs.grounding.declaration import grounded_fields  # noqa: E402
-from fucina_jobs.pipeline.config import SHIPPED  # noqa: E402
+from fucina_jobs.config import SHIPPED  # noqa: E402
 from fucina_jobs.grounding.spans import value_spans  # noqa: E402
-from fucina_jobs.pipeline.sink import META_FIELDS, REJECT_SCHEMA  # noqa: E402
-from fucina_jobs.pipeline.storage import write_json, write_table  # noqa: E402
+from fucina_jobs.data.sink import META_FIELDS, REJECT_SCHEMA  # noqa: E402
+from fucina_jobs.data.storage import write_json, write_table  # noqa: E402
 
 FILTER = """(() => { const el = document.getElementById('below'); const t0 = performance.now();
   el.value = '0.8'; el.dispatchEvent(new Event('input', {bubbles: true})); return performance.now() - t0; })()"""

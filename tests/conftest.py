@@ -90,7 +90,7 @@ def padded_runner():
 @pytest.fixture(scope="session")
 def real_engine():
     from fucina_jobs.engines import FucinaEngine
-    from fucina_jobs.pipeline.config import ModelConfig
+    from fucina_jobs.config import ModelConfig
 
     return FucinaEngine.load(ModelConfig(device="cpu"))
 

@@ -23,10 +23,10 @@ from fucina_jobs.decoding.sampler import SamplingParams
 from fucina_jobs.engines import sampling_params, speculation
 from fucina_jobs.eval.maskbench import instance_accepted, load_suite  # noqa: F401  (tests import them from here)
 from fucina_jobs.eval.maskbench import run_suite as _run_suite
-from fucina_jobs.pipeline.config import SHIPPED, DecodingConfig
-from fucina_jobs.pipeline.rundir import RunDir
-from fucina_jobs.pipeline.sink import META_FIELDS, REJECT_SCHEMA
-from fucina_jobs.pipeline.storage import write_json, write_table
+from fucina_jobs.config import SHIPPED, DecodingConfig
+from fucina_jobs.data.rundir import RunDir
+from fucina_jobs.data.sink import META_FIELDS, REJECT_SCHEMA
+from fucina_jobs.data.storage import write_json, write_table
 
 REPO = Path(__file__).resolve().parents[1]
 VOCAB = 49152

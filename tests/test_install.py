@@ -9,14 +9,18 @@ import shutil
 import site
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
 
 from fucina_jobs.pipeline.cli import compose
-from fucina_jobs.pipeline.config import SHIPPED, locate
-from fucina_jobs.pipeline.rundir import RunDir
+from fucina_jobs.config import SHIPPED, locate
+from fucina_jobs.data.rundir import RunDir
 from tests.helpers import REPO
+
+#: The checkout's top-level folders the wheel ships inside the package (``config.SHIPPED``).
+SHIPPED_FOLDERS = ("conf", "jobs", "schemas")
 
 MY_JOB = """\
 defaults:
@@ -63,13 +67,39 @@ def test_relative_inputs_are_read_from_the_working_directory_first_then_from_the
     assert locate("schemas/nowhere.json", project) == project / "schemas/nowhere.json"  # an error names the user's path
 
 
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"PYTHONPATH": str(REPO)}
+    return subprocess.run([sys.executable, "-m", "fucina_jobs", *args], capture_output=True, text=True, timeout=300, env=env)
+
+
 def test_cli_names_the_jobs_when_conf_names_none(project):
     (project / "conf" / "myjob.yaml").write_text(MY_JOB.format(name="mine", data="rows.jsonl"))
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    run = subprocess.run([sys.executable, "-m", "fucina_jobs", "run", "conf=nope"], capture_output=True, text=True, timeout=300, env=env)
+    run = _cli("run", "conf=nope")
     assert run.returncode == 2 and run.stderr.count("\n") == 1
     assert run.stderr.startswith(f"conf=nope: no nope.yaml in {project / 'conf'} or the package's jobs; the jobs are ")
     assert {"extract_invoices", "myjob"} <= set(run.stderr.split("the jobs are ")[1].strip().split(", "))
+
+
+def test_cli_shows_a_job_of_ones_own_whatever_the_order_of_its_arguments(project):
+    """The shipped configs' search path joins the user's overrides, which Hydra takes as one run of arguments before ``--cfg``."""
+    (project / "conf" / "myjob.yaml").write_text(MY_JOB.format(name="mine", data="rows.jsonl"))
+    for args in (
+        ["conf=myjob", "runtime.streams=3", "--cfg", "job"],
+        ["runtime.streams=3", "conf=myjob", "--cfg", "job"],
+        ["conf=myjob", "--cfg", "job", "runtime.streams=3"],
+    ):
+        shown = _cli("run", *args)
+        assert shown.returncode == 0, shown.stderr
+        assert "name: mine" in shown.stdout and "streams: 3" in shown.stdout
+
+
+def test_the_wheel_holds_every_package_of_the_source_and_the_shipped_folders():
+    """pyproject.toml lists the packages by name (the shipped folders are mapped into the package, which discovery cannot do)."""
+    setup = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+    source = {".".join(p.parent.relative_to(REPO).parts) for p in (REPO / "fucina_jobs").rglob("*.py")}
+    shipped = {f"fucina_jobs.shipped.{folder}": folder for folder in SHIPPED_FOLDERS}
+    assert set(setup["packages"]) == source | set(shipped)
+    assert setup["package-dir"] == shipped
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +108,8 @@ def installed(tmp_path_factory):
     environment's, reached through a .pth file, so nothing is downloaded; the checkout is not on its path."""
     work = tmp_path_factory.mktemp("wheel")
     source = work / "source"  # only what the wheel is built from, so the build leaves nothing in the checkout
-    shutil.copytree(REPO / "fucina_jobs", source / "fucina_jobs", ignore=shutil.ignore_patterns("__pycache__"))
+    for folder in ("fucina_jobs", *SHIPPED_FOLDERS):
+        shutil.copytree(REPO / folder, source / folder, ignore=shutil.ignore_patterns("__pycache__"))
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(REPO / name, source / name)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}

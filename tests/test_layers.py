@@ -3,21 +3,34 @@
 Every import counts, those inside functions and ``TYPE_CHECKING`` blocks
 included. A module's rule is its most specific entry in ``MAY_IMPORT``; a
 module outside every entry (``cli.py``, ``bench/``...) sits on top and may
-import anything.
+import anything, except the modules behind a facade (``FACADES``). The modules
+import one another without a cycle.
 """
 
 from __future__ import annotations
 
 import ast
+import importlib
 import re
 from pathlib import Path
 
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "fucina_jobs"
-FACADE = "the engines facade"  # the package fucina_jobs.engines itself: the layers above import it, never its modules
 
-#: Who may import what of the project: module (or package) prefix -> the prefixes it may import.
+
+class Facade(str):
+    """A package itself (its ``__init__``): the layers that may import it import that, never one of its modules."""
+
+
+ENGINES = Facade("fucina_jobs.engines")  # the decoder, as the layers above it see it
+DATA = Facade("fucina_jobs.data")  # data in and out: datasets, records and rejects, the run folder, storage
+RUN = Facade("fucina_jobs.pipeline")  # the run: the Hydra command, the driver, shards and replicas
+MODELS = Facade("fucina_jobs.models")  # the package itself holds only the embedded model's name, which config.py's default is
+#: Packages that every module outside them, on any layer, reaches through the package itself.
+FACADES = (DATA, RUN)
+
+#: Who may import what of the project: module (or package) prefix -> the prefixes (or facades) it may import.
 MAY_IMPORT: dict[str, set[str]] = {
     "fucina_jobs.cache": set(),
     "fucina_jobs.confidence": set(),
@@ -35,22 +48,19 @@ MAY_IMPORT: dict[str, set[str]] = {
     "fucina_jobs.decoding.constrained_source": {"fucina_jobs.decoding.processor", "fucina_jobs.decoding.drafting"},  # its two protocols
     "fucina_jobs.decoding.runner": set(),
     "fucina_jobs.models": {"fucina_jobs.models", "fucina_jobs.native", "fucina_jobs.cache", "fucina_jobs.private_apis"},
-    "fucina_jobs.pipeline.config": set(),  # every setting and its default: below the engines, which build their options from it
-    "fucina_jobs.engines": {
-        "fucina_jobs.engines",
-        "fucina_jobs.decoding",
-        "fucina_jobs.models",
-        "fucina_jobs.confidence",
-        "fucina_jobs.pipeline.config",
-    },
-    "fucina_jobs.engines.vllm": {FACADE, "fucina_jobs.engines.base", "fucina_jobs.pipeline.config"},
-    "fucina_jobs.engines.canned": {FACADE, "fucina_jobs.engines.base", "fucina_jobs.pipeline.config"},
+    "fucina_jobs.config": {MODELS},  # every setting and its default: below the engines, which build their options from it
+    "fucina_jobs.engines": {"fucina_jobs.engines", "fucina_jobs.decoding", "fucina_jobs.models", "fucina_jobs.confidence", "fucina_jobs.config"},
+    "fucina_jobs.engines.vllm": {ENGINES, "fucina_jobs.engines.base", "fucina_jobs.config"},
+    "fucina_jobs.engines.canned": {ENGINES, "fucina_jobs.engines.base", "fucina_jobs.config"},
     "fucina_jobs.learning": {"fucina_jobs.learning", "fucina_jobs.grounding"},
-    "fucina_jobs.learning.cli": {"fucina_jobs.learning", "fucina_jobs.grounding", "fucina_jobs.pipeline", "fucina_jobs.eval"},
+    "fucina_jobs.learning.cli": {"fucina_jobs.learning", "fucina_jobs.grounding", "fucina_jobs.config", DATA, RUN, "fucina_jobs.eval"},
+    "fucina_jobs.data": {"fucina_jobs.data", "fucina_jobs.config", "fucina_jobs.confidence"},
     "fucina_jobs.pipeline": {
         "fucina_jobs.pipeline",
-        FACADE,
-        "fucina_jobs.learning",
+        "fucina_jobs.config",
+        DATA,
+        ENGINES,
+        "fucina_jobs.learning.learned",  # a job's constraint.learned cues, merged into its schema
         "fucina_jobs.grounding",
         "fucina_jobs.rules",
         "fucina_jobs.confidence",
@@ -59,12 +69,15 @@ MAY_IMPORT: dict[str, set[str]] = {
     },
     "fucina_jobs.eval": {
         "fucina_jobs.eval",
-        "fucina_jobs.pipeline",
-        FACADE,
+        "fucina_jobs.config",
+        DATA,
+        RUN,
+        ENGINES,
         "fucina_jobs.grounding",
         "fucina_jobs.confidence",
         "fucina_jobs.run_info",
     },
+    "fucina_jobs.review": {"fucina_jobs.review", "fucina_jobs.eval", "fucina_jobs.config", DATA, "fucina_jobs.grounding", "fucina_jobs.confidence"},
 }
 #: Libraries a layer must not import: the decoder is a library the pipeline uses, not the other way round.
 MAY_NOT_IMPORT: dict[str, set[str]] = {
@@ -108,8 +121,8 @@ def _rule(table: dict[str, set[str]], module: str) -> set[str] | None:
 
 
 def _allows(entry: str, name: str) -> bool:
-    if entry == FACADE:
-        return name == "fucina_jobs.engines"
+    if isinstance(entry, Facade):
+        return name == entry
     return name == entry or name.startswith(entry + ".")
 
 
@@ -125,15 +138,83 @@ def violations(module: str, source: str) -> list[str]:
     return out
 
 
+def facade_violations(module: str, source: str) -> list[str]:
+    """The modules behind a facade that ``module``, outside that package, imports, one line each."""
+    return [
+        f"{module} imports {name}; import {facade} instead"
+        for name in sorted(imports(module, source))
+        for facade in FACADES
+        if name.startswith(facade + ".") and not (module == facade or module.startswith(facade + "."))
+    ]
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Each module of the package and the modules of the package it imports (a package is its ``__init__``)."""
+    sources = {module_name(path): path.read_text(encoding="utf-8") for path in sorted(PACKAGE.rglob("*.py"))}
+
+    def node(name: str) -> str:
+        while name not in sources:
+            name = name.rpartition(".")[0]
+        return name
+
+    return {m: {node(n) for n in imports(m, s) if n.startswith("fucina_jobs.")} - {m} for m, s in sources.items()}
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every cycle's modules (the strongly connected components of more than one module), by Tarjan's algorithm."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = stack[stack.index(v) :]
+            del stack[stack.index(v) :]
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
 def test_no_layer_imports_upward():
     found = [v for path in sorted(PACKAGE.rglob("*.py")) for v in violations(module_name(path), path.read_text(encoding="utf-8"))]
     assert not found, "layer rules broken (docs/ARCHITECTURE.md):\n" + "\n".join(found)
 
 
+def test_the_data_and_run_packages_are_imported_through_their_facades():
+    found = [v for path in sorted(PACKAGE.rglob("*.py")) for v in facade_violations(module_name(path), path.read_text(encoding="utf-8"))]
+    assert not found, "a package's modules imported past its facade (docs/ARCHITECTURE.md):\n" + "\n".join(found)
+    for facade in FACADES:  # every name a facade offers is there
+        module = importlib.import_module(facade)
+        assert module.__all__ and all(getattr(module, name) is not None for name in module.__all__)
+
+
+def test_no_module_imports_itself_through_a_cycle():
+    found = cycles(import_graph())
+    assert not found, "import cycles:\n" + "\n".join(" <-> ".join(c) for c in found)
+
+
+def test_the_cycle_check_finds_a_cycle():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
 @pytest.mark.parametrize(
     "module, source",
     [
-        ("fucina_jobs.decoding.batch", "from ..pipeline.config import JobConfig"),
+        ("fucina_jobs.decoding.batch", "from ..config import JobConfig"),
         ("fucina_jobs.decoding.batch", "def f():\n    import ray"),
         ("fucina_jobs.decoding.constraint", "from .drafting import Draft"),
         ("fucina_jobs.native", "from ..models.loading import load_model"),
@@ -141,7 +222,15 @@ def test_no_layer_imports_upward():
         ("fucina_jobs.pipeline.driver", "from ..engines.fucina import FucinaEngine"),
         ("fucina_jobs.eval.maskbench", "from ..models import loading"),
         ("fucina_jobs.engines.vllm", "from ..decoding.batch import StreamStats"),
-        ("fucina_jobs.pipeline.config", "from ..engines import SpecConfig"),
+        ("fucina_jobs.config", "from .engines import SpecConfig"),
+        ("fucina_jobs.config", "from .models.loading import DEFAULT_MODEL"),
+        ("fucina_jobs.data.sink", "from ..pipeline import Job"),
+        ("fucina_jobs.data.rundir", "from ..engines import Prompt"),
+        ("fucina_jobs.pipeline.job_constraint", "from ..learning.cli import learn_command"),
+        ("fucina_jobs.pipeline.driver", "from ..eval.runs import read_run"),
+        ("fucina_jobs.eval.runs", "from ..data.rundir import RunDir"),
+        ("fucina_jobs.eval.evaluate", "from ..review.cli import least_certain"),
+        ("fucina_jobs.review.cli", "from ..pipeline import Job"),
     ],
 )
 def test_the_rules_catch_an_upward_import(module, source):
@@ -149,8 +238,18 @@ def test_the_rules_catch_an_upward_import(module, source):
 
 
 def test_the_rules_let_each_layer_import_what_it_may():
-    assert not violations("fucina_jobs.pipeline.replica", "from .. import engines\nfrom ..engines import Prompt\nfrom .config import JobConfig")
+    assert not violations("fucina_jobs.pipeline.replica", "from .. import engines\nfrom ..engines import Prompt\nfrom ..config import JobConfig")
     assert not violations("fucina_jobs.engines", "from ..decoding.batch import StreamStats\nfrom .fucina import FucinaEngine")
+    assert not violations("fucina_jobs.pipeline.driver", "from ..data import RunDir\nfrom .replica import ShardWorker")
+    assert not violations("fucina_jobs.eval.evaluate", "from ..pipeline import Job\nfrom ..data import META_FIELDS")
+    assert not violations("fucina_jobs.config", "from .models import DEFAULT_MODEL")
+
+
+def test_the_facade_check_catches_a_module_behind_a_facade():
+    assert facade_violations("fucina_jobs.bench.job", "from ..pipeline.driver import Job")  # bench may import anything, but through the facade
+    assert facade_violations("fucina_jobs.cli", "from .data.storage import write_json")
+    assert not facade_violations("fucina_jobs.bench.job", "from ..pipeline import Job")
+    assert not facade_violations("fucina_jobs.pipeline.driver", "from .replica import ShardWorker")  # inside its own package
 
 
 def test_private_names_of_ray_and_torch_are_called_from_private_apis_only():

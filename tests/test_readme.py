@@ -12,7 +12,7 @@ import jsonschema
 import pytest
 from pydantic import BaseModel
 
-from fucina_jobs.pipeline.config import DEFAULT_OUTPUT_DIR, ENGINES, SHIPPED, JobConfig
+from fucina_jobs.config import DEFAULT_OUTPUT_DIR, ENGINES, SHIPPED, JobConfig
 from tests.helpers import REPO
 
 README = (REPO / "README.md").read_text(encoding="utf-8")
@@ -59,7 +59,7 @@ def test_the_readme_config_table_is_the_pydantic_models_own():
     missing = [row for key, row in expected.items() if written.get(key) != row]
     stale = [row for key, row in written.items() if expected.get(key) != row]
     assert not missing and not stale, (
-        "README.md's config table differs from fucina_jobs/pipeline/config.py (key, default, description, choices, bounds).\n"
+        "README.md's config table differs from fucina_jobs/config.py (key, default, description, choices, bounds).\n"
         + ("Add (or replace with) these rows, in this order among the others:\n" + "\n".join(missing) + "\n" if missing else "")
         + ("Remove these rows:\n" + "\n".join(stale) + "\n" if stale else "")
         + "The whole table body, in order:\n"

@@ -7,7 +7,7 @@ import logging
 import os
 import platform
 import time
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any, Iterator, Mapping, Sequence, TypeVar
 
 from .inputs import Doc
@@ -62,6 +62,7 @@ class Arm:
     label: str
     speculative: Any  # a SpeculativeConfig
     constrained: bool
+    _: KW_ONLY
     engine: Any = None
     clock: ForwardClock | None = None
     walls: list[float] = field(default_factory=list)  # one total per repeat
@@ -90,7 +91,7 @@ def load_model_for(args: argparse.Namespace):
 def timed_engine(loaded: Any, speculative: Any, streams: int = 1):
     """Our engine with the job's default decoding but ``speculative`` (a ``SpeculativeConfig``), its forwards timed."""
     from ..engines import FucinaEngine
-    from ..pipeline.config import DecodingConfig, RuntimeConfig
+    from ..config import DecodingConfig, RuntimeConfig
 
     engine = FucinaEngine(loaded, DecodingConfig(speculative=speculative), RuntimeConfig(streams=streams))
     return engine, ForwardClock(engine.runner)

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, get_args
 
 from . import job, occupancy, pipeline, reports
-from ..pipeline.config import DecodingConfig, ModelConfig
+from ..config import DecodingConfig, ModelConfig
 from .inputs import DEFAULT_JOB, DEFAULT_SCHEMA, load_docs
 
 log = logging.getLogger("fucina_jobs.bench")
@@ -79,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     common.add_argument("--json", action="store_true", help="print one JSON object instead of the text tables")
     common.add_argument("--save", type=Path, metavar="FILE", help="also write the JSON object to FILE")
-    # The model's defaults and choices are a job's (pipeline/config.py), so a benchmark measures what a run would load.
+    # The model's defaults and choices are a job's (config.py), so a benchmark measures what a run would load.
     model = ModelConfig.model_fields
     common.add_argument("--model", default=model["source"].default, help=f"model source: {model['source'].description}")
     common.add_argument(

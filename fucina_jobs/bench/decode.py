@@ -19,7 +19,7 @@ log = logging.getLogger(__name__)
 
 
 def run_decode(args: argparse.Namespace) -> dict[str, Any]:
-    from ..pipeline.config import SpeculativeConfig
+    from ..config import SpeculativeConfig
 
     system, docs = load_docs(args.job, args.docs)
     loaded = load_model_for(args)

@@ -27,7 +27,7 @@ import os
 import statistics
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -46,21 +46,22 @@ class ArmSpec:
     key: str
     label: str
     family: str  # fucina | vllm-structured | vllm-ngram | transformers: one worker process each
+    _: KW_ONLY
     streams: int
     speculative: bool
 
 
 def arm_specs(streams: int, with_vllm: bool) -> list[ArmSpec]:
     arms = [
-        ArmSpec("fucina_plain", "fucina plain constrained", "fucina", 1, False),
-        ArmSpec("fucina_spec", "fucina spec + grammar drafting", "fucina", 1, True),
-        ArmSpec("fucina_spec_streams", f"fucina spec + grammar drafting, {streams} streams", "fucina", streams, True),
-        ArmSpec("transformers_llguidance", "transformers generate + llguidance", "transformers", streams, False),
+        ArmSpec("fucina_plain", "fucina plain constrained", "fucina", streams=1, speculative=False),
+        ArmSpec("fucina_spec", "fucina spec + grammar drafting", "fucina", streams=1, speculative=True),
+        ArmSpec("fucina_spec_streams", f"fucina spec + grammar drafting, {streams} streams", "fucina", streams=streams, speculative=True),
+        ArmSpec("transformers_llguidance", "transformers generate + llguidance", "transformers", streams=streams, speculative=False),
     ]
     if with_vllm:
         arms += [
-            ArmSpec("vllm_structured", "vLLM structured", "vllm-structured", streams, False),
-            ArmSpec(REFERENCE, "vLLM structured + n-gram", "vllm-ngram", streams, True),
+            ArmSpec("vllm_structured", "vLLM structured", "vllm-structured", streams=streams, speculative=False),
+            ArmSpec(REFERENCE, "vLLM structured + n-gram", "vllm-ngram", streams=streams, speculative=True),
         ]
     return arms
 
@@ -112,7 +113,7 @@ def _fucina(arms: list[ArmSpec], settings: dict[str, Any]) -> dict[str, Callable
     import torch
 
     from ..engines import FucinaEngine, load_model
-    from ..pipeline.config import DecodingConfig, RuntimeConfig, SpeculativeConfig
+    from ..config import DecodingConfig, RuntimeConfig, SpeculativeConfig
 
     torch.set_num_threads(settings["threads"])
     loaded = load_model(settings["model"], settings["device"], settings["dtype"])
@@ -127,7 +128,7 @@ def _fucina(arms: list[ArmSpec], settings: dict[str, Any]) -> dict[str, Callable
 
 def _vllm(arms: list[ArmSpec], settings: dict[str, Any]) -> dict[str, Callable]:
     from ..engines.vllm import VLLMEngine
-    from ..pipeline.config import DecodingConfig, ModelConfig, RuntimeConfig, SpeculativeConfig
+    from ..config import DecodingConfig, ModelConfig, RuntimeConfig, SpeculativeConfig
 
     (arm,) = arms
     decoding = DecodingConfig(speculative=SpeculativeConfig(enabled=arm.speculative, max_draft=settings["vllm_draft"]))

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..pipeline.config import SHIPPED
+from ..config import SHIPPED
 
 log = logging.getLogger(__name__)
 

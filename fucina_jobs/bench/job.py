@@ -25,7 +25,7 @@ import sys
 import tempfile
 import textwrap
 import time
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +46,7 @@ example: the shipped invoice eval as it is, against the same with worked example
 class JobArm:
     name: str
     overrides: list[str]
+    _: KW_ONLY
     walls: list[float] = field(default_factory=list)  # seconds per row, one per round
     hashes: list[str] = field(default_factory=list)  # the run's content hash, one per round
     rows: int = 0
@@ -98,9 +99,8 @@ def _job(conf: str, overrides: list[str], arm: str, out: Path) -> Any:
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    from ..pipeline.cli import compose
-    from ..pipeline.config import ConfigError, validate
-    from ..pipeline.driver import Job
+    from ..config import ConfigError, validate
+    from ..pipeline import Job, compose
 
     if any(o.lstrip("+~").startswith("output.") for o in overrides):
         raise ConfigError(f"arm {arm}: output.* is the benchmark's to set (--keep DIR keeps the runs)")
@@ -129,7 +129,7 @@ def _rounds(conf: str, shared: list[str], arms: list[JobArm], rounds: int, work:
     """Every arm's run of every round, alternated, on one Ray (started here unless one is up), into ``work/ARM/round-N``."""
     import ray
 
-    from ..pipeline.ray_pool import connect
+    from ..pipeline import connect
 
     def jobs(r: int) -> dict[str, Any]:
         return {a.name: _job(conf, [*shared, *a.overrides], a.name, work / a.name / f"round-{r}") for a in arms}
@@ -228,7 +228,7 @@ def format_job(result: dict[str, Any]) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
-    from ..pipeline.config import ConfigError
+    from ..config import ConfigError
 
     if args.rounds < 1:
         raise SystemExit("bench job: --rounds must be 1 or more")

@@ -75,16 +75,15 @@ def _rows(path: Path, n: int) -> None:
 
 
 def _job(data: Path, out: Path, held: int) -> Any:
-    from ..pipeline.cli import compose
-    from ..pipeline.config import validate
-    from ..pipeline.driver import Job
+    from ..config import validate
+    from ..pipeline import Job, compose
 
     raw = compose("extract_invoices", [f"dataset.path={data}", f"output.dir={out}", f"runtime.shards_in_flight={held}"])
     return Job(validate(raw), Path.cwd(), raw)
 
 
 def _occupancies(out: Path) -> list[float]:
-    from ..pipeline.rundir import RunDir
+    from ..data import RunDir
 
     table = RunDir.open(out).read("stats", columns=["shard", "occupancy"])
     return [o for _, o in sorted(zip(table.column("shard").to_pylist(), table.column("occupancy").to_pylist()))]

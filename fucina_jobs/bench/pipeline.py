@@ -29,8 +29,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..pipeline.config import SHIPPED
-from ..pipeline.rundir import RunDir
+from ..config import SHIPPED
+from ..data import RunDir
 
 _JOB = SHIPPED / "jobs" / "invoices"
 
@@ -94,8 +94,8 @@ def _ungrounded(schema: Any) -> Any:
 
 
 def run_pipeline(args: argparse.Namespace) -> dict[str, Any]:
-    from ..pipeline.config import validate
-    from ..pipeline.driver import Job
+    from ..config import validate
+    from ..pipeline import Job
 
     work = Path(tempfile.mkdtemp(prefix="fucina-bench-pipeline-")) if args.dir is None else args.dir
     try:
@@ -145,7 +145,7 @@ def _exactly_once(out: Path, rows: int) -> bool:
 
 def _killed_runs(args: argparse.Namespace, raw: dict[str, Any], work: Path) -> dict[str, Any]:
     """Kill the driver at random commit counts, rerun to the end, and check nothing committed was redone."""
-    from ..pipeline.config import validate
+    from ..config import validate
 
     config, out = work / "job.json", Path(raw["output"]["dir"])
     config.write_text(json.dumps(raw))
@@ -183,8 +183,8 @@ def _killed_runs(args: argparse.Namespace, raw: dict[str, Any], work: Path) -> d
 
 def run_job(config: str) -> None:
     """The child process of ``--kills``: run the job a JSON file describes."""
-    from ..pipeline.config import validate
-    from ..pipeline.driver import Job
+    from ..config import validate
+    from ..pipeline import Job
 
     Job(validate(json.loads(Path(config).read_text())), Path.cwd()).run()
 

@@ -32,7 +32,7 @@ import shutil
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -114,6 +114,7 @@ class Arm:
     """One arm's counts over every report."""
 
     name: str
+    _: KW_ONLY
     gold: int = 0
     items: int = 0
     matched: dict[str, int] = field(default_factory=lambda: {"all": 0, "date+total": 0})
@@ -164,10 +165,9 @@ def _rate(n: float, total: float) -> float | None:
 
 def _run(job: str, data: Path, out: Path, overrides: list[str]) -> tuple[list[dict], list[dict], list[dict]]:
     """Run ``conf/<job>.yaml`` on ``data`` into ``out``; its records, rejects and stats."""
-    from ..pipeline.cli import compose
-    from ..pipeline.config import validate
-    from ..pipeline.driver import Job
-    from ..pipeline.rundir import RunDir
+    from ..config import validate
+    from ..data import RunDir
+    from ..pipeline import Job, compose
 
     raw = compose(job, [f"dataset.path={data}", f"output.dir={out}", "runtime.replicas=1", *overrides])
     Job(validate(raw), Path.cwd(), raw).run()
@@ -196,12 +196,12 @@ def run_reports(args: argparse.Namespace) -> dict[str, Any]:
 
     import ray
 
-    from ..engines import load_tokenizer, resolve_source
+    from ..engines import DEFAULT_MODEL, load_tokenizer
 
     low, _, high = args.receipts.partition("-")
     reports = build_reports(args.dev, args.reports, (int(low), int(high or low)), args.seed)
     work = Path(tempfile.mkdtemp(prefix="fucina-bench-reports-")) if args.dir is None else args.dir
-    tokenizer = load_tokenizer(resolve_source("default"))
+    tokenizer = load_tokenizer(DEFAULT_MODEL)
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     ray.init(
         address="local",
@@ -251,9 +251,8 @@ def run_reports(args: argparse.Namespace) -> dict[str, Any]:
 def plan(args: argparse.Namespace, tokenizer: Any) -> dict[str, Any]:
     """The chunks of one document of ``--scale`` contexts (receipts joined until it is that long), as the report job cuts them."""
     from ..engines import encode_chat
-    from ..pipeline.chunking import Chunker
-    from ..pipeline.cli import compose
-    from ..pipeline.config import read_text_option, validate
+    from ..config import read_text_option, validate
+    from ..pipeline import Chunker, compose
 
     cfg = validate(compose(JOB, ["dataset.path=unused", *args.override]))
     system, template = (read_text_option(getattr(cfg.prompt, k), Path.cwd()) for k in ("system", "template"))

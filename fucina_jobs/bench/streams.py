@@ -17,7 +17,7 @@ log = logging.getLogger(__name__)
 
 
 def run_streams(args: argparse.Namespace) -> dict[str, Any]:
-    from ..pipeline.config import SpeculativeConfig
+    from ..config import SpeculativeConfig
 
     widths = args.streams
     system, docs = load_docs(args.job, args.docs)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from .choice import continuation_logprobs, token_tree
@@ -36,7 +36,7 @@ class SharedBatchProcessor(ValueError):
     """Two live streams were handed the same processor object."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SpecConfig:
     """Speculation for ``BatchDecoder``; ``spec=None`` is plain decoding, the one way to turn it off. The settings a job
     names have their defaults in the job's config (``decoding.speculative.*``); an engine builds this from it."""
@@ -60,7 +60,7 @@ class Request:
     document: Sequence[Sequence[int]] = field(default=(), kw_only=True)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class StreamStats:
     prompt_tokens: int = 0
     forwards: int = 0
@@ -90,6 +90,7 @@ class Generation:
     tokens: list[int]
     finish_reason: str  # stop | length | error
     stats: StreamStats
+    _: KW_ONLY
     error: str | None = None
     #: Probability of each of ``tokens`` as the sampler selected it (``Sampler.next``).
     token_probs: list[float] = field(default_factory=list)
@@ -206,7 +207,7 @@ class Stream:
         tokens = self.history[len(self.request.prompt) :]
         # The sampler also scored a final stop token, which the history leaves out.
         probs = self.sampler.token_probs[: len(tokens)]
-        return Generation(self.request.id, tokens, self.finish, self.stats, self.error, probs)
+        return Generation(self.request.id, tokens, self.finish, self.stats, error=self.error, token_probs=probs)
 
 
 def _drafter(spec: SpecConfig, processor: LogitProcessor | None, document: Sequence[Sequence[int]] = ()) -> DraftSource:
@@ -231,6 +232,7 @@ class BatchDecoder:
         stop_tokens: Iterable[int],
         params: SamplingParams,
         spec: SpecConfig | None = None,
+        *,
         streams: int = 1,
         on_step: Callable[[], Any] | None = None,
         prefill_tokens: int = 2048,

@@ -75,6 +75,7 @@ class LikelihoodChoice(LogitProcessor):
         choices: Sequence[tuple[str, Sequence[str], str]],
         encode: Callable[[str], list[int]],
         decode: Callable[[list[int]], str],
+        *,
         max_options: int = 16,
     ):
         self.inner = inner

@@ -12,7 +12,7 @@ or a cause no relaxation handles remains.
 
 Wider means the grammar may accept outputs the original schema rejects: that
 is why every output is validated against the *original* schema afterwards
-(``pipeline.sink.Validator``), and a failure there is a ``schema_violation``.
+(``data.sink.Validator``), and a failure there is a ``schema_violation``.
 
 ``relax`` and ``cause`` are pure functions of the schema and llguidance's
 message; only ``compile_json_schema`` calls llguidance. It needs no tokenizer,

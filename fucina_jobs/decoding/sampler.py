@@ -27,10 +27,10 @@ class AllTokensMasked(RuntimeError):
     """The processor left no selectable token: a broken rule fails loudly."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SamplingParams:
     """How ``Sampler`` picks a token. The settings a job names have their defaults in the job's config
-    (``pipeline/config.py``, ``decoding.*``); an engine builds this from it, key by key."""
+    (``config.py``, ``decoding.*``); an engine builds this from it, key by key."""
 
     temperature: float
     top_k: int

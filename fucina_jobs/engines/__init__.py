@@ -4,7 +4,7 @@ The job pipeline, ``eval`` and the vLLM engine import this package only, never
 ``decoding`` or ``models``: the ``Engine`` protocol and its types, the
 settings and stats types, the prompt encoding every engine shares, the
 constraint and the error it raises, schema relaxation and model resolution. ``build`` is the registry the replica asks: ``engine=NAME`` in a
-job's config picks the class ``pipeline.config.ENGINES[NAME].implementation``
+job's config picks the class ``config.ENGINES[NAME].implementation``
 names, imported only when a job uses it (vLLM is an optional extra).
 """
 
@@ -18,9 +18,10 @@ from ..decoding.constraint import Constraint, GrammarError, read_schema, read_so
 from ..decoding.drafting import DRAFT_SOURCES, NGRAM
 from ..decoding.relaxation import cause as compile_error_cause
 from ..decoding.relaxation import compile_json_schema
-from ..models.loading import DEFAULT_MODEL, ModelNotFound, load_model, load_tokenizer, resolve_device, resolve_source
+from ..models import DEFAULT_MODEL
+from ..models.loading import ModelNotFound, load_model, load_tokenizer, resolve_device, resolve_source
 from ..decoding.sampler import SamplingParams
-from ..pipeline.config import ENGINES
+from ..config import ENGINES
 from .base import BatchSession, Completion, Engine, EngineUnavailable, Prompt, Session, drain
 from .fucina import (
     FucinaEngine,

@@ -7,7 +7,7 @@ found by name in this package's registry (``engines/__init__.py``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Protocol
 
 from ..decoding.batch import StreamStats
@@ -24,6 +24,7 @@ class Prompt:
     text: str  # the user message: untrusted document text included
     system: str | None = None
     constraint: Any = None  # from the engine's constraint(): fucina clones it per stream
+    _: KW_ONLY
     seed: int = 0
     max_tokens: int | None = None  # None: the engine's decoding.max_tokens
     #: Worked examples as (user message, assistant answer) turns before ``text``: every row of a job
@@ -41,6 +42,7 @@ class Completion:
     text: str
     tokens: list[int]
     finish_reason: str  # stop | length | error
+    _: KW_ONLY
     stats: StreamStats = field(default_factory=StreamStats)
     error: str | None = None
     #: Per token: its probability as sampled, and its character span in ``text`` (``completion_text``).

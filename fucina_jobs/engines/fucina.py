@@ -19,7 +19,7 @@ from ..decoding.processor import LogitProcessor
 from ..decoding.sampler import SamplingParams
 from ..models.hf_runner import HFRunner
 from ..models.loading import LoadedModel, load_model
-from ..pipeline.config import DecodingConfig, FucinaEngineConfig, ModelConfig, RuntimeConfig, SpeculativeConfig, one_constraint
+from ..config import DecodingConfig, FucinaEngineConfig, ModelConfig, RuntimeConfig, SpeculativeConfig, one_constraint
 from .base import Completion, Prompt, drain
 
 
@@ -182,10 +182,10 @@ class FucinaEngine:
         tokenizer = self.tokenizer
         encode = lambda text: tokenizer(text, add_special_tokens=False, split_special_tokens=True).input_ids  # noqa: E731
         decode = lambda ids: tokenizer.decode(ids, skip_special_tokens=False)  # noqa: E731
-        return LikelihoodChoice(p.constraint.clone(), p.choices, encode, decode, self.choice_options)
+        return LikelihoodChoice(p.constraint.clone(), p.choices, encode, decode, max_options=self.choice_options)
 
     def session(self, on_step: Callable[[], Any] | None = None) -> "FucinaSession":
-        return FucinaSession(self, BatchDecoder(self.runner, self.stops, self.params, self.spec, self.streams, on_step))
+        return FucinaSession(self, BatchDecoder(self.runner, self.stops, self.params, self.spec, streams=self.streams, on_step=on_step))
 
     def generate(self, prompts: Iterable[Prompt], on_step: Callable[[], Any] | None = None) -> Iterator[Completion]:
         """Completions in the order they finish; a prompt that cannot fit the context comes back at once as an error."""
@@ -213,7 +213,7 @@ class FucinaSession:
         max_tokens = self.engine.decoding.max_tokens if p.max_tokens is None else p.max_tokens
         problem = context_overflow(len(ids), max_tokens, self.engine.context)
         if problem:
-            self.refused.append(Completion(p.id, "", [], "error", StreamStats(prompt_tokens=len(ids)), error=problem))
+            self.refused.append(Completion(p.id, "", [], "error", stats=StreamStats(prompt_tokens=len(ids)), error=problem))
             return
         document = self.engine.document(p.text) if self.engine.spec else ()
         self.decoder.add(Request(p.id, ids, self.engine.processor(p), p.seed, max_tokens=max_tokens, params=p.params, document=document), first)
@@ -233,4 +233,6 @@ class FucinaSession:
 
     def _completion(self, gen: Any) -> Completion:
         text, spans = completion_text(self.engine.tokenizer, gen.tokens)
-        return Completion(gen.id, text, gen.tokens, gen.finish_reason, gen.stats, gen.error, gen.token_probs, spans)
+        return Completion(
+            gen.id, text, gen.tokens, gen.finish_reason, stats=gen.stats, error=gen.error, token_probs=gen.token_probs, token_spans=spans
+        )

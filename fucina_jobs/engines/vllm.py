@@ -19,7 +19,7 @@ import os
 import sys
 from typing import Any, Callable, Iterable, Iterator
 
-from ..pipeline.config import DecodingConfig, ModelConfig, RuntimeConfig, SpeculativeConfig, VLLMEngineConfig
+from ..config import DecodingConfig, ModelConfig, RuntimeConfig, SpeculativeConfig, VLLMEngineConfig
 from . import (
     NGRAM,
     BatchSession,
@@ -63,6 +63,7 @@ class VLLMEngine:
         model: ModelConfig = ModelConfig(),
         decoding: DecodingConfig = DecodingConfig(),
         runtime: RuntimeConfig = RuntimeConfig(),
+        *,
         options: VLLMEngineConfig = VLLMEngineConfig(name="vllm"),
         whitespace_flexible: bool = False,
     ):
@@ -102,7 +103,7 @@ class VLLMEngine:
         """The engine a job's config (a ``JobConfig``) asks for, over the model at ``model_path``."""
         if cfg.decoding.choice == "likelihood":
             log.info("decoding.choice=likelihood is the fucina engine's: vLLM writes grounded values token by token")
-        return cls(model_path, cfg.model, cfg.decoding, cfg.runtime, cfg.engine, cfg.constraint.whitespace_flexible)
+        return cls(model_path, cfg.model, cfg.decoding, cfg.runtime, options=cfg.engine, whitespace_flexible=cfg.constraint.whitespace_flexible)
 
     def constraint(self, *, json_schema: Any = None, lark: Any = None, regex: Any = None, whitespace_flexible: bool | None = None) -> Any:
         """vLLM's ``StructuredOutputsParams``, checked here by llguidance so a bad grammar fails like ours does."""
@@ -136,7 +137,7 @@ class VLLMEngine:
             ids = encode_chat(self.tokenizer, p.text, p.system, p.examples)
             problem = context_overflow(len(ids), self._max_tokens(p), self.context)
             if problem:  # vLLM would refuse the whole call, and with it every other row of the shard
-                yield Completion(p.id, "", [], "error", StreamStats(prompt_tokens=len(ids)), error=problem)
+                yield Completion(p.id, "", [], "error", stats=StreamStats(prompt_tokens=len(ids)), error=problem)
             else:
                 fits.append((p, TokensPrompt(prompt_token_ids=ids)))
         params = {p.id: self._sampling(p) for p, _ in fits}
@@ -185,7 +186,7 @@ class VLLMEngine:
         text, spans = completion_text(self.tokenizer, tokens)
         error = None if finish != "error" else f"vLLM finished with {out.finish_reason}"
         probs = [math.exp(entry[token].logprob) for entry, token in zip(out.logprobs or [], tokens)]
-        return Completion(row_id, text, tokens, finish, stats, error, probs, spans)
+        return Completion(row_id, text, tokens, finish, stats=stats, error=error, token_probs=probs, token_spans=spans)
 
 
 def _ngram_config(s: SpeculativeConfig) -> dict[str, Any] | None:

@@ -15,7 +15,7 @@ log = logging.getLogger(__name__)
 
 
 def eval_command(argv: list[str]) -> int:
-    from ..pipeline.cli import hydra_command
+    from ..pipeline import hydra_command
 
     return hydra_command("eval", argv, _eval_task)
 
@@ -114,7 +114,7 @@ def _first(items: list[str], top: int = 3) -> str:
 
 def compare_command(argv: list[str]) -> int:
     from .arguments import ArgumentParser, positive_int
-    from ..pipeline.config import ConfigError
+    from ..config import ConfigError
     from .compare import compare, format_comparison
 
     parser = ArgumentParser(

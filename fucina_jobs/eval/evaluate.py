@@ -18,10 +18,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from ..pipeline.config import ConfigError, JobConfig, locate, validate
-from ..pipeline.driver import Job
-from ..pipeline.sink import META_FIELDS
-from ..pipeline.storage import Storage
+from ..config import ConfigError, JobConfig, locate, validate
+from ..pipeline import Job
+from ..data import META_FIELDS, Storage
 from ..run_info import file_hash, fingerprint, package_versions, utc_now
 from . import calibration, scoring
 from .runs import VERDICT_SCHEMA, VERDICTS, Run, content_hash, read_run
@@ -109,7 +108,7 @@ def generate_scores(run: Run, cfg: JobConfig, base: Path) -> dict[str, Any]:
     if cfg.dataset.schema_field:
         scores["schema_coverage"] = scoring.schema_coverage(run.rejects, scores["conformance"]["rows"])
     if cfg.dataset.format == "maskbench":
-        from ..pipeline.dataset import read_rows
+        from ..data import read_rows
 
         ran = {r["row_id"] for r in [*run.records, *run.rejects]}
         features = {row.id: row.fields.get("features", []) for row in read_rows(cfg.dataset, base) if row.id in ran}

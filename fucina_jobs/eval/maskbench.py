@@ -9,7 +9,7 @@ plainly and walked token by token through the mask of a fresh clone.
 Two verdicts per instance, as a job sees its outputs: the *grammar* verdict
 ("accepted" iff every token was allowed and the stop token is allowed after
 the last one) and the *final* verdict, which also needs the instance to pass
-the original schema (``pipeline.sink.schema_failure``, the check every record
+the original schema (``data.sink.schema_failure``, the check every record
 goes through). A relaxed grammar accepts more than the schema allows; the
 final verdict is where those instances must be rejected. This lives in the
 package (not only in the tests) because ``eval.mode=grammar`` reports the
@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, MutableSequence, Sequence
 
 from ..engines import Constraint, GrammarError, compile_json_schema, tokenizer_bridge
-from ..pipeline.sink import json_validator, schema_failure
+from ..data import json_validator, schema_failure
 
 #: Wrong-verdict causes (``verdict_cause``), by stage.
 PROPERTY_ORDER = "property order"

@@ -14,7 +14,7 @@ import base64
 import html
 import io
 import logging
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any, Sequence
 
 log = logging.getLogger(__name__)
@@ -31,6 +31,7 @@ class Plot:
     title: str
     labels: list[str]
     values: list[float]
+    _: KW_ONLY
     xlabel: str
     horizontal: bool = False
     limit: float | None = None  # the axis maximum, e.g. 1.0 for rates
@@ -126,7 +127,7 @@ def _conformance(scores: dict[str, Any]) -> Section:
                 f"Valid outputs, top {len(table)} schema features",
                 list(table),
                 [v["valid_rate"] or 0.0 for v in table.values()],
-                "valid",
+                xlabel="valid",
                 horizontal=True,
                 limit=1.0,
             )
@@ -165,7 +166,7 @@ def _accuracy(a: dict[str, Any]) -> Section:
             "Exact match per field",
             list(fields),
             [v["rate"] or 0.0 for v in fields.values()],
-            "exact match",
+            xlabel="exact match",
             horizontal=True,
             limit=1.0,
         )
@@ -207,7 +208,7 @@ def _confidence(c: dict[str, Any]) -> Section:
             "Accuracy by confidence bin",
             labels,
             [b["accuracy"] for b in bins],
-            "field confidence",
+            xlabel="field confidence",
             limit=1.0,
             reference=[b["mean_confidence"] for b in bins],
             reference_label="mean confidence (calibrated: bar reaches it)",
@@ -260,8 +261,8 @@ def _efficiency(e: dict[str, Any]) -> Section:
     )
     labels = [str(s["shard"]) for s in shards]
     section.plots += [
-        Plot("acceptance_per_shard", "Draft acceptance per shard", labels, [s["acceptance"] or 0.0 for s in shards], "shard", limit=1.0),
-        Plot("tok_s_per_shard", "Tokens per second per shard", labels, [s["tok_s"] or 0.0 for s in shards], "shard"),
+        Plot("acceptance_per_shard", "Draft acceptance per shard", labels, [s["acceptance"] or 0.0 for s in shards], xlabel="shard", limit=1.0),
+        Plot("tok_s_per_shard", "Tokens per second per shard", labels, [s["tok_s"] or 0.0 for s in shards], xlabel="shard"),
     ]
     section.notes.append(
         "tok/s is per replica (tokens over the shard's own wall time); the run's mask µs p50 is the median "
@@ -340,7 +341,7 @@ def _grammar(scores: dict[str, Any]) -> Section:
             f"Correct final verdicts, top {len(features)} schema features",
             list(features),
             [v["correct_rate"] if v["correct_rate"] is not None else 0.0 for v in features.values()],
-            "correct final verdicts",
+            xlabel="correct final verdicts",
             horizontal=True,
             limit=1.0,
         )

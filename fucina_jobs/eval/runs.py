@@ -15,8 +15,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from ..pipeline.rundir import RunDir
-from ..pipeline.sink import META_FIELDS
+from ..data import META_FIELDS, RunDir
 
 #: Written by ``eval.mode=grammar`` in place of records and rejects: one row per instance
 #: (instance -1 for a schema that did not compile), the per-file detail the report leaves out.
@@ -37,9 +36,9 @@ _CONTENT_KEYS = ("row_id", "text", "reason", "finish_reason")
 _VERDICT_KEYS = tuple(VERDICT_SCHEMA.names)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Run:
-    dir: RunDir  # where it lives, a local folder or an object store (``pipeline/storage.py``): readers and writers go through it
+    dir: RunDir  # where it lives, a local folder or an object store (``data/storage.py``): readers and writers go through it
     records: list[dict[str, Any]] = field(default_factory=list)
     rejects: list[dict[str, Any]] = field(default_factory=list)
     stats: list[dict[str, Any]] = field(default_factory=list)

@@ -10,12 +10,12 @@ run keeps its text but loses its spans, which would point into other words.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..grounding.declaration import Grounded, GroundingError, grounded_fields
-from ..pipeline.config import ConfigError, JobConfig, validate
+from ..config import ConfigError, JobConfig, validate
 from .runs import Run, read_run
 
 log = logging.getLogger(__name__)
@@ -31,20 +31,21 @@ class Sources:
     config: JobConfig
     schema: dict[str, Any] | None
     fields: list[Grounded]
+    _: KW_ONLY
     texts: dict[str, str] = field(default_factory=dict)
     changed: set[str] = field(default_factory=set)  # rows whose content differs from what the run decoded
 
 
 def read_sources(run: Run, base: Path, cfg: JobConfig | None = None) -> Sources:
     """The run's source texts and schema, from ``cfg`` or its manifest's config; ``ConfigError`` says what is missing."""
-    from ..pipeline.dataset import read_rows
-    from ..pipeline.job_constraint import resolve
+    from ..data import read_rows
+    from ..pipeline import read_constraint
 
     recorded = (run.manifest or {}).get("config")
     if cfg is None and not recorded:
         raise ConfigError(f"{run.path}/manifest.json names no job config, so the run's documents cannot be found")
     cfg = cfg or validate(recorded)
-    constraint = resolve(cfg.constraint, base) if cfg.constraint.kind else None
+    constraint = read_constraint(cfg.constraint, base) if cfg.constraint.kind else None
     schema = constraint.schema if constraint else None
     expected = ((run.manifest or {}).get("hashes") or {}).get("constraint")
     if constraint and expected and constraint.digest != expected:

@@ -136,6 +136,7 @@ class _Builder:
         text: str,
         exclude: Mapping[tuple[str, ...], Collection[Any]],
         pinned: Mapping[tuple[str, ...], Any],
+        *,
         rules: list[str] | None = None,
         whole: str | None = None,
     ):
@@ -226,7 +227,7 @@ class _Builder:
         A unit that writes nothing a required grounded field could hold is no item's (it raises nothing)."""
         items = []
         for start, end in unit_spans(self.text, units.unit):
-            piece = _Builder(self.root, self.text[start:end], self.exclude, self.pinned, self.rules)
+            piece = _Builder(self.root, self.text[start:end], self.exclude, self.pinned, rules=self.rules)
             item = piece.value(schema["items"], (*path, "[]"))
             if not piece.unwritten:  # a paragraph that writes nothing for a required field holds no item
                 items.append(item)

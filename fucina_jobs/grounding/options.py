@@ -19,7 +19,7 @@ import json
 import re
 import sys
 import unicodedata
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, NamedTuple
@@ -112,6 +112,7 @@ class Option:
     group: Group
     value: Value
     default: Any
+    _: KW_ONLY
     on: tuple[str, ...]
     doc: str
     needs: tuple[Needs, ...] = ()
@@ -235,24 +236,24 @@ OPTIONS = _table(
         WHERE,
         one_of(WORDS, WORD, LINES),
         WORDS,
-        STRINGS,
-        "a run of whole words of the text; one word less the marks at its ends (`word`: an identifier); a run of whole lines (`lines`: an address)",
+        on=STRINGS,
+        doc="a run of whole words of the text; one word less the marks at its ends (`word`: an identifier); a run of whole lines (`lines`: an address)",
     ),
     Option(
         "labels",
         WHERE,
         STRING_LIST,
         [],
-        LABELLED,
-        "where the text writes one of these labels, only a value a label marks: the number or date after it (or below it), the words that start after it",
+        on=LABELLED,
+        doc="where the text writes one of these labels, only a value a label marks: the number or date after it (or below it), the words that start after it",
     ),
     Option(
         "only_labelled",
         WHERE,
         BOOL,
         False,
-        LABELLED,
-        "where the text writes none of the `labels`, the field is null, not any value the text writes",
+        on=LABELLED,
+        doc="where the text writes none of the `labels`, the field is null, not any value the text writes",
         needs=(Needs(("labels",)), Needs((NULLABLE,))),
     ),
     Option(
@@ -260,8 +261,8 @@ OPTIONS = _table(
         WHERE,
         count("lines"),
         None,
-        (WORDS, LINES),
-        "a run starts on one of the text's (an item's paragraph's) first N lines; a run of words, where the text writes none of its `labels`",
+        on=(WORDS, LINES),
+        doc="a run starts on one of the text's (an item's paragraph's) first N lines; a run of words, where the text writes none of its `labels`",
         example="3",
     ),
     Option(
@@ -269,8 +270,8 @@ OPTIONS = _table(
         WHERE,
         REGEX,
         None,
-        (LINES,),
-        "each block's runs start on its first line that writes a word this regex matches, of the starts the other options allow",
+        on=(LINES,),
+        doc="each block's runs start on its first line that writes a word this regex matches, of the starts the other options allow",
         example="[^\\W_]*[0-9][^\\W_]*",
     ),
     Option(
@@ -278,8 +279,8 @@ OPTIONS = _table(
         WHERE,
         REGEX,
         None,
-        (WORD, LINES),
-        "where the text writes a word this regex matches whole, only such a word, or a run of lines that reaches a line writing one",
+        on=(WORD, LINES),
+        doc="where the text writes a word this regex matches whole, only such a word, or a run of lines that reaches a line writing one",
         example="[0-9]{5}",
     ),
     Option(
@@ -287,8 +288,8 @@ OPTIONS = _table(
         WHERE,
         REGEX,
         None,
-        (WORDS, LINES),
-        "only the runs that end on a line (a word) this regex matches, where a run the other options allow can",
+        on=(WORDS, LINES),
+        doc="only the runs that end on a line (a word) this regex matches, where a run the other options allow can",
         needs=(Needs(("labels", "first_lines"), (WORDS,)),),
         example="SDN|BHD",
     ),
@@ -297,8 +298,8 @@ OPTIONS = _table(
         WHERE,
         REGEX,
         None,
-        (WORDS, LINES),
-        "a line (a run of words) stops before the first word this regex matches, and no run goes past it; a start it matches starts none",
+        on=(WORDS, LINES),
+        doc="a line (a run of words) stops before the first word this regex matches, and no run goes past it; a start it matches starts none",
         example="TEL|FAX",
     ),
     Option(
@@ -306,16 +307,16 @@ OPTIONS = _table(
         WHERE,
         BOOL,
         False,
-        (LINES,),
-        "a run ends on its block's last line (before a line of marks or a cut), where it can reach it",
+        on=(LINES,),
+        doc="a run ends on its block's last line (before a line of marks or a cut), where it can reach it",
     ),
     Option(
         "most_words",
         WHERE,
         count("words"),
         None,
-        (WORDS,),
-        "a run takes at most this many words, after a label and where the text writes none alike",
+        on=(WORDS,),
+        doc="a run takes at most this many words, after a label and where the text writes none alike",
         example="2",
     ),
     Option(
@@ -323,8 +324,8 @@ OPTIONS = _table(
         WHERE,
         STRING_LIST,
         (),
-        (WORDS,),
-        "where the text writes some of these values (any case and spacing), the value is one of those spans: of those a label marks, where it writes a label",
+        on=(WORDS,),
+        doc="where the text writes some of these values (any case and spacing), the value is one of those spans: of those a label marks, where it writes a label",
         example='["New York"]',
     ),
     Option(
@@ -332,24 +333,24 @@ OPTIONS = _table(
         READ,
         one_of("normalize", "exact"),
         "normalize",
-        STRINGS,
-        "`normalize`: runs of whitespace, line breaks included, match one space; `exact`: the text's own",
+        on=STRINGS,
+        doc="`normalize`: runs of whitespace, line breaks included, match one space; `exact`: the text's own",
     ),
     Option(
         "case",
         READ,
         one_of(*RECASINGS),
         "exact",
-        (*STRINGS, ENUM),
-        "`upper`, `lower`, `title`: the value is its span in that case; `insensitive`: in the text's case or any of those",
+        on=(*STRINGS, ENUM),
+        doc="`upper`, `lower`, `title`: the value is its span in that case; `insensitive`: in the text's case or any of those",
     ),
     Option(
         "drop_marks",
         READ,
         MARKS,
         "",
-        STRINGS,
-        "the value is its span without these punctuation marks (`Palm Inc.` for `Palm, Inc.`)",
+        on=STRINGS,
+        doc="the value is its span without these punctuation marks (`Palm Inc.` for `Palm, Inc.`)",
         example='","',
     ),
     Option(
@@ -357,8 +358,8 @@ OPTIONS = _table(
         READ,
         BOOL,
         False,
-        NUMBERS,
-        "only numbers written as money: by a currency sign, code or letter symbol, or with two decimals; never a percentage",
+        on=NUMBERS,
+        doc="only numbers written as money: by a currency sign, code or letter symbol, or with two decimals; never a percentage",
         tried=True,
     ),
     Option(
@@ -366,8 +367,8 @@ OPTIONS = _table(
         READ,
         STRING_LIST,
         [],
-        (WORDS,),
-        "the value is a count of one of these units, written `N unit`: `three (3) years` is `3 years` (a quantity)",
+        on=(WORDS,),
+        doc="the value is a count of one of these units, written `N unit`: `three (3) years` is `3 years` (a quantity)",
         example='["year", "month"]',
     ),
     Option(
@@ -375,8 +376,8 @@ OPTIONS = _table(
         READ,
         BOOL,
         None,
-        (DATE,),
-        "`04/12/2017` is 4 December (`true`) or 12 April (`false`); unset: as the text's dates that read one way read, else both",
+        on=(DATE,),
+        doc="`04/12/2017` is 4 December (`true`) or 12 April (`false`); unset: as the text's dates that read one way read, else both",
         tried=True,
     ),
     Option(
@@ -384,32 +385,32 @@ OPTIONS = _table(
         READ,
         SPELLING_MAP,
         {},
-        (ENUM,),
-        "member -> the other ways a text writes it (`€` for `EUR`)",
+        on=(ENUM,),
+        doc="member -> the other ways a text writes it (`€` for `EUR`)",
     ),
     Option(
         "allow",
         PREFER,
         VALUE_LIST,
         [],
-        FIELDS,
-        "values held although the text does not write them (`0` for a tax); with `labels`, only where no label marks a value",
+        on=FIELDS,
+        doc="values held although the text does not write them (`0` for a tax); with `labels`, only where no label marks a value",
     ),
     Option(
         "prefer_labels",
         PREFER,
         STRING_LIST,
         [],
-        VALUES,
-        "of the candidates left, those one of these labels marks, where it marks any (`total rounded` over `total`)",
+        on=VALUES,
+        doc="of the candidates left, those one of these labels marks, where it marks any (`total rounded` over `total`)",
     ),
     Option(
         "rounding",
         PREFER,
         STEP,
         None,
-        (NUMBER,),
-        "a cash rounding step: where the text writes a rounding line, no candidate that a multiple of the step left is within a step of",
+        on=(NUMBER,),
+        doc="a cash rounding step: where the text writes a rounding line, no candidate that a multiple of the step left is within a step of",
         example="0.05",
     ),
     Option(
@@ -417,8 +418,8 @@ OPTIONS = _table(
         PREFER,
         BOOL,
         False,
-        NUMBERS,
-        "only the largest candidate left: a total is the largest amount labelled total",
+        on=NUMBERS,
+        doc="only the largest candidate left: a total is the largest amount labelled total",
         tried=True,
     ),
     Option(
@@ -426,16 +427,16 @@ OPTIONS = _table(
         PREFER,
         BOOL,
         False,
-        (ENUM,),
-        "where the text writes some members themselves, only those, not the ones it shows by a spelling alone (`$1,450.00 CAD`: CAD)",
+        on=(ENUM,),
+        doc="where the text writes some members themselves, only those, not the ones it shows by a spelling alone (`$1,450.00 CAD`: CAD)",
     ),
     Option(
         "shortest",
         PREFER,
         BOOL,
         False,
-        (LINES,),
-        "of the runs that end on an `ends_on` line, for each such line only the shortest that names more than the ending",
+        on=(LINES,),
+        doc="of the runs that end on an `ends_on` line, for each such line only the shortest that names more than the ending",
         needs=(Needs(("ends_on",)),),
     ),
 )
@@ -446,11 +447,13 @@ ARRAY_OPTIONS = _table(
         ITEMS,
         one_of(*ITEM_UNITS),
         None,
-        (ARRAY,),
-        "each item is read from one paragraph (line) of the text, a later one than the item before, its grounded values that paragraph's",
+        on=(ARRAY,),
+        doc="each item is read from one paragraph (line) of the text, a later one than the item before, its grounded values that paragraph's",
         required=True,
     ),
-    Option("every", ITEMS, BOOL, False, (ARRAY,), "an item for every paragraph (line) that writes what an item's required grounded fields need"),
+    Option(
+        "every", ITEMS, BOOL, False, on=(ARRAY,), doc="an item for every paragraph (line) that writes what an item's required grounded fields need"
+    ),
 )
 
 

@@ -40,7 +40,7 @@ HELD_OUT = 20
 
 
 def learn_command(argv: list[str]) -> int:
-    from ..pipeline.cli import hydra_command
+    from ..pipeline import hydra_command
 
     if {"-h", "--help"} & set(argv):
         sys.stdout.write(USAGE)
@@ -81,7 +81,7 @@ def write_examples(path: Path, schema: dict[str, Any], cues: list, gold: list[tu
     its passages do not write a value) is left out. Returns how many were written."""
     from ..grounding.check import ungrounded_values
     from ..grounding.declaration import grounded_fields
-    from ..pipeline.sink import json_validator, schema_failure
+    from ..data import json_validator, schema_failure
     from .excerpts import excerpt
     from .learned import apply, entries
 
@@ -98,7 +98,7 @@ def write_examples(path: Path, schema: dict[str, Any], cues: list, gold: list[tu
 
 
 def _curve_task(cfg: Any, ours: dict[str, str], overrides: list[str]) -> int:
-    from ..pipeline.config import ConfigError
+    from ..config import ConfigError
     from .curve import learning_curve
 
     try:
@@ -121,9 +121,9 @@ def _curve_task(cfg: Any, ours: dict[str, str], overrides: list[str]) -> int:
 def _gold_rows(cfg: Any, gold_path: str | None) -> tuple[dict[str, Any], dict[str, dict[str, Any]], dict[str, Any], str]:
     """The job's schema without learned cues, its readable rows by id, the gold labels of those rows, the gold's path."""
     from ..eval.evaluate import load_gold
-    from ..pipeline.config import ConfigError, locate
-    from ..pipeline.dataset import read_rows
-    from ..pipeline.job_constraint import resolve
+    from ..config import ConfigError, locate
+    from ..data import read_rows
+    from ..pipeline import read_constraint
 
     base = Path.cwd()
     if cfg.constraint.kind != "json_schema":
@@ -131,7 +131,7 @@ def _gold_rows(cfg: Any, gold_path: str | None) -> tuple[dict[str, Any], dict[st
     gold_path = gold_path or cfg.eval.gold
     if gold_path is None:
         raise ConfigError("learn: say which gold rows to learn from: gold=FILE (a JSONL of {'id': ..., 'label': {...}})")
-    constraint = resolve(cfg.constraint.model_copy(update={"learned": None}), base)
+    constraint = read_constraint(cfg.constraint.model_copy(update={"learned": None}), base)
     gold = load_gold(locate(gold_path, base))
     rows = {row.id: {**row.fields, cfg.dataset.id_field: row.id} for row in read_rows(cfg.dataset, base) if row.problem is None}
     known = {i: label for i, label in gold.items() if i in rows}

@@ -25,7 +25,7 @@ import json
 import re
 import unicodedata
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from decimal import Decimal
 from typing import Any, Callable, Sequence
 
@@ -73,6 +73,7 @@ class FieldCues:
     name: str
     path: tuple[str, ...]
     options: dict[str, Any]
+    _: KW_ONLY
     evidence: dict[str, Any] = field(default_factory=dict)
     array: dict[str, int] = field(default_factory=dict)  # an item's array: its minItems and maxItems in the gold
 
@@ -151,7 +152,7 @@ def learn_field(g: Grounded, rows: list[Row]) -> FieldCues:
             g = g.with_options({"ends_on": ending})
             options["ends_on"] = ending
     evidence["pick_rate_after"] = round(score(g), 4)
-    return FieldCues(g.name, g.path, options, evidence)
+    return FieldCues(g.name, g.path, options, evidence=evidence)
 
 
 def _written_spans(rows: list[Row], found: list[list[list[tuple[int, int]]]]) -> list[tuple[str, list[str]]]:

@@ -75,7 +75,7 @@ class KVStore:
     store of a few GiB takes seconds of page faults.
     """
 
-    def __init__(self, layers: int, kv_heads: int, head_dim: int, dtype: torch.dtype, device: torch.device, zeroed: bool):
+    def __init__(self, layers: int, kv_heads: int, head_dim: int, *, dtype: torch.dtype, device: torch.device, zeroed: bool):
         self.keys = torch.empty((layers, 0, kv_heads, 0, head_dim), dtype=dtype, device=device)
         self.values = torch.empty_like(self.keys)
         self.zeroed = zeroed
@@ -111,7 +111,7 @@ class KVStore:
         self.free += range(slots - 1, old_slots - 1, -1)  # pop() hands out low slots first
 
 
-@dataclass
+@dataclass(kw_only=True)
 class _Span:
     """Where one sequence's new tokens sit in the packed row and in its slot."""
 
@@ -147,7 +147,7 @@ class _Tree:
         return torch.cat([torch.ones(n, self.length, dtype=torch.bool), ancestry], 1)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class _Grid:
     """The batched attention's layout: slots ``[first, first + slots)``, ``queries`` rows each."""
 
@@ -160,7 +160,7 @@ class _Grid:
     mask: torch.Tensor  # bool ``[slots, 1, group * queries, keys]``: what each cell sees
 
 
-@dataclass
+@dataclass(kw_only=True)
 class _Step:
     """One forward's plan, handed to every layer's attention through the model's kwargs."""
 
@@ -456,7 +456,9 @@ class HFRunner:
         if self.device.type == "cpu" and _onednn_packs(model.dtype):
             _use_onednn_linears(model)
         self._call = _compiled(model) if compile else model
-        self.store = KVStore(config.num_hidden_layers, config.num_key_value_heads, head_dim, model.dtype, self.device, zeroed=self.batched_attention)
+        self.store = KVStore(
+            config.num_hidden_layers, config.num_key_value_heads, head_dim, dtype=model.dtype, device=self.device, zeroed=self.batched_attention
+        )
 
     def new_state(self) -> SlotState:
         state = SlotState(self.store.take())
@@ -556,9 +558,11 @@ class HFRunner:
                     tree, parents = len(parents), parents + t.parents
                 table.append((state.slot, start, n, state.length + n, tree))
             tree_parents = torch.tensor(parents, dtype=torch.long) if parents else None
-            return _Step(store, rows, [], None, torch.tensor(table, dtype=torch.long), tree_parents, fused=self._fused)
+            return _Step(
+                store=store, rows=rows, spans=[], grid=None, kernel=torch.tensor(table, dtype=torch.long), parents=tree_parents, fused=self._fused
+            )
         spans = [
-            _Span(state.slot, start, n, state.length + n, t.mask.to(self.device), False)
+            _Span(slot=state.slot, start=start, count=n, end=state.length + n, mask=t.mask.to(self.device), folded=False)
             for (state, _), n, start, t in zip(batch, counts, starts, trees)
             if t is not None
         ]
@@ -575,11 +579,11 @@ class HFRunner:
                 mask = keys <= torch.arange(state.length, end, device=self.device)[:, None]
                 if folded:
                     mask = mask.repeat(group, 1)
-            spans.append(_Span(state.slot, start, n, end, mask, folded))
+            spans.append(_Span(slot=state.slot, start=start, count=n, end=end, mask=mask, folded=folded))
         token_in_grid = [g for g, n in zip(in_grid, counts) for _ in range(n)]
         tokens = torch.tensor([i for i, g in enumerate(token_in_grid) if g], dtype=torch.long)
         grid = self._grid(tokens, slots[tokens], [n for n, g in zip(counts, in_grid) if g], positions[tokens]) if len(tokens) else None
-        return _Step(store, rows.to(self.device), spans, grid, None)
+        return _Step(store=store, rows=rows.to(self.device), spans=spans, grid=grid, kernel=None)
 
     def _grid(self, tokens: torch.Tensor, slots: torch.Tensor, counts: list[int], positions: torch.Tensor) -> _Grid:
         """Cell ``(slot, j)`` holds a sequence's ``j``-th new token and sees its keys up to that token's position.
@@ -597,4 +601,12 @@ class HFRunner:
         mask = torch.arange(keys) <= last_key.view(grid_slots, 1, queries, 1)
         group = self.model.config.num_attention_heads // self.model.config.num_key_value_heads
         mask = mask.expand(grid_slots, group, queries, keys).reshape(grid_slots, 1, group * queries, keys)
-        return _Grid(first, grid_slots, queries, keys, tokens.to(self.device), cells.to(self.device), mask.to(self.device))
+        return _Grid(
+            first=first,
+            slots=grid_slots,
+            queries=queries,
+            keys=keys,
+            tokens=tokens.to(self.device),
+            cells=cells.to(self.device),
+            mask=mask.to(self.device),
+        )

@@ -18,11 +18,10 @@ from pathlib import Path
 import torch
 
 from ..cache import cache_dir
+from . import DEFAULT_MODEL, DEFAULT_MODEL_NAME
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MODEL = "default"
-DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
 _GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
@@ -98,13 +97,13 @@ def resolve_source(source: str) -> str:
         if not (folder / "config.json").is_file():
             raise ModelNotFound(
                 f"model.source {source!r} is a folder without config.json, not a transformers model directory; "
-                "give a model's folder (as save_pretrained writes it), a hub id or 'default'"
+                f"give a model's folder (as save_pretrained writes it), a hub id or {DEFAULT_MODEL!r}"
             )
         return str(folder)
     if Path(source).expanduser().exists():
         raise ModelNotFound(f"model.source {source!r} is a file; point it at a transformers model directory")
     if source.startswith(("/", ".", "~")):
-        raise ModelNotFound(f"model.source {source!r}: no such directory; give a transformers model directory, a hub id or 'default'")
+        raise ModelNotFound(f"model.source {source!r}: no such directory; give a transformers model directory, a hub id or {DEFAULT_MODEL!r}")
     return source  # a hub id
 
 
@@ -137,7 +136,7 @@ def load_tokenizer(source: str = DEFAULT_MODEL):
 
 
 def load_model(source: str, device: str, dtype: str) -> LoadedModel:
-    """The model and tokenizer of ``source`` on ``device`` in ``dtype``; their defaults are a job's (``pipeline/config.py``)."""
+    """The model and tokenizer of ``source`` on ``device`` in ``dtype``; their defaults are a job's (``config.py``)."""
     from transformers import AutoModelForCausalLM
 
     path = resolve_source(source)

@@ -28,7 +28,7 @@ from typing import Any, Sequence
 
 from ..engines import encode_chat
 from ..grounding.declaration import ITEM_UNITS
-from .config import ChunkingConfig
+from ..config import ChunkingConfig
 
 #: Where a chunk may start, strongest first: the position after the match.
 PARAGRAPH = 3

@@ -2,7 +2,7 @@
 
 ``conf=NAME`` picks ``NAME.yaml`` as the primary config: from ``--config-dir``
 (by default ``./conf`` of the working directory, where there is one), else
-from the jobs the package ships (``pkg://fucina_jobs.conf``, which also holds
+from the jobs the package ships (``config.SHIPPED``'s ``conf/``, which also holds
 ``base``); everything else is an ordinary Hydra override. The composed config
 is resolved, validated with pydantic and written as JSON into the run's
 manifest before any model loads. ``hydra_command`` is shared by every
@@ -20,17 +20,17 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, NamedTuple
 
-from .config import ENGINES, SHIPPED, ConfigError, register_defaults, unknown_engine
+from ..config import ENGINES, SHIPPED, ConfigError, register_defaults, unknown_engine
 from .signals import stop_of, stopping
 
 #: The package's own configs: ``base`` and the shipped jobs, searched after the job folder.
-PACKAGE_CONF = "pkg://fucina_jobs.conf"
+PACKAGE_CONF = SHIPPED / "conf"
 log = logging.getLogger("fucina_jobs")
 
 _exit_code = 0
 
 
-def run(argv: list[str]) -> int:
+def run_command(argv: list[str]) -> int:
     return hydra_command("run", argv, _task)
 
 
@@ -97,29 +97,32 @@ def config_search(argv: list[str]) -> ConfigSearch:
             rest.append(arg)
             name = arg.split("=", 1)[1] if arg.startswith("--config-name=") else name
     if (folder / f"{name}.yaml").is_file() or (name is None and folder.is_dir()):
-        return ConfigSearch(str(folder.resolve()), [*rest, f"hydra.searchpath=[{PACKAGE_CONF}]"], folder)
-    return ConfigSearch(PACKAGE_CONF, rest, folder)
+        return ConfigSearch(str(folder.resolve()), _with_override(rest, f"hydra.searchpath=['file://{PACKAGE_CONF}']"), folder)
+    return ConfigSearch(str(PACKAGE_CONF), rest, folder)
+
+
+def _with_override(args: list[str], override: str) -> list[str]:
+    """``args`` with ``override`` just before the user's first one: Hydra reads the overrides as one run of arguments,
+    which an option (``--cfg job``) ends, so one put anywhere else would split them."""
+    at = next((i for i, a in enumerate(args) if a.startswith("~") or ("=" in a and not a.startswith("-"))), len(args))
+    return [*args[:at], override, *args[at:]]
 
 
 def job_names(folder: Path) -> list[str]:
     """The jobs ``conf=NAME`` can name: the user's folder's and the package's."""
-    return sorted({p.stem for f in (folder, SHIPPED / "conf") for p in f.glob("*.yaml")} - {"base"})
+    return sorted({p.stem for f in (folder, PACKAGE_CONF) for p in f.glob("*.yaml")} - {"base"})
 
 
 def compose(name: str, overrides: list[str]) -> dict[str, Any]:
     """Job ``name`` with ``overrides``, found, composed and resolved as ``run`` does it (for benchmarks and tests)."""
     from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir, initialize_config_module
+    from hydra import initialize_config_dir
     from omegaconf import OmegaConf
 
     register_defaults()
     search = config_search([f"--config-name={name}", *overrides])
-    if search.primary == PACKAGE_CONF:
-        init = initialize_config_module("fucina_jobs.conf", version_base="1.3")
-    else:
-        init = initialize_config_dir(search.primary, version_base="1.3")
     overrides = [a for a in search.argv if not a.startswith("--config-name=")]
-    with init:
+    with initialize_config_dir(search.primary, version_base="1.3"):
         return OmegaConf.to_container(hydra_compose(config_name=name, overrides=overrides), resolve=True)
 
 
@@ -177,7 +180,7 @@ def _validated(task: Callable[[Any, dict[str, Any]], int]) -> Callable[[Any], No
     def main(cfg) -> None:
         from omegaconf import OmegaConf
 
-        from .config import validate
+        from ..config import validate
 
         global _exit_code
         resolved = OmegaConf.to_container(cfg, resolve=True)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 
 from ..engines import Completion, Engine, Prompt
 
@@ -27,6 +27,7 @@ class Batch:
     """One shard's prompts and, once it is done, their completions."""
 
     prompts: list[Prompt]
+    _: KW_ONLY
     first: bool = False  # decoded before the prompts waiting when it comes (``DecodeLoop.submit``)
     completions: list[Completion] = field(default_factory=list)
     error: BaseException | None = None
@@ -58,7 +59,7 @@ class DecodeLoop:
         """Hand a shard's prompts to the running decoder; ``Batch.result`` waits for them. ``first``: before the
         prompts waiting, as for a shard's repairs, which its commit waits on while their rows' prompts may still
         be in the prefix cache."""
-        batch = Batch(prompts, first)
+        batch = Batch(prompts, first=first)
         if prompts:
             self.inbox.put(batch)
         else:

@@ -31,19 +31,18 @@ from .. import engines
 from ..engines import EngineUnavailable, GrammarCheck, GrammarError, ModelNotFound, load_tokenizer, resolve_device, resolve_source
 from ..grounding import alarm
 from ..run_info import file_hash, fingerprint, package_versions, text_hash, utc_now
-from .config import ConfigError, JobConfig, read_text_option
-from .dataset import Slice, check_output_outside, failed_rows, scan
+from ..config import ConfigError, JobConfig, read_text_option
+from ..data import Committed, RunDir, Slice, check_output_outside, failed_rows, scan, shard_key
 from .examples import load_examples
 from .progress import Progress
-from .job_constraint import resolve
-from .rundir import Committed, RunDir, shard_key
+from .job_constraint import read_constraint
 from .shard_writer import CHUNK_STATS, ShardSummary, ShardWriter
 from .signals import deferred, stop_of
 
 log = logging.getLogger(__name__)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class JobSummary:
     rows: int = 0
     records: int = 0
@@ -76,11 +75,11 @@ class Job:
         self.index = scan(cfg.dataset, base)
         self.run_id = secrets.token_hex(8)  # replicas commit only while the manifest names this run
         self._check_template()
-        self.constraint = resolve(cfg.constraint, base)  # read once; replicas get its text, never the path
+        self.constraint = read_constraint(cfg.constraint, base)  # read once; replicas get its text, never the path
         self.examples = load_examples(cfg, base, self._prompt_option("template"), self.constraint.schema if self.constraint else None)
         self.fingerprint = fingerprint(cfg, self._contents())
         self.dir = RunDir.for_config(cfg.output.dir, base, self.fingerprint)  # a version per config
-        self.writer = ShardWriter(cfg, self.constraint, base, self.dir, self.run_id)
+        self.writer = ShardWriter(cfg, self.constraint, base=base, out=self.dir, run_id=self.run_id)
         self.shards: dict[str, pa.Table] = {}  # this run's shards, by key: their rows' index entries
 
     # -- checks, before any model loads -----------------------------------------

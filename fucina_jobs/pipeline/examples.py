@@ -32,8 +32,8 @@ from typing import Any, Callable, Sequence
 from ..grounding.check import ungrounded_values
 from ..grounding.declaration import grounded_fields
 from ..grounding.values import json_number
-from .config import ConfigError, JobConfig, locate
-from .sink import json_validator, schema_failure
+from ..config import ConfigError, JobConfig, locate
+from ..data import json_validator, schema_failure
 
 
 #: The share of the model's context that a row's nearest examples may fill, so the row's own text keeps the rest.
@@ -113,7 +113,7 @@ class ExamplePicker:
     (``count`` counts a turn's). Nearness is the cosine of word counts weighted by inverse document frequency over
     the examples: a cheap measure with no model, which finds the documents of the row's kind and wording."""
 
-    def __init__(self, examples: Sequence[Example], k: int | None, nearest: bool, budget: int | None, count: Callable[[str], int]):
+    def __init__(self, examples: Sequence[Example], k: int | None, nearest: bool, *, budget: int | None, count: Callable[[str], int]):
         self.examples, self.nearest, self.k, self.budget, self.count = list(examples), nearest, k, budget, count
         self.weights = _idf([e.document for e in self.examples]) if nearest else {}
         self.vectors = [self._vector(e.document) for e in self.examples] if nearest else []

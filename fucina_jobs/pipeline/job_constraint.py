@@ -22,7 +22,7 @@ import jsonschema
 
 from ..engines import Engine, compile_json_schema
 from ..learning import learned as learned_cues
-from .config import ConfigError, ConstraintConfig, locate
+from ..config import ConfigError, ConstraintConfig, locate
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +88,7 @@ def meta_schema_problem(schema: dict[str, Any]) -> str | None:
     return f"not a valid JSON Schema at {'/'.join(str(p) for p in err.absolute_path) or '<root>'}: {err.message}" if err else None
 
 
-def resolve(c: ConstraintConfig, base: Path) -> JobConstraint | None:
+def read_constraint(c: ConstraintConfig, base: Path) -> JobConstraint | None:
     """Read and check the configured constraint file; None when rows carry their own schema."""
     if c.kind is None:
         return None

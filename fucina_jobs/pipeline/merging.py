@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import json
 import unicodedata
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any, Iterator
 
 from ..confidence import ROOT, Confidence
@@ -81,6 +81,7 @@ class Merged:
     record: Any
     confidence: Confidence
     chunks: dict[str, int]  # leaf path -> the chunk its value came from
+    _: KW_ONLY
     spans: dict[str, tuple[int, int]]  # leaf path -> its span in the row's text, where located
     conflicts: list[Conflict]
     duplicates: int  # items dropped as found twice in an overlap
@@ -235,7 +236,7 @@ class _Merge:
                 start, end = part.spans[source]
                 spans[path] = (part.chunk.start + start, part.chunk.start + end)
         confidence.record = min(confidence.field_mean.values(), default=None)
-        return Merged(record, confidence, chunks, spans, self.conflicts, self.duplicates)
+        return Merged(record, confidence, chunks, spans=spans, conflicts=self.conflicts, duplicates=self.duplicates)
 
 
 def _kind(schema: dict[str, Any]) -> str:

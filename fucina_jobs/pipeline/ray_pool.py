@@ -28,10 +28,10 @@ import torch
 from ray.exceptions import ActorDiedError, GetTimeoutError, RayError, RayTaskError
 
 from ..private_apis import ray_bootstrap_address
-from .config import ConfigError, JobConfig, CannedEngineConfig
+from ..config import ConfigError, JobConfig, CannedEngineConfig
 from .job_constraint import JobConstraint
 from .replica import ShardWorker
-from .rundir import RunDir
+from ..data import RunDir
 from .shard_writer import ShardSummary
 from .signals import deferred, reclaim
 
@@ -43,7 +43,7 @@ ACTOR_PREFIX = "fucina-replica-"
 class ReplicaPool:
     def __init__(self, cfg: JobConfig, *, constraint: JobConstraint | None, model_path: str, base: str, out: RunDir, run_id: str, shards: int):
         self.cfg = cfg
-        self.args = (cfg.model_dump(), constraint, model_path, base, out, run_id)
+        self.worker_args = {"constraint": constraint, "model_path": model_path, "base": base, "out": out, "run_id": run_id}
         self.replicas = replica_count(cfg, model_path, shards)
         self.retries = 0
         self.gone: set[int] = set()  # replicas that did not come back
@@ -61,7 +61,7 @@ class ReplicaPool:
                 max_task_retries=0,
                 max_concurrency=self.cfg.runtime.shards_in_flight + 1,
                 **options,
-            ).remote(*self.args, i)  # + 1: ping answers while shards run
+            ).remote(self.cfg.model_dump(), **self.worker_args, replica=i)  # + 1: ping answers while shards run
             for i in range(self.replicas)
         ]
         try:
@@ -166,10 +166,10 @@ class RayReplica(ShardWorker):
 
     vLLM binds its own CPU threads: its CPU attention fails if torch's count changes under it."""
 
-    def __init__(self, cfg: dict[str, Any], *args: Any):
+    def __init__(self, cfg: dict[str, Any], **kwargs: Any):
         if cfg["engine"]["name"] != "vllm":
             torch.set_num_threads(node_threads())
-        super().__init__(cfg, *args)
+        super().__init__(cfg, **kwargs)
         # What is alive now (the model, the engine) lives as long as this actor. Frozen, it is skipped by the
         # collector's full passes, which at 128 streams otherwise walk it every few steps
         # (docs/history/BENCHMARKS.md, "The collector's full passes skip the model").

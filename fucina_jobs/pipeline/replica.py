@@ -29,12 +29,11 @@ from ..grounding.grammar import NothingToGround, field_values, grounded_lark
 from ..rules.expression import RuleError
 from ..rules.repair import Field, Repair
 from .chunking import Chunk, Chunker, ChunkingError, chunk_id, gather
-from .config import JobConfig, read_text_option
-from .dataset import Row, Slice, read_slice
+from ..config import JobConfig, read_text_option
+from ..data import Row, RunDir, Slice, read_slice
 from .decode_loop import DecodeLoop
 from .examples import EXAMPLES_SHARE, Example, ExamplePicker
 from .job_constraint import JobConstraint, RowSchemaError, compile_schema, meta_schema_problem, parse_row_schema
-from .rundir import RunDir
 from .shard_writer import ShardSummary, ShardWriter
 from .voting import sample_prompts, vote
 
@@ -48,12 +47,12 @@ def record_seed(seed: int, row_id: str) -> int:
 
 
 class ShardWorker:
-    def __init__(self, cfg: dict[str, Any], constraint: JobConstraint | None, model_path: str, base: str, out: RunDir, run_id: str, replica: int):
+    def __init__(self, cfg: dict[str, Any], *, constraint: JobConstraint | None, model_path: str, base: str, out: RunDir, run_id: str, replica: int):
         self.cfg = JobConfig.model_validate(cfg)
         self.base = Path(base)
         self.replica = replica
         _log_to_file(out.log_path(replica))
-        self.writer = ShardWriter(self.cfg, constraint, self.base, out, run_id)
+        self.writer = ShardWriter(self.cfg, constraint, base=self.base, out=out, run_id=run_id)
         self.engine = engines.build(self.cfg, model_path)
         self.job_constraint = constraint
         self.constraint, self.relaxations = constraint.compile(self.engine, self.cfg.constraint) if constraint else (None, [])
@@ -270,7 +269,8 @@ class ShardWorker:
             why = meta_schema_problem(parse_row_schema(row.fields.get(self.cfg.dataset.schema_field)))
             return None, ("error", f"row {row.id!r}: its schema cannot be used: {why or f'{type(err).__name__}: {str(err)[:200]}'}"), [], 0.0
         seconds = time.perf_counter() - start if grounded else 0.0
-        prompt = Prompt(prompt_id, text, self.system, constraint, record_seed(d.seed, prompt_id), d.max_tokens, examples, choices)
+        seed = record_seed(d.seed, prompt_id)
+        prompt = Prompt(prompt_id, text, self.system, constraint, seed=seed, max_tokens=d.max_tokens, examples=examples, choices=choices)
         return prompt, None, relaxations, seconds
 
     def _examples(self, row: Row) -> tuple[Example, ...]:
@@ -284,7 +284,7 @@ class ShardWorker:
             tokenizer = getattr(self.engine, "tokenizer", None) or load_tokenizer(model_path)
             count = lambda turn: len(tokenizer.encode(turn, add_special_tokens=False))  # noqa: E731
         budget = int(EXAMPLES_SHARE * context) if p.examples_nearest and context else None
-        return ExamplePicker(self.writer.examples, p.examples_k, p.examples_nearest, budget, count)
+        return ExamplePicker(self.writer.examples, p.examples_k, p.examples_nearest, budget=budget, count=count)
 
     def _chunker(self, model_path: str) -> Chunker:
         tokenizer = getattr(self.engine, "tokenizer", None) or load_tokenizer(model_path)  # an engine without a model (canned) has none

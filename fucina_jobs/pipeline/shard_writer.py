@@ -20,7 +20,7 @@ import hashlib
 import importlib
 import json
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -34,14 +34,12 @@ from ..grounding.declaration import GroundingError, grounded_arrays, grounded_fi
 from ..grounding.spans import value_spans
 from ..rules.declaration import Rule, rules_of
 from ..rules.expression import RuleError
-from .config import ConfigError, JobConfig, read_text_option
-from .dataset import Row
+from ..config import ConfigError, JobConfig, read_text_option
+from ..data import Outcome, Row, RunDir, Validator, json_schema_fields, outcome_tables, record_schema
 from .examples import load_examples
 from .flags import record_flags
 from .job_constraint import JobConstraint, parse_row_schema
 from .merging import MergeError, Part, check_rules, merge
-from .rundir import RunDir
-from .sink import Outcome, Validator, json_schema_fields, outcome_tables, record_schema
 
 #: Stats columns whose type a single None or empty value would hide.
 _STATS_TYPES = {
@@ -65,6 +63,7 @@ class ShardSummary:
     rows: int
     records: int
     rejects: int
+    _: KW_ONLY
     failed: bool
     reasons: dict[str, int] = field(default_factory=dict)
     progress: dict[str, int] = field(default_factory=dict)
@@ -75,7 +74,7 @@ class RunSuperseded(RuntimeError):
 
 
 class ShardWriter:
-    def __init__(self, cfg: JobConfig, constraint: JobConstraint | None, base: Path, out: RunDir, run_id: str):
+    def __init__(self, cfg: JobConfig, constraint: JobConstraint | None, *, base: Path, out: RunDir, run_id: str):
         self.cfg = cfg
         self.constraint = constraint
         self.base = base
@@ -167,7 +166,8 @@ class ShardWriter:
             raise RunSuperseded(f"{self.dir.path} belongs to another run now; shard {key} is left uncommitted")
         self.dir.commit(key, _stats_table(row))
         reasons = Counter(o.reason for o in outcomes if o.reason)
-        return ShardSummary(len(rows), records, rejects, completions is None, dict(reasons), {k: stats.get(k, 0) for k in _PROGRESS_KEYS})
+        progress = {k: stats.get(k, 0) for k in _PROGRESS_KEYS}
+        return ShardSummary(len(rows), records, rejects, failed=completions is None, reasons=dict(reasons), progress=progress)
 
     def _outcomes(self, rows: list[Row], completions: list[dict[str, Any]] | None, error: str | None) -> list[Outcome]:
         by_id = {c["row_id"]: c for c in completions or []}
@@ -191,11 +191,11 @@ class ShardWriter:
                     row.id,
                     c["text"],
                     c["finish_reason"],
-                    c.get("prompt_tokens", 0),
-                    c.get("generated_tokens", 0),
-                    record,
-                    reason,
-                    message,
+                    prompt_tokens=c.get("prompt_tokens", 0),
+                    generated_tokens=c.get("generated_tokens", 0),
+                    record=record,
+                    reason=reason,
+                    error=message,
                     flags=flags,
                     relaxations=c.get("relaxations") or [],
                     example_ids=c.get("example_ids") or [],

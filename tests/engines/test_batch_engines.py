@@ -3,7 +3,7 @@
 from fucina_jobs.engines import BatchSession, Prompt, drain
 from fucina_jobs.engines.base import Completion
 from fucina_jobs.engines.canned import CannedEngine
-from fucina_jobs.pipeline.config import validate
+from fucina_jobs.config import validate
 
 from tests.helpers import job_dict
 

@@ -4,7 +4,7 @@ import pytest
 
 from fucina_jobs.eval.calibration import auroc, confidence_scores, expected_calibration_error, field_confidence, reliability
 from fucina_jobs.eval.evaluate import evaluate
-from fucina_jobs.pipeline.config import validate
+from fucina_jobs.config import validate
 
 from tests.helpers import REPO, make_run
 

@@ -15,7 +15,7 @@ import pytest
 from fucina_jobs.eval.compare import compare
 from fucina_jobs.eval.evaluate import evaluate
 from fucina_jobs.pipeline.cli import compose
-from fucina_jobs.pipeline.config import validate
+from fucina_jobs.config import validate
 
 from tests.helpers import REPO, read_dir
 

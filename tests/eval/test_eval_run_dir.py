@@ -7,10 +7,10 @@ import sys
 import pytest
 
 from fucina_jobs.eval.evaluate import evaluate, load_gold
-from fucina_jobs.pipeline.config import ConfigError, validate
-from fucina_jobs.pipeline.dataset import read_rows
+from fucina_jobs.config import ConfigError, validate
+from fucina_jobs.data.dataset import read_rows
 from fucina_jobs.run_info import fingerprint
-from fucina_jobs.pipeline.config import SHIPPED
+from fucina_jobs.config import SHIPPED
 
 from tests.helpers import REPO, make_run
 
@@ -156,7 +156,7 @@ def test_maskbench_dataset_is_one_row_per_file_with_its_schema(tmp_path):
 
 
 def test_a_row_schema_jsonschema_cannot_apply_becomes_an_error_reject():
-    from fucina_jobs.pipeline.sink import Validator
+    from fucina_jobs.data.sink import Validator
 
     record, reason, message = Validator("json_schema")('{"a": 1}', "stop", None, {"properties": {"a": {"$ref": "#/defs/missing"}}})
     assert record is None and reason == "error" and "the schema cannot be checked" in message

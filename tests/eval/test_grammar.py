@@ -9,8 +9,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from fucina_jobs.eval.evaluate import evaluate
-from fucina_jobs.pipeline.config import ConfigError, validate
-from fucina_jobs.pipeline.config import SHIPPED
+from fucina_jobs.config import ConfigError, validate
+from fucina_jobs.config import SHIPPED
 
 from tests.helpers import REPO
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from fucina_jobs.eval.maskbench import KNOWN_LIMITATIONS
 from fucina_jobs.eval.scoring import grammar_scores
-from fucina_jobs.pipeline.config import SHIPPED
+from fucina_jobs.config import SHIPPED
 
 from tests.helpers import run_suite
 

@@ -9,9 +9,9 @@ import pytest
 
 from fucina_jobs.grounding.declaration import GroundingError, grounded_fields
 from fucina_jobs.grounding.grammar import field_values, grounded_lark
-from fucina_jobs.pipeline.config import ConfigError, validate
+from fucina_jobs.config import ConfigError, validate
 from fucina_jobs.pipeline.driver import Job
-from fucina_jobs.pipeline.config import SHIPPED
+from fucina_jobs.config import SHIPPED
 
 from tests.helpers import REPO
 

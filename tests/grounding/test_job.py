@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from fucina_jobs.pipeline.config import validate
+from fucina_jobs.config import validate
 from fucina_jobs.pipeline.driver import Job
 
 from tests.helpers import REPO, assert_exactly_once, job_dict, manifest, read_dir

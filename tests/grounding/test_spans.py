@@ -7,7 +7,7 @@ import pytest
 from fucina_jobs.grounding.declaration import grounded_arrays, grounded_fields
 from fucina_jobs.grounding.spans import check_spans, value_spans
 
-from fucina_jobs.pipeline.config import SHIPPED
+from fucina_jobs.config import SHIPPED
 
 SCHEMA = {
     "type": "object",

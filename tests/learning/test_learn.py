@@ -15,8 +15,8 @@ from fucina_jobs.learning.cli import learn_command
 from fucina_jobs.learning.evidence import label_contexts, word_runs
 from fucina_jobs.learning.excerpts import excerpt
 from fucina_jobs.pipeline.examples import load_examples
-from fucina_jobs.pipeline.config import ConfigError, ConstraintConfig, validate
-from fucina_jobs.pipeline.job_constraint import resolve
+from fucina_jobs.config import ConfigError, ConstraintConfig, validate
+from fucina_jobs.pipeline.job_constraint import read_constraint
 from tests.helpers import STOP, instance_accepted, job_dict
 
 SCHEMA = {
@@ -114,9 +114,9 @@ def test_learn_command_writes_the_file_that_run_reads(tmp_path, monkeypatch, cap
     assert written["fields"]["shipped_on"]["evidence"]["labels"]["shipped on the"]["marks_gold_in_rows"] == len(GOLD)
     out = capsys.readouterr().out
     assert "constraint.learned=jobs/notices/learned.json" in out and "| shipped_on |" in out
-    constraint = resolve(ConstraintConfig(json_schema="schemas/notice.json", learned="jobs/notices/learned.json"), job)
+    constraint = read_constraint(ConstraintConfig(json_schema="schemas/notice.json", learned="jobs/notices/learned.json"), job)
     assert constraint.schema["properties"]["transit"]["x-grounded"]["units"] == ["day"]
-    plain = resolve(ConstraintConfig(json_schema="schemas/notice.json"), job)
+    plain = read_constraint(ConstraintConfig(json_schema="schemas/notice.json"), job)
     assert plain.digest != constraint.digest  # a run with cues is another version of the job
     text, label = notice(7)
     assert label["shipped_on"] in grounded_lark(constraint.schema, text)
@@ -150,7 +150,7 @@ def test_learn_command_errors_are_one_line(tmp_path, monkeypatch, capsys):
     assert learn_command(["conf=notices", "gold=data/other.jsonl"]) == 2
     assert "none of the 1 gold ids of data/other.jsonl is a row" in capsys.readouterr().err
     with pytest.raises(ConfigError, match="constraint.learned: .*missing.json does not exist"):
-        resolve(ConstraintConfig(json_schema="schemas/notice.json", learned="missing.json"), job)
+        read_constraint(ConstraintConfig(json_schema="schemas/notice.json", learned="missing.json"), job)
 
 
 def test_an_array_the_gold_never_leaves_empty_is_held_to_the_golds_item_counts(tokenizer):

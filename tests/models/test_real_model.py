@@ -11,7 +11,7 @@ from tests.helpers import STOP
 from fucina_jobs.engines import FucinaEngine, Prompt
 from fucina_jobs.engines.fucina import encode_chat
 from fucina_jobs.grounding.grammar import grounded_lark
-from fucina_jobs.pipeline.config import SHIPPED, DecodingConfig, RuntimeConfig, SpeculativeConfig
+from fucina_jobs.config import SHIPPED, DecodingConfig, RuntimeConfig, SpeculativeConfig
 
 pytestmark = pytest.mark.slow
 

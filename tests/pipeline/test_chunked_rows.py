@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from fucina_jobs.pipeline.config import ConfigError, validate
+from fucina_jobs.config import ConfigError, validate
 from fucina_jobs.pipeline.driver import Job
 
 from tests.helpers import REPO, assert_exactly_once, job_dict, read_dir
@@ -99,9 +99,9 @@ def test_chunking_needs_a_json_schema_and_rules_that_apply(tmp_path):
 def _write(tmp_path, text, finishes):
     """The writer's record for one row of two chunks, decoded with these finish reasons (a list the second kept filling)."""
     from fucina_jobs.pipeline.chunking import Chunk, chunk_id, gather
-    from fucina_jobs.pipeline.dataset import Row
-    from fucina_jobs.pipeline.job_constraint import resolve
-    from fucina_jobs.pipeline.rundir import RunDir
+    from fucina_jobs.data.dataset import Row
+    from fucina_jobs.pipeline.job_constraint import read_constraint
+    from fucina_jobs.data.rundir import RunDir
     from fucina_jobs.pipeline.shard_writer import ShardWriter
 
     schema = tmp_path / "names.json"
@@ -122,7 +122,9 @@ def _write(tmp_path, text, finishes):
         for c, t, f in zip(pieces, texts, finishes)
     ]
     decoded = gather(outputs, {chunk_id("r", c.index): ("r", c) for c in pieces})
-    ShardWriter(cfg, resolve(cfg.constraint, REPO), REPO, out, "run").write("k", 0, 0, [Row("r", 0, {"text": text})], decoded, {})
+    ShardWriter(cfg, read_constraint(cfg.constraint, REPO), base=REPO, out=out, run_id="run").write(
+        "k", 0, 0, [Row("r", 0, {"text": text})], decoded, {}
+    )
     return read_dir(tmp_path / "out", "records"), read_dir(tmp_path / "out", "rejects")
 
 

@@ -3,7 +3,7 @@
 import pytest
 
 from fucina_jobs.pipeline.chunking import SLACK, Chunk, Chunker, ChunkingError, chunk_id, cut, gather
-from fucina_jobs.pipeline.config import ChunkingConfig
+from fucina_jobs.config import ChunkingConfig
 
 
 def words(text: str) -> list[int]:

@@ -5,7 +5,7 @@ import ray
 from ray.cluster_utils import Cluster
 
 from fucina_jobs.bench.pipeline import generate, job_config
-from fucina_jobs.pipeline.config import validate
+from fucina_jobs.config import validate
 from fucina_jobs.pipeline.driver import Job
 
 from tests.helpers import REPO, assert_exactly_once, job_dict, read_dir

@@ -6,7 +6,7 @@ import pytest
 
 from fucina_jobs.bench.pipeline import generate, job_config
 from fucina_jobs.eval.runs import content_hash, read_run
-from fucina_jobs.pipeline.config import validate
+from fucina_jobs.config import validate
 from fucina_jobs.pipeline.driver import Job
 
 from tests.helpers import REPO, assert_exactly_once, job_dict, shard_files

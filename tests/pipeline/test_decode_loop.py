@@ -6,7 +6,7 @@ import pytest
 
 from fucina_jobs.engines import FucinaEngine, Prompt
 from fucina_jobs.models.loading import LoadedModel
-from fucina_jobs.pipeline.config import DecodingConfig, RuntimeConfig
+from fucina_jobs.config import DecodingConfig, RuntimeConfig
 from fucina_jobs.pipeline.decode_loop import DecodeLoop
 
 

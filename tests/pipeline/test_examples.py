@@ -12,7 +12,7 @@ from fucina_jobs.engines import FucinaEngine, Prompt, drain, encode_chat
 from fucina_jobs.grounding import alarm
 from fucina_jobs.grounding.grammar import grounded_lark
 from fucina_jobs.models.loading import LoadedModel
-from fucina_jobs.pipeline.config import ConfigError, DecodingConfig, RuntimeConfig, SpeculativeConfig, validate
+from fucina_jobs.config import ConfigError, DecodingConfig, RuntimeConfig, SpeculativeConfig, validate
 from fucina_jobs.pipeline.cli import compose
 from fucina_jobs.pipeline.driver import Job
 from fucina_jobs.pipeline.examples import ExamplePicker, compact_json, load_examples
@@ -187,18 +187,18 @@ def _examples(tmp_path, **prompt):
 def test_nearest_examples_are_the_documents_most_like_the_row_the_nearest_last(tmp_path):
     examples = _examples(tmp_path, examples_k=2, examples_nearest=True)
     assert len(examples) == 4, "with examples_nearest every example is a candidate; examples_k counts a row's"
-    picker = ExamplePicker(examples, 2, True, None, len)
+    picker = ExamplePicker(examples, 2, True, budget=None, count=len)
     receipt = RECEIPT.format(n=1, v="Restoran Sentosa", t="30.00")  # receipt 1 shares its number too: the nearest
     assert [e.id for e in picker.pick(receipt)] == ["receipt-0", "receipt-1"]  # the nearest last, beside the row
     assert [e.id for e in picker.pick(INVOICE.format(n=0, v="Brightwater", t="5.00"))] == ["invoice-1", "invoice-0"]
-    first = ExamplePicker(_examples(tmp_path, examples_k=2), 2, False, None, len)
+    first = ExamplePicker(_examples(tmp_path, examples_k=2), 2, False, budget=None, count=len)
     assert [e.id for e in first.pick(receipt)] == ["invoice-0", "receipt-0"], "without examples_nearest, the first k for every row"
 
 
 def test_nearest_examples_fit_their_share_of_the_context(tmp_path):
     examples = _examples(tmp_path, examples_nearest=True)
     cost = sum(map(len, examples[1].turn))
-    picker = ExamplePicker(examples, None, True, cost + 1, len)  # room for one receipt's turns only
+    picker = ExamplePicker(examples, None, True, budget=cost + 1, count=len)  # room for one receipt's turns only
     assert [e.id for e in picker.pick(RECEIPT.format(n=0, v="X", t="5.00"))] == ["receipt-0"]  # the nearest, and no second one
 
 

@@ -10,9 +10,9 @@ import pyarrow.dataset as ds
 import pytest
 
 from fucina_jobs.bench.pipeline import generate, job_config
-from fucina_jobs.pipeline.config import validate
+from fucina_jobs.config import validate
 from fucina_jobs.pipeline.driver import Job
-from fucina_jobs.pipeline.rundir import RunDir
+from fucina_jobs.data.rundir import RunDir
 
 from tests.helpers import REPO, assert_exactly_once, manifest, read_dir, shard_files
 

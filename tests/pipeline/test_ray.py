@@ -8,9 +8,9 @@ import jsonschema
 import pytest
 import ray
 
-from fucina_jobs.pipeline.config import validate
+from fucina_jobs.config import validate
 from fucina_jobs.pipeline.driver import Job
-from fucina_jobs.pipeline.config import SHIPPED
+from fucina_jobs.config import SHIPPED
 
 from tests.helpers import REPO, assert_exactly_once, job_dict, manifest, read_dir, shard_files
 

@@ -8,9 +8,9 @@ import ray
 from ray.cluster_utils import Cluster
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from fucina_jobs.pipeline.config import validate
+from fucina_jobs.config import validate
 from fucina_jobs.pipeline.ray_pool import RayReplica
-from fucina_jobs.pipeline.rundir import RunDir
+from fucina_jobs.data.rundir import RunDir
 
 from tests.helpers import REPO
 
@@ -45,7 +45,7 @@ def test_each_replica_takes_its_nodes_cpus_over_its_replica_units(nodes, tmp_pat
         actor = (
             ray.remote(RayReplica)
             .options(num_cpus=0, resources={"replica": 1}, scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False))
-            .remote(cfg.model_dump(), None, "unused", str(REPO), out, "test", 0)
+            .remote(cfg.model_dump(), constraint=None, model_path="unused", base=str(REPO), out=out, run_id="test", replica=0)
         )
         units = next(n["Resources"]["replica"] for n in ray.nodes() if n["NodeID"] == node)
         threads[units] = ray.get(actor.__ray_call__.remote(lambda self: __import__("torch").get_num_threads()))

@@ -9,7 +9,7 @@ import pyarrow.fs as pafs
 import pytest
 
 from fucina_jobs.bench.pipeline import generate, job_config
-from fucina_jobs.pipeline.config import validate
+from fucina_jobs.config import validate
 from fucina_jobs.pipeline.driver import Job
 
 from tests.helpers import REPO, assert_exactly_once, manifest, read_dir

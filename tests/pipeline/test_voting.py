@@ -7,7 +7,7 @@ import pytest
 
 from fucina_jobs.confidence import Confidence
 from fucina_jobs.engines import Prompt
-from fucina_jobs.pipeline.config import RuntimeConfig
+from fucina_jobs.config import RuntimeConfig
 from fucina_jobs.pipeline.voting import sample_prompts, vote
 from tests.helpers import GREEDY
 

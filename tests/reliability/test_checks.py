@@ -11,9 +11,9 @@ import pytest
 import ray
 import torch
 
-from fucina_jobs.pipeline.config import ConfigError, validate
+from fucina_jobs.config import ConfigError, validate
 from fucina_jobs.pipeline.driver import Job
-from fucina_jobs.pipeline.rundir import RunDir
+from fucina_jobs.data.rundir import RunDir
 
 from tests.helpers import REPO, cli, job_dict, manifest, write_jsonl
 

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from fucina_jobs.pipeline.config import ConfigError, validate
+from fucina_jobs.config import ConfigError, validate
 from fucina_jobs.pipeline.driver import Job
 
 from tests.helpers import REPO, assert_exactly_once, invoice_rows, manifest, shard_files, small_job, write_jsonl

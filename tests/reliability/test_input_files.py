@@ -17,8 +17,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from fucina_jobs.pipeline.config import ConfigError, DatasetConfig
-from fucina_jobs.pipeline.dataset import DatasetChanged, check_output_outside, read_rows, read_slice, scan
+from fucina_jobs.config import ConfigError, DatasetConfig
+from fucina_jobs.data.dataset import DatasetChanged, check_output_outside, read_rows, read_slice, scan
 from fucina_jobs.run_info import file_hash
 
 from tests.helpers import REPO
@@ -223,7 +223,7 @@ def test_stdin_and_named_pipes_are_one_line_saying_what_to_do(tmp_path):
     os.mkfifo(fifo)
     _refused(fifo, "is a named pipe, not a file", "save it to a file first")
     script = (
-        "from pathlib import Path\nfrom fucina_jobs.pipeline.config import DatasetConfig\nfrom fucina_jobs.pipeline.dataset import scan\n"
+        "from pathlib import Path\nfrom fucina_jobs.config import DatasetConfig\nfrom fucina_jobs.data.dataset import scan\n"
         "try:\n    index = scan(DatasetConfig(path='/dev/stdin'), Path('.'))\n    print(len(index), index.root)\n"
         "except Exception as err:\n    print(type(err).__name__, err)\n"
     )

@@ -15,7 +15,7 @@ import sys
 import pytest
 
 from fucina_jobs.bench.pipeline import generate, job_config
-from fucina_jobs.pipeline.config import ConfigError, validate
+from fucina_jobs.config import ConfigError, validate
 from fucina_jobs.pipeline.driver import Job
 from fucina_jobs.run_info import file_hash
 

@@ -9,10 +9,10 @@ import pytest
 
 from tests.helpers import FAKE_INVOICE as FAKE
 
-from fucina_jobs.pipeline.config import ConfigError, DatasetConfig
-from fucina_jobs.pipeline.dataset import read_rows
+from fucina_jobs.config import ConfigError, DatasetConfig
+from fucina_jobs.data.dataset import read_rows
 from fucina_jobs.pipeline.flags import COPIED_FROM_DOCUMENT, record_flags
-from fucina_jobs.pipeline.storage import write_json, write_table
+from fucina_jobs.data.storage import write_json, write_table
 
 
 def _read(path, **kw):

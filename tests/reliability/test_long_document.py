@@ -11,8 +11,8 @@ import pytest
 
 import fucina_jobs.pipeline.replica as replica
 from fucina_jobs.engines import resolve_source
-from fucina_jobs.pipeline.config import validate
-from fucina_jobs.pipeline.dataset import Row
+from fucina_jobs.config import validate
+from fucina_jobs.data.dataset import Row
 from fucina_jobs.pipeline.driver import Job
 
 from tests.helpers import REPO, job_dict
@@ -23,7 +23,15 @@ pytestmark = pytest.mark.slow
 def test_the_context_is_checked_from_the_token_count_before_any_grammar_is_built(tmp_path, monkeypatch):
     job = Job(validate(job_dict(tmp_path / "out", decoding={"max_tokens": 8})), REPO)
     handlers = list(logging.getLogger().handlers)
-    worker = replica.ShardWorker(job.cfg.model_dump(), job.constraint, resolve_source("default"), str(REPO), job.dir, job.run_id, 0)
+    worker = replica.ShardWorker(
+        job.cfg.model_dump(),
+        constraint=job.constraint,
+        model_path=resolve_source("default"),
+        base=str(REPO),
+        out=job.dir,
+        run_id=job.run_id,
+        replica=0,
+    )
     for handler in set(logging.getLogger().handlers) - set(handlers):  # the replica's log file
         logging.getLogger().removeHandler(handler)
     built, real = [], replica.grounded_lark

@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from fucina_jobs.pipeline.config import validate
+from fucina_jobs.config import validate
 from fucina_jobs.pipeline.driver import Job
 
 from tests.helpers import INVOICES, REPO, assert_exactly_once, invoice_rows, manifest, read_dir, shard_files, small_job, write_jsonl

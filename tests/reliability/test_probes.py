@@ -12,10 +12,10 @@ import threading
 import pytest
 import ray
 
-from fucina_jobs.pipeline.config import ConfigError, validate
+from fucina_jobs.config import ConfigError, validate
 from fucina_jobs.pipeline.ray_pool import probe_cluster, replica_count
-from fucina_jobs.pipeline.rundir import RunDir, is_our_manifest
-from fucina_jobs.pipeline.storage import probe
+from fucina_jobs.data.rundir import RunDir, is_our_manifest
+from fucina_jobs.data.storage import probe
 
 from tests.helpers import REPO, job_dict, ray_running
 

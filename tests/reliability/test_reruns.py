@@ -12,7 +12,7 @@ import time
 import pytest
 import ray
 
-from fucina_jobs.pipeline.config import ConfigError, validate
+from fucina_jobs.config import ConfigError, validate
 from fucina_jobs.pipeline.driver import Job
 from fucina_jobs.run_info import file_hash
 from fucina_jobs.pipeline.flags import COPIED_FROM_DOCUMENT

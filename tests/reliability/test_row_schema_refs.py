@@ -15,10 +15,10 @@ import sys
 
 import pytest
 
-from fucina_jobs.pipeline.config import validate
-from fucina_jobs.pipeline.dataset import scan
+from fucina_jobs.config import validate
+from fucina_jobs.data.dataset import scan
 from fucina_jobs.pipeline.replica import ShardWorker
-from fucina_jobs.pipeline.rundir import RunDir
+from fucina_jobs.data.rundir import RunDir
 
 from tests.helpers import REPO, write_jsonl
 
@@ -67,7 +67,7 @@ def test_refs_in_row_schemas_read_nothing_and_connect_nowhere(tmp_path, listener
     seen: list = []
     _WATCH.append(seen)
     try:
-        worker = ShardWorker(cfg.model_dump(), None, "unused", str(REPO), out, "test", 0)
+        worker = ShardWorker(cfg.model_dump(), constraint=None, model_path="unused", base=str(REPO), out=out, run_id="test", replica=0)
         summary = worker.run(0, "refs", index.slice(index.table))
     finally:
         _WATCH.clear()

@@ -11,8 +11,8 @@ import socket
 import pytest
 
 from fucina_jobs.eval.cli import compare_command
-from fucina_jobs.eval.review import review_command
-from fucina_jobs.pipeline.config import validate
+from fucina_jobs.review.cli import review_command
+from fucina_jobs.config import validate
 from fucina_jobs.pipeline.driver import Job
 
 from tests.helpers import REPO, assert_exactly_once, canned_job, manifest, read_dir, shard_files, write_jsonl

@@ -14,13 +14,13 @@ import pyarrow.fs as pafs
 import pytest
 
 from fucina_jobs.eval.cli import compare_command
-from fucina_jobs.eval.review import review_command
+from fucina_jobs.review.cli import review_command
 from fucina_jobs.eval.runs import read_run
-from fucina_jobs.pipeline.config import validate
+from fucina_jobs.config import validate
 from fucina_jobs.pipeline.driver import Job
 
 from tests.helpers import make_run
-from ..eval.test_review import RECORDS
+from ..review.test_review import RECORDS
 from tests.helpers import REPO, canned_job, write_jsonl
 
 pytestmark = pytest.mark.slow

@@ -18,10 +18,10 @@ import pytest
 
 from checks.faulty_store import BUCKET, Rule, S3Store
 from fucina_jobs.bench.pipeline import generate, job_config
-from fucina_jobs.pipeline.config import ConfigError, DatasetConfig, validate
-from fucina_jobs.pipeline.dataset import DatasetChanged, read_slice, scan
+from fucina_jobs.config import ConfigError, DatasetConfig, validate
+from fucina_jobs.data.dataset import DatasetChanged, read_slice, scan
 from fucina_jobs.pipeline.driver import Job
-from fucina_jobs.pipeline.storage import Storage, StoreError
+from fucina_jobs.data.storage import Storage, StoreError
 
 from tests.helpers import REPO, assert_exactly_once, manifest, shard_files
 

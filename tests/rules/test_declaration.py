@@ -6,12 +6,12 @@ import re
 import pytest
 import ray
 
-from fucina_jobs.pipeline.config import ConfigError, validate
+from fucina_jobs.config import ConfigError, validate
 from fucina_jobs.pipeline.driver import Job
 from fucina_jobs.rules.declaration import field_types, rules_of
 from fucina_jobs.rules.expression import RuleError
 
-from fucina_jobs.pipeline.config import SHIPPED
+from fucina_jobs.config import SHIPPED
 from tests.helpers import REPO, job_dict
 
 SCHEMA = {

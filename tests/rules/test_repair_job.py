@@ -17,7 +17,7 @@ import pytest
 from fucina_jobs.engines import FucinaEngine, Prompt
 from fucina_jobs.grounding.grammar import grounded_lark
 from fucina_jobs.models.loading import load_model
-from fucina_jobs.pipeline.config import RuntimeConfig, validate
+from fucina_jobs.config import RuntimeConfig, validate
 from fucina_jobs.pipeline.driver import Job
 from fucina_jobs.pipeline.replica import record_seed
 from fucina_jobs.pipeline.voting import sample_prompts
@@ -130,7 +130,7 @@ def test_votes_are_each_fields_majority_over_samples_decoded_with_their_own_seed
     hot = dataclasses.replace(GREEDY, temperature=VOTE_TEMPERATURE)
     disagreed = 0
     for row_id, text in DOCS.items():
-        prompt = Prompt(row_id, text, SYSTEM, engine.constraint(lark=grounded_lark(SCHEMA, text)), record_seed(0, row_id), 48)
+        prompt = Prompt(row_id, text, SYSTEM, engine.constraint(lark=grounded_lark(SCHEMA, text)), seed=record_seed(0, row_id), max_tokens=48)
         prompts = sample_prompts(prompt, 3, hot)
         decoded = {c.id: json.loads(c.text) for c in engine.generate(prompts)}
         samples = [decoded[p.id] for p in prompts]

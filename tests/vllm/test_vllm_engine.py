@@ -9,7 +9,7 @@ import pytest
 from fucina_jobs.decoding.constraint import GrammarError
 from fucina_jobs.engines import Prompt, sampling_params
 from fucina_jobs.grounding.grammar import grounded_lark
-from fucina_jobs.pipeline.config import SHIPPED, DecodingConfig, ModelConfig, RuntimeConfig, SpeculativeConfig
+from fucina_jobs.config import SHIPPED, DecodingConfig, ModelConfig, RuntimeConfig, SpeculativeConfig
 from fucina_jobs.pipeline.voting import sample_prompts
 
 

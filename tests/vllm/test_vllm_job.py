@@ -6,9 +6,9 @@ import jsonschema
 import pyarrow.parquet as pq
 import pytest
 
-from fucina_jobs.pipeline.config import validate
+from fucina_jobs.config import validate
 from fucina_jobs.pipeline.driver import Job
-from fucina_jobs.pipeline.config import SHIPPED
+from fucina_jobs.config import SHIPPED
 
 from tests.helpers import REPO, assert_exactly_once, job_dict, manifest, read_dir, shard_files
 

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from fucina_jobs.pipeline.config import validate
+from fucina_jobs.config import validate
 from fucina_jobs.pipeline.driver import Job
 
 from ..grounding.test_job import SCHEMA

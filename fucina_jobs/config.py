@@ -2,7 +2,8 @@
 
 These pydantic models are the one place every setting and its default is
 spelled: the engines build their own options from them, key by key, and this
-module imports nothing of the project. Hydra composes ``conf/NAME.yaml`` over them (``register_defaults``
+module imports nothing of the project but the embedded model's name (``models.DEFAULT_MODEL``, what
+``model.source`` defaults to, spelled where the loader resolves it). Hydra composes ``conf/NAME.yaml`` over them (``register_defaults``
 hands Hydra the defaults as the ``settings`` config and the ``engine`` group) with
 the command-line overrides; the models then check every key (unknown keys are
 errors) and every range, and turn a failure into one message per bad key that
@@ -19,6 +20,8 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from .models import DEFAULT_MODEL, DEFAULT_MODEL_NAME
+
 
 class ConfigError(ValueError):
     """The job configuration is invalid; the message says which key and why."""
@@ -29,7 +32,7 @@ class _Section(BaseModel):
 
 
 class ModelConfig(_Section):
-    source: str = Field("default", description="'default' (embedded SmolLM2-135M-Instruct), a local directory or a hub id")
+    source: str = Field(DEFAULT_MODEL, description=f"{DEFAULT_MODEL!r} (embedded {DEFAULT_MODEL_NAME}), a local directory or a hub id")
     dtype: Literal["float32", "bfloat16", "float16", "float64"] = "float32"
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto: CUDA where torch sees it, else the CPU")
 
@@ -271,8 +274,10 @@ class JobConfig(_Section):
         return self
 
 
-#: The files the package ships, laid out as a job's project folder: ``conf/`` (``base`` and the shipped jobs), ``jobs/`` and ``schemas/``.
-SHIPPED = Path(__file__).resolve().parents[1]
+_PACKAGE = Path(__file__).resolve().parent
+#: The files the package ships, laid out as a job's project folder: ``conf/`` (``base`` and the shipped jobs), ``jobs/`` and
+#: ``schemas/``. They sit beside the package in a checkout (and an editable install); a wheel holds them in ``fucina_jobs/shipped/``.
+SHIPPED = _PACKAGE / "shipped" if (_PACKAGE / "shipped").is_dir() else _PACKAGE.parent
 #: Where a Hydra run writes when the job's config names no output.dir (``name`` is the job's).
 DEFAULT_OUTPUT_DIR = "outputs/${name}"
 #: Every engine a job can name (``engine=NAME``): its settings, whose ``implementation`` names the class that runs it.

@@ -40,14 +40,14 @@ import re
 import tempfile
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, NamedTuple, Sequence
 
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from .config import ConfigError
+from ..config import ConfigError
 from .storage import Storage
 
 log = logging.getLogger(__name__)
@@ -73,6 +73,7 @@ class Committed:
     key: str
     run: str | None  # its partition (None: a run written before partitions)
     rows: pa.Table  # id, digest: Arrow, so a rerun over a million committed rows stays small
+    _: KW_ONLY
     failed: bool
     records: int
     rejects: int
@@ -290,7 +291,7 @@ class RunDir:
             held = self._parquet(path, self.store.row_count)
             if held != scalar[kind]:
                 raise DamagedShard(f"{self.store.name(path)} holds {held} rows where its stats say {scalar[kind]}")
-        return Committed(f.key, f.run, rows, bool(scalar["failed"]), scalar["records"], scalar["rejects"])
+        return Committed(f.key, f.run, rows, failed=bool(scalar["failed"]), records=scalar["records"], rejects=scalar["rejects"])
 
     def _parquet(self, path: str, read: Callable[[str], Any]) -> Any:
         """``read(path)``; a file that does not read as Parquet (truncated, empty: a disk that lost part of it) is a ``DamagedShard``."""

@@ -4,8 +4,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from fucina_jobs.pipeline.config import ConfigError, DatasetConfig
-from fucina_jobs.pipeline.dataset import read_rows
+from fucina_jobs.config import ConfigError, DatasetConfig
+from fucina_jobs.data.dataset import read_rows
 
 
 def _cfg(path, **kw):
@@ -55,7 +55,7 @@ def test_duplicate_ids_are_an_error_naming_the_rows(tmp_path):
 @pytest.mark.parametrize("fmt", ["jsonl", "csv", "parquet", "text_dir", "glob"])
 def test_scan_then_read_slice_gives_back_the_rows_read_rows_reads(tmp_path, fmt):
     """The driver keeps only ids, digests and locations; a replica reading any slice gets the same rows back."""
-    from fucina_jobs.pipeline.dataset import read_slice, scan
+    from fucina_jobs.data.dataset import read_slice, scan
 
     if fmt == "jsonl":
         (tmp_path / "in.jsonl").write_bytes(
@@ -89,7 +89,7 @@ def test_scan_then_read_slice_gives_back_the_rows_read_rows_reads(tmp_path, fmt)
 def test_duplicate_ids_across_globbed_files_are_an_error(tmp_path):
     for part in ("p1", "p2"):
         (tmp_path / f"{part}.jsonl").write_text(json.dumps({"id": "same", "text": part}) + "\n")
-    from fucina_jobs.pipeline.dataset import scan
+    from fucina_jobs.data.dataset import scan
 
     with pytest.raises(ConfigError, match="rows 0 and 1 share the id 'same'"):
         scan(_cfg(tmp_path / "*.jsonl"), tmp_path)

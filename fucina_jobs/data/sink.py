@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any, Callable, Iterable
 
 import jsonschema
@@ -79,6 +79,7 @@ class Outcome:
     row_id: str
     text: str
     finish_reason: str
+    _: KW_ONLY
     prompt_tokens: int = 0
     generated_tokens: int = 0
     record: dict[str, Any] | None = None

@@ -23,7 +23,7 @@ from fucina_jobs.eval.runs import read_run
 from fucina_jobs.eval.sources import read_sources
 from fucina_jobs.grounding.declaration import grounded_fields
 from fucina_jobs.grounding.spans import value_spans
-from fucina_jobs.labelstudio import export_command, gold_lines, import_command, labeling_config, schema_fields
+from fucina_jobs.review.labelstudio import export_command, gold_lines, import_command, labeling_config, schema_fields
 
 from tests.helpers import REPO, make_run
 
@@ -258,7 +258,7 @@ def label_studio(tmp_path_factory):
 @pytest.mark.slow
 def test_round_trip_through_a_real_label_studio(tmp_path, label_studio, capsys):
     from fucina_jobs.eval.evaluate import evaluate
-    from fucina_jobs.pipeline.config import validate
+    from fucina_jobs.config import validate
 
     tasks = exported(tmp_path)
     project = label_studio.api("POST", "/api/projects/", {"title": "fucina review", "label_config": (tmp_path / "labelstudio.xml").read_text()})

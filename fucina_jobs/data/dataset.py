@@ -39,7 +39,7 @@ import io
 import json
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Callable, Iterator, NamedTuple, Union
 
@@ -49,7 +49,7 @@ import pyarrow.dataset as pds
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from .config import ConfigError, DatasetConfig
+from ..config import ConfigError, DatasetConfig
 from .dataset_files import (
     COMPRESSED_SUFFIXES,
     HEAD,
@@ -110,6 +110,7 @@ class Slice:
     root: str  # the resolved dataset.path (text_dir ids are paths below it)
     files: list[str]
     table: pa.Table  # Loc's columns (``file`` indexes ``files``), then id and digest: what the scan found there
+    _: KW_ONLY
     problems: dict[str, str] = field(default_factory=dict)  # text_dir files that are rejects whatever they hold (a loop, a dangling link)
     stamps: dict[str, Stamp] = field(default_factory=dict)  # jsonl, csv, parquet files as the scan listed them
 
@@ -126,6 +127,7 @@ class RowIndex:
     root: str
     files: list[str]
     table: pa.Table  # id, digest, file, start, end, line, index
+    _: KW_ONLY
     first_usable: Row | None  # the template is checked against it
     hash: str = ""  # sha256 of the bytes the scan parsed: the manifest's record of what was read
     problems: dict[str, str] = field(default_factory=dict)  # text_dir files that are rejects whatever they hold
@@ -140,7 +142,8 @@ class RowIndex:
         locs = table.select([*Loc._fields, "id", "digest"]).set_column(0, "file", pc.index_in(table.column("file"), value_set=used))
         files = [self.files[f] for f in used.to_pylist()]
         problems = {f: self.problems[f] for f in files if f in self.problems}
-        return Slice(self.fs, self.root, files, locs.combine_chunks(), problems, {f: self.stamps[f] for f in files if f in self.stamps})
+        stamps = {f: self.stamps[f] for f in files if f in self.stamps}
+        return Slice(self.fs, self.root, files, locs.combine_chunks(), problems=problems, stamps=stamps)
 
 
 INDEX_SCHEMA = pa.schema(
@@ -176,7 +179,7 @@ def scan(cfg: DatasetConfig, base: Path) -> RowIndex:
     batches.append(_batch(pending))
     table = pa.Table.from_batches(batches, INDEX_SCHEMA)
     _check_unique(table, cfg, root, files)
-    return RowIndex(fs, root, files, table, first_usable, digest.hexdigest(), problems, listed)
+    return RowIndex(fs, root, files, table, first_usable=first_usable, hash=digest.hexdigest(), problems=problems, stamps=listed)
 
 
 def read_rows(cfg: DatasetConfig, base: Path) -> list[Row]:

@@ -6,9 +6,9 @@ import sys
 
 import pytest
 
-from fucina_jobs.browser import BrowserError, Chromium, find_chromium
-from fucina_jobs.eval.review import review_command
-from fucina_jobs.eval.review_page import READY, embedded, page_data, render
+from fucina_jobs.review.browser import BrowserError, Chromium, find_chromium
+from fucina_jobs.review.cli import review_command
+from fucina_jobs.review.page import READY, embedded, page_data, render
 from fucina_jobs.eval.runs import read_run
 from fucina_jobs.eval.sources import read_sources
 from fucina_jobs.grounding.declaration import grounded_fields

@@ -34,9 +34,9 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 from xml.sax.saxutils import quoteattr
 
-from .grounding.declaration import Grounded
-from .grounding.spans import writes
-from .grounding.values import dates_in, json_number, normalize_whitespace, number_spans, quantities_in
+from ..grounding.declaration import Grounded
+from ..grounding.spans import writes
+from ..grounding.values import dates_in, json_number, normalize_whitespace, number_spans, quantities_in
 
 log = logging.getLogger(__name__)
 
@@ -311,10 +311,10 @@ def _typed_value(f: Field, typed: str, problems: list[str]) -> Any:
 
 
 def export_command(argv: list[str]) -> int:
-    from .eval.arguments import ArgumentParser
-    from .eval.sources import BASE_HELP, open_run
-    from .pipeline.config import ConfigError, locate
-    from .pipeline.storage import write_json
+    from ..eval.arguments import ArgumentParser
+    from ..eval.sources import BASE_HELP, open_run
+    from ..config import ConfigError, locate
+    from ..data import write_json
 
     parser = ArgumentParser(
         prog="python -m fucina_jobs export labelstudio",
@@ -358,8 +358,8 @@ def _named_schema(export: Any, name: str) -> Path:
 
 
 def import_command(argv: list[str]) -> int:
-    from .eval.arguments import ArgumentParser
-    from .grounding.declaration import GroundingError, grounded_fields
+    from ..eval.arguments import ArgumentParser
+    from ..grounding.declaration import GroundingError, grounded_fields
 
     parser = ArgumentParser(
         prog="python -m fucina_jobs import labelstudio",

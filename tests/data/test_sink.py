@@ -3,9 +3,9 @@ import json
 
 import pyarrow as pa
 
-from fucina_jobs.pipeline.rundir import RunDir
-from fucina_jobs.pipeline.sink import Outcome, Validator, json_schema_fields, outcome_tables, record_schema
-from fucina_jobs.pipeline.config import SHIPPED
+from fucina_jobs.data.rundir import RunDir
+from fucina_jobs.data.sink import Outcome, Validator, json_schema_fields, outcome_tables, record_schema
+from fucina_jobs.config import SHIPPED
 
 from tests.helpers import REPO
 
@@ -63,8 +63,8 @@ def test_regex_validator_gives_named_groups():
 def test_outcomes_are_typed_and_accounted_then_written_into_the_run_partition(tmp_path):
     schema = record_schema(json_schema_fields(INVOICE))
     outcomes = [
-        Outcome("inv-001", json.dumps(GOOD), "stop", 10, 5, record=GOOD),
-        Outcome("inv-002", "{", "length", 10, 5, reason="length", error="budget"),
+        Outcome("inv-001", json.dumps(GOOD), "stop", prompt_tokens=10, generated_tokens=5, record=GOOD),
+        Outcome("inv-002", "{", "length", prompt_tokens=10, generated_tokens=5, reason="length", error="budget"),
     ]
     records, rejects = outcome_tables(outcomes, schema, lambda r: "id-" + r)
     assert (records.num_rows, rejects.num_rows) == (1, 1)
@@ -104,21 +104,21 @@ def test_a_shard_commits_only_while_the_manifest_names_its_run(tmp_path):
     """A replica that outlives a killed driver must not commit into the next run's plan."""
     import pytest
 
-    from fucina_jobs.pipeline.config import validate
-    from fucina_jobs.pipeline.dataset import Row
-    from fucina_jobs.pipeline.job_constraint import resolve
+    from fucina_jobs.config import validate
+    from fucina_jobs.data.dataset import Row
+    from fucina_jobs.pipeline.job_constraint import read_constraint
     from fucina_jobs.pipeline.shard_writer import RunSuperseded, ShardWriter
 
     from tests.helpers import job_dict
 
     cfg = validate(job_dict(tmp_path))
-    constraint = resolve(cfg.constraint, REPO)
+    constraint = read_constraint(cfg.constraint, REPO)
     rows = [Row("a", 0, {"text": "x"}, "a problem")]
     out = RunDir.for_config(str(tmp_path), REPO, "f" * 64)
     out.start_run()
     out.write_manifest({"run_id": "new-run"})
     with pytest.raises(RunSuperseded):
-        ShardWriter(cfg, constraint, REPO, out, "old-run").write("k1", 0, 0, rows, [], {})
+        ShardWriter(cfg, constraint, base=REPO, out=out, run_id="old-run").write("k1", 0, 0, rows, [], {})
     assert not out.committed()
-    summary = ShardWriter(cfg, constraint, REPO, out, "new-run").write("k1", 0, 0, rows, [], {})
+    summary = ShardWriter(cfg, constraint, base=REPO, out=out, run_id="new-run").write("k1", 0, 0, rows, [], {})
     assert summary.rejects == 1 and [s.key for s in out.committed()] == ["k1"]

@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from fucina_jobs.pipeline.config import ConfigError, validate
+from fucina_jobs.config import ConfigError, validate
 
 from tests.helpers import REPO, job_dict, manifest
 
@@ -115,7 +115,7 @@ def test_multirun_sweeps_overrides_into_their_own_output_dirs(tmp_path):
 
 def test_every_engine_a_job_can_name_has_a_class_that_runs_it():
     from fucina_jobs import engines
-    from fucina_jobs.pipeline.config import ENGINES
+    from fucina_jobs.config import ENGINES
 
     found = {name: engines._engine_class(name).__name__ for name in ENGINES}  # vllm.py imports vLLM only when built
     assert found == {"fucina": "FucinaEngine", "vllm": "VLLMEngine", "canned": "CannedEngine"}

@@ -41,7 +41,7 @@ from typing import Any, BinaryIO, Callable, NamedTuple
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from .config import ConfigError
+from ..config import ConfigError
 from .storage import open_input
 
 #: Leading bytes of each compression we read, and the codec that reads it.

@@ -4,7 +4,7 @@ One card per row, least certain first (rejects, then records by their least
 certain value): the source text with each value highlighted at its span and
 coloured by its confidence, the values beside it, the flags, and for a reject
 its reason and raw output. The data is embedded once (gzipped JSON); a small script
-(``review_page.html``) filters it and renders one page of cards at a time, so
+(``page.html``) filters it and renders one page of cards at a time, so
 10,000 records open as fast as 20 (``docs/REVIEW.md``).
 
 Spans are stored as Python (code point) offsets; the page's script slices
@@ -23,13 +23,13 @@ from itertools import accumulate
 from pathlib import Path
 from typing import Any, Mapping
 
-from ..pipeline.config import ConfigError
-from ..pipeline.storage import atomic
+from ..config import ConfigError
+from ..data import atomic
 from ..confidence import leaves
-from .runs import Run
-from .sources import Sources, read_sources
+from ..eval.runs import Run
+from ..eval.sources import Sources, read_sources
 
-_TEMPLATE = "review_page.html"
+_TEMPLATE = "page.html"
 _DATA = "/*REVIEW_DATA*/"
 #: True in the page once its data is read and the first cards are drawn (for a driven browser).
 READY = "document.documentElement.dataset.ready === 'true'"

@@ -4,8 +4,8 @@ import datetime as dt
 
 import pyarrow as pa
 
-from fucina_jobs.pipeline.rundir import RunDir, run_name
-from fucina_jobs.pipeline.storage import write_json, write_table
+from fucina_jobs.data.rundir import RunDir, run_name
+from fucina_jobs.data.storage import write_json, write_table
 
 from tests.helpers import REPO, read_dir
 

@@ -3,7 +3,7 @@
 import subprocess
 import sys
 
-from fucina_jobs.eval.review import format_review, least_certain
+from fucina_jobs.review.cli import format_review, least_certain
 
 from tests.helpers import REPO, make_run
 

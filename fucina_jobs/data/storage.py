@@ -39,7 +39,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from .config import ConfigError, locate
+from ..config import ConfigError, locate
 
 log = logging.getLogger(__name__)
 

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from ..confidence import leaves
-from .runs import read_run
-from .sources import BASE_HELP
+from ..eval.runs import read_run
+from ..eval.sources import BASE_HELP
 
 _WIDTH = 60  # characters of a value shown
 
@@ -60,8 +60,8 @@ def _short(value: str) -> str:
 
 
 def review_command(argv: list[str]) -> int:
-    from .arguments import ArgumentParser, positive_int
-    from ..pipeline.config import ConfigError
+    from ..eval.arguments import ArgumentParser, positive_int
+    from ..config import ConfigError
 
     parser = ArgumentParser(
         prog="python -m fucina_jobs review",
@@ -84,7 +84,7 @@ def review_command(argv: list[str]) -> int:
         sys.stderr.write(f"review: {args.run_dir} holds no records/; give the output.dir of a run\n")
         return 2
     if args.html:
-        from .review_page import page_command
+        from .page import page_command
 
         return page_command(run, args.base, args.html)
     rows = least_certain(run.records, args.limit)
