@@ -41,6 +41,7 @@ from .flags import record_flags
 from .job_constraint import JobConstraint, parse_row_schema
 from .merging import MergeError, Part, check_rules, merge
 from .rundir import RunDir
+from .s3_retries import RetryTally
 from .sink import Outcome, Validator, json_schema_fields, outcome_tables, record_schema
 
 #: Stats columns whose type a single None or empty value would hide.
@@ -68,6 +69,7 @@ class ShardSummary:
     failed: bool
     reasons: dict[str, int] = field(default_factory=dict)
     progress: dict[str, int] = field(default_factory=dict)
+    store_retries: int = 0  # the shard's S3 requests made again (``s3_retries.py``), its commit's included
 
 
 class RunSuperseded(RuntimeError):
@@ -146,9 +148,13 @@ class ShardWriter:
         rows: list[Row],
         completions: list[dict[str, Any]] | None,
         stats: dict[str, Any],
-        error: str | None = None,
+        error: str | None,
+        retries: RetryTally,
     ) -> ShardSummary:
-        """Write and commit a shard; ``completions`` None means it failed with ``error`` and every row is a reject."""
+        """Write and commit a shard; ``completions`` None means it failed with ``error`` and every row is a reject.
+
+        ``retries`` counts the shard's S3 retries: its stats row holds those before its commit (the row is the commit's
+        upload), its summary those of the commit too."""
         outcomes = self._outcomes(rows, completions, error)
         records_table, rejects_table = outcome_tables(outcomes, self.record_schema, self._record_id)
         self.dir.write_outputs(key, records_table, rejects_table)
@@ -165,9 +171,10 @@ class ShardWriter:
         }
         if self.dir.run_id() != self.run_id:
             raise RunSuperseded(f"{self.dir.path} belongs to another run now; shard {key} is left uncommitted")
-        self.dir.commit(key, _stats_table(row))
+        self.dir.commit(key, _stats_table(row | {"store_retries": retries.count}))
         reasons = Counter(o.reason for o in outcomes if o.reason)
-        return ShardSummary(len(rows), records, rejects, completions is None, dict(reasons), {k: stats.get(k, 0) for k in _PROGRESS_KEYS})
+        progress = {k: stats.get(k, 0) for k in _PROGRESS_KEYS}
+        return ShardSummary(len(rows), records, rejects, completions is None, dict(reasons), progress, retries.count)
 
     def _outcomes(self, rows: list[Row], completions: list[dict[str, Any]] | None, error: str | None) -> list[Outcome]:
         by_id = {c["row_id"]: c for c in completions or []}
