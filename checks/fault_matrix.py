@@ -223,7 +223,7 @@ def edited_dataset(c: Case) -> None:
 
 def full_disk(c: Case) -> None:
     c.out.mkdir(parents=True)
-    mount = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=72k", "tmpfs", str(c.out)], capture_output=True, text=True)
+    mount = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=136k", "tmpfs", str(c.out)], capture_output=True, text=True)
     if mount.returncode != 0:
         c.note = f"skipped: cannot mount a tmpfs here ({mount.stderr.strip()})"
         return

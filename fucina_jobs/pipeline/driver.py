@@ -256,6 +256,7 @@ class Job:
                 log.error("another run took %s over; this run's end (%s) is not recorded", self.dir.manifest_path, status)
                 return
             self.dir.remove_leftovers()  # also frees what a half-written shard took on a full disk
+            self.dir.release()  # the room a full disk keeps for this manifest
             self.dir.write_manifest(self._manifest(started, summary, model_path, status, error))
         except OSError as err:
             log.error("could not record the run's end (%s) in %s: %s", status, self.dir.manifest_path, err)

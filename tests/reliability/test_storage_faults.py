@@ -6,7 +6,7 @@ The object store is moto's S3 server behind a real HTTP proxy on 127.0.0.1
 an upload or an object's bytes) or stalls them; the job's own pyarrow S3 client
 talks to it. Each fault the proxy serves costs one retry (``s3_retries.py``:
 the SDK makes one attempt a request), so the counts are exact. The full disk is
-a real 64 KiB tmpfs (root only: skipped elsewhere). The engine is the canned
+a real 160 KiB tmpfs (root only: skipped elsewhere). The engine is the canned
 one: the storage is under test, not the model.
 """
 
@@ -177,10 +177,10 @@ def test_a_file_cut_short_after_the_scan_is_named_by_the_replica_not_read_as_few
 
 @pytest.fixture
 def small_disk(tmp_path):
-    """A real 64 KiB filesystem (tmpfs): root only."""
+    """A real 160 KiB filesystem (tmpfs): root only. A run sets 64 KiB of it aside (``rundir.RESERVE_BYTES``), shards fill the rest."""
     path = tmp_path / "disk"
     path.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(path)], capture_output=True).returncode != 0:
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=160k", "tmpfs", str(path)], capture_output=True).returncode != 0:
         pytest.skip("no tmpfs can be mounted here (root only)")
     yield path
     subprocess.run(["umount", str(path)], check=True)
@@ -194,8 +194,8 @@ def test_a_full_disk_commits_no_partial_shard_and_a_rerun_with_space_ends_every_
     assert full.value.errno == errno.ENOSPC and full.value.filename.startswith(str(out)), full.value
     failed = RunDir.open(out).read("stats", ["failed"]).column("failed").to_pylist()  # a failed shard's rejects may have fit
     assert 0 < len(failed) < ROWS, "the disk filled part-way"
-    assert manifest(out)["status"] == "failed"
-    assert not [p for p in out.rglob("*") if p.name.startswith(".shard-")], "no temporary of a failed write is left"
+    assert manifest(out)["status"] == "failed", "the reserve made room for the manifest that says so"
+    assert not [p for p in out.rglob("*") if p.name.startswith((".shard-", ".reserve"))], "no temporary of a failed write, no reserve, is left"
     subprocess.run(["mount", "-o", "remount,size=8m", str(small_disk)], check=True)  # the user frees space
     again = Job(validate(raw), REPO).run()
     assert again.ok and (again.shards_resumed, again.shards_redone) == (failed.count(False), failed.count(True))
