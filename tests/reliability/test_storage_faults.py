@@ -28,7 +28,7 @@ from fucina_jobs.pipeline.rundir import RunDir
 from fucina_jobs.pipeline.s3_retries import retries
 from fucina_jobs.pipeline.storage import Storage, StoreError
 
-from tests.helpers import REPO, assert_exactly_once, manifest, shard_files
+from tests.helpers import REPO, assert_exactly_once, manifest, once_on_dispatch, shard_files
 
 pytestmark = pytest.mark.slow
 
@@ -112,24 +112,12 @@ def test_commits_the_store_keeps_refusing_stop_the_run_in_one_line_and_a_rerun_e
     assert_exactly_once(out, IDS)
 
 
-def _on_dispatch_of(shard: int, act):
-    """An ``on_dispatch`` that acts once, when ``shard`` is first sent (a shard goes out once one before it has committed)."""
-    done = []
-
-    def on_dispatch(sent, actor):
-        if sent == shard and not done:
-            done.append(sent)
-            act()
-
-    return on_dispatch
-
-
 def test_credentials_that_expire_mid_run_stop_it_in_one_line_without_retrying_and_a_rerun_ends_every_row_once(store, rules, local_ray, tmp_path):
     out = store.uri("runs/expired")
     raw = _job(tmp_path, out) | {"runtime": {"replicas": 1, "shard_size": 2, "max_retries": 1, "shards_in_flight": 1}}
     before = retries()
     with pytest.raises(OSError) as stop:
-        Job(validate(raw), REPO).run(_on_dispatch_of(2, lambda: rules.append(Rule(fault="expired"))))  # every request from then on
+        Job(validate(raw), REPO).run(once_on_dispatch(2, lambda: rules.append(Rule(fault="expired"))))  # every request from then on
     message = f"{stop.value.filename}: {stop.value.strerror}"
     assert stop.value.filename.startswith(f"s3://{BUCKET}/runs/expired/") and "The provided token has expired." in message and "\n" not in message
     assert retries() == before, "an expired token is not retried"
