@@ -420,15 +420,22 @@ def s3_cut_mid_transfer(c: Case, store: S3Store) -> None:
 
 
 def s3_credentials_expire(c: Case, store: S3Store) -> None:
+    """One shard at a time: the second shard's records upload comes after the first shard's commit, and expires the
+    credentials for every request after it (its own upload's completion included)."""
     _on_s3(c, store)
-    expire = lambda: store.rules.append(Rule(fault="expired"))  # noqa: E731  every request after the first commit's upload
-    store.rules[:] = [Rule(method="PUT", key="/stats/", fault=None, times=1, before=expire)]
-    c.run(*CANNED)
-    refused = store.rules[1].hits if len(store.rules) > 1 else 0
+
+    def expire() -> None:
+        if store.rules[0].hits == 2:
+            store.rules.append(Rule(fault="expired"))
+
+    store.rules[:] = [Rule(method="PUT", key="/records/", fault=None, times=2, before=expire)]
+    c.run(*CANNED, "runtime.shards_in_flight=1")
+    refused = store.rules[-1].hits
     store.rules.clear()  # fresh credentials
-    c.note = f"expired after the first commit ({refused} requests refused 400 ExpiredToken), manifest then {c.manifest().get('status', '-')}: "
+    committed = c.committed()
+    c.note = f"expired after {committed} commit(s) ({refused} requests refused 400 ExpiredToken), manifest then {c.manifest().get('status', '-')}: "
     c.note += f"{_last_line(c.out.parent / 'run-0.log')}; fresh credentials, rerun: "
-    c.run(*CANNED)
+    c.run(*CANNED, "runtime.shards_in_flight=1")
     c.note += _summary(c, 1)
 
 
