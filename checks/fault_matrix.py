@@ -3,8 +3,8 @@
 Each case runs the invoice job on a small dataset (8 rows, 8 tokens each, shards
 of 2) into a fresh output dir, injects its fault, reruns the same command where
 the fault calls for it, and then counts rows in, rows out (records plus
-rejects), duplicates and losses. Every duplicate and loss count must be 0: the
-script exits 1 otherwise.
+rejects), duplicates, losses and tracebacks in the runs' logs. Each of these
+must be 0: the script exits 1 otherwise.
 
     python checks/fault_matrix.py                      # every case, table on stdout
     python checks/fault_matrix.py --cases ctrl_c,full_disk --work /tmp/faults
@@ -224,7 +224,7 @@ def edited_dataset(c: Case) -> None:
 
 def full_disk(c: Case) -> None:
     c.out.mkdir(parents=True)
-    mount = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=72k", "tmpfs", str(c.out)], capture_output=True, text=True)
+    mount = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=136k", "tmpfs", str(c.out)], capture_output=True, text=True)
     if mount.returncode != 0:
         c.note = f"skipped: cannot mount a tmpfs here ({mount.stderr.strip()})"
         return
@@ -407,11 +407,46 @@ def s3_input_cut_short(c: Case, store: S3Store) -> None:
     c.note += _summary(c, 1)
 
 
+def s3_cut_mid_transfer(c: Case, store: S3Store) -> None:
+    _on_s3(c, store)
+    data = f"/{c.name}/in.jsonl"
+    store.rules[:] = [
+        Rule(method="HEAD", key=data, fault="stall", times=1),
+        Rule(method="GET", key=data, fault="drop", times=3),
+        Rule(method="PUT", key="/rejects/", fault="drop", times=2),
+    ]
+    c.run(*CANNED)
+    c.note = f"faults served: {_faults(store.rules)}; {_summary(c, 0)}"
+    store.rules.clear()
+
+
+def s3_credentials_expire(c: Case, store: S3Store) -> None:
+    """One shard at a time: the second shard's records upload comes after the first shard's commit, and expires the
+    credentials for every request after it (its own upload's completion included)."""
+    _on_s3(c, store)
+
+    def expire() -> None:
+        if store.rules[0].hits == 2:
+            store.rules.append(Rule(fault="expired"))
+
+    store.rules[:] = [Rule(method="PUT", key="/records/", fault=None, times=2, before=expire)]
+    c.run(*CANNED, "runtime.shards_in_flight=1")
+    refused = store.rules[-1].hits
+    store.rules.clear()  # fresh credentials
+    committed = c.committed()
+    c.note = f"expired after {committed} commit(s) ({refused} requests refused 400 ExpiredToken), manifest then {c.manifest().get('status', '-')}: "
+    c.note += f"{_last_line(c.out.parent / 'run-0.log')}; fresh credentials, rerun: "
+    c.run(*CANNED, "runtime.shards_in_flight=1")
+    c.note += _summary(c, 1)
+
+
 #: Cases that take the failing object store as well.
 S3_CASES: dict[str, Callable[[Case, S3Store], None]] = {
     "s3_throttled_commits": s3_throttled_commits,
     "s3_refused_commits": s3_refused_commits,
     "s3_input_cut_short": s3_input_cut_short,
+    "s3_cut_mid_transfer": s3_cut_mid_transfer,
+    "s3_credentials_expire": s3_credentials_expire,
 }
 
 CASES: dict[str, Callable[[Case], None]] = {
@@ -497,7 +532,10 @@ def main(argv: list[str] | None = None) -> int:
     for o in outcomes:
         exits = ", ".join(map(str, o.exits))
         print(f"| {o.case} | {o.rows_in} | {o.rows_out} | {o.duplicates} | {o.losses} | {o.tracebacks} | {exits} | {o.status} | {o.note} |")
-    return 0 if all(o.duplicates == 0 and o.losses == 0 and o.rows_out == o.rows_in for o in outcomes if not o.note.startswith("skipped")) else 1
+    clean = (
+        o.duplicates == 0 and o.losses == 0 and o.tracebacks == 0 and o.rows_out == o.rows_in for o in outcomes if not o.note.startswith("skipped")
+    )
+    return 0 if all(clean) else 1
 
 
 if __name__ == "__main__":

@@ -2,10 +2,12 @@
 
 The proxy forwards every request to moto unchanged, except those a ``Rule``
 picks: it answers them ``503 SlowDown`` or ``500 InternalError`` (S3's XML
-error bodies, as the AWS SDK retries them), or cuts the connection without an
-answer. A rule may also run a hook before it forwards a request (truncate an
-object between the listing and the read). Nothing of pyarrow or of the job is
-mocked: the job's S3 client talks HTTP to this proxy as it would to S3.
+error bodies), ``400 ExpiredToken`` (credentials that expired), cuts the
+connection without an answer, or half-way through the upload or the object's
+bytes, or holds the request longer than the SDK waits for an answer. A rule may
+also run a hook before it forwards a request (truncate an object between the
+listing and the read). Nothing of pyarrow or of the job is mocked: the job's S3
+client talks HTTP to this proxy as it would to S3.
 
     with S3Store() as store:                           # moto, and the proxy in front of it
         store.put("data/in.jsonl", body)
@@ -22,7 +24,9 @@ import http.server
 import logging
 import os
 import socket
+import sys
 import threading
+import time
 from dataclasses import dataclass
 from typing import Callable
 from urllib.parse import unquote, urlsplit
@@ -36,7 +40,10 @@ BUCKET = "bucket"
 _ERRORS = {
     "slowdown": (503, "SlowDown", "Please reduce your request rate."),
     "internal": (500, "InternalError", "We encountered an internal error. Please try again."),
+    "expired": (400, "ExpiredToken", "The provided token has expired."),
 }
+#: How long a ``stall`` holds a request before forwarding it: past the AWS SDK's 3 s without a byte, when it gives up.
+STALL_S = 5.0
 _HOP = {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "te", "trailer", "upgrade", "server", "date"}
 
 
@@ -44,8 +51,10 @@ _HOP = {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "te
 class Rule:
     """Requests this rule fails: by method and a substring of the unquoted path; the first ``times`` of them (None: all).
 
-    ``fault`` is ``slowdown`` (503), ``internal`` (500), ``cut`` (the connection closed with no answer) or None
-    (forwarded; with ``before``, a hook run first). ``hits`` counts the requests it took."""
+    ``fault`` is ``slowdown`` (503), ``internal`` (500), ``expired`` (400 ExpiredToken), ``cut`` (the connection closed
+    with no answer), ``drop`` (closed half-way: through a PUT's upload, or a GET's answer, its headers promising all of the
+    object), ``stall`` (forwarded after ``STALL_S``) or None (forwarded; with ``before``, a hook run first). ``hits``
+    counts the requests it took."""
 
     method: str | None = None
     key: str = ""
@@ -62,6 +71,11 @@ class Rule:
 
 class _Proxy(http.server.ThreadingHTTPServer):
     daemon_threads = True
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        """Quiet about a client that gave up on a stalled request (the SDK's timeout): it closed the socket the answer goes to."""
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
 
     def __init__(self, upstream: tuple[str, int], rules: list[Rule]):
         super().__init__(("127.0.0.1", 0), _Handler)
@@ -83,18 +97,22 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         pass
 
     def _any(self) -> None:
-        body = self._body()
         rule = self.server.rule_for(self.command, unquote(urlsplit(self.path).path))
+        fault = rule.fault if rule is not None else None
+        if fault == "drop" and self.command == "PUT":
+            self._half_upload()
+            return
+        body = self._body()
         if rule is not None and rule.before is not None:
             rule.before()
-        if rule is not None and rule.fault == "cut":
-            self.close_connection = True
-            self.connection.shutdown(socket.SHUT_RDWR)
-            return
-        if rule is not None and rule.fault in _ERRORS:
-            self._error(*_ERRORS[rule.fault])
-            return
-        self._forward(body)
+        if fault == "stall":
+            time.sleep(STALL_S)
+        if fault == "cut":
+            self._hang_up()
+        elif fault in _ERRORS:
+            self._error(*_ERRORS[fault])
+        else:
+            self._forward(body, half=fault == "drop")
 
     do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = _any
 
@@ -111,6 +129,18 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             pass
         return b"".join(parts)
 
+    def _half_upload(self) -> None:
+        """Read half the upload's first chunk (or half its body), then hang up: a connection cut mid-upload."""
+        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            self.rfile.read(int(self.rfile.readline().split(b";")[0].strip() or b"0", 16) // 2)
+        else:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0) // 2)
+        self._hang_up()
+
+    def _hang_up(self) -> None:
+        self.close_connection = True
+        self.connection.shutdown(socket.SHUT_RDWR)
+
     def _error(self, status: int, code: str, message: str) -> None:
         # A GET's error has no body: the AWS SDK writes a GetObject's error body into the caller's buffer, which overflows
         # pyarrow's ranged read (INTERNAL_FAILURE "Failed to flush response stream", not retried); a load balancer's 503 has none.
@@ -126,7 +156,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if self.command != "HEAD":
             self.wfile.write(body)
 
-    def _forward(self, body: bytes) -> None:
+    def _forward(self, body: bytes, half: bool = False) -> None:
+        """moto's answer; ``half``: its headers and half its body, then the connection cut."""
         upstream = http.client.HTTPConnection(*self.server.upstream, timeout=60)
         try:
             headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP}
@@ -140,7 +171,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.send_header("Content-Length", str(len(data) if self.command != "HEAD" else answer.getheader("Content-Length") or 0))
             self.end_headers()
             if self.command != "HEAD":
-                self.wfile.write(data)
+                self.wfile.write(data[: len(data) // 2] if half else data)
+            if half:
+                self.wfile.flush()
+                self._hang_up()
         finally:
             upstream.close()
 

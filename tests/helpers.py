@@ -258,6 +258,18 @@ def assert_exactly_once(out: Path | str, expected_ids: set[str]) -> None:
     assert sorted(ids) == sorted(expected_ids), "every input row must appear exactly once in records plus rejects"
 
 
+def once_on_dispatch(on_dispatch_of: int, act):
+    """An ``on_dispatch`` that acts once, when the shard ``on_dispatch_of`` is first sent (a retry sends it again)."""
+    done = []
+
+    def on_dispatch(shard, actor):
+        if shard == on_dispatch_of and not done:
+            done.append(shard)
+            act()
+
+    return on_dispatch
+
+
 def write_jsonl(path: Path, rows: list[dict]) -> Path:
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path

@@ -12,6 +12,7 @@ import these names from here, never one of the modules (``tests/test_layers.py``
 
 from .dataset import Row, Slice, check_output_outside, failed_rows, read_rows, read_slice, scan
 from .rundir import Committed, RunDir, shard_key
+from .s3_retries import RetryTally, retries
 from .sink import META_FIELDS, Outcome, Validator, json_schema_fields, json_validator, outcome_tables, record_schema, schema_failure
 from .storage import Storage, atomic, write_json
 
@@ -20,6 +21,7 @@ __all__ = [
     "Committed",
     "Outcome",
     "Row",
+    "RetryTally",
     "RunDir",
     "Slice",
     "Storage",
@@ -33,6 +35,7 @@ __all__ = [
     "read_rows",
     "read_slice",
     "record_schema",
+    "retries",
     "scan",
     "schema_failure",
     "shard_key",

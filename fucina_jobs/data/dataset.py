@@ -65,6 +65,7 @@ from .dataset_files import (
     walk,
     wide_encoding,
 )
+from .s3_retries import RetriesExhausted
 from .storage import is_local, list_files, read_bytes, resolve, resolve_input
 
 
@@ -606,6 +607,8 @@ def _parquet(fs: pafs.FileSystem, root: str, file: str, cfg: DatasetConfig, seen
             for row in batch.to_pylist():
                 yield number, number + 1, number + 1, row
                 number += 1
+    except RetriesExhausted:  # the store's failure, not the file's: it names the object
+        raise
     except (pa.ArrowInvalid, OSError) as err:
         raise ConfigError(f"dataset.path {file} is not a Parquet file ({str(err).splitlines()[0]}); check dataset.format") from None
 

@@ -42,6 +42,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from ..config import ConfigError
+from .s3_retries import RetriesExhausted
 from .storage import open_input
 
 #: Leading bytes of each compression we read, and the codec that reads it.
@@ -148,8 +149,11 @@ def open_ranged(fs: pafs.FileSystem, path: str) -> Any:
     return _Forward(lambda: open_stream(fs, path, codec))
 
 
-def unreadable(name: str, err: Exception) -> ConfigError:
-    """A file that stops reading midway (a compressed file cut short or corrupt), as one line."""
+def unreadable(name: str, err: Exception) -> Exception:
+    """A file that stops reading midway (a compressed file cut short or corrupt), as one line; an object store still
+    failing after its retries is that error (it names the object), not the file's."""
+    if isinstance(err, RetriesExhausted):
+        return err
     return ConfigError(f"dataset.path {name}: cannot read it to the end ({str(err).splitlines()[0]}); a compressed file may be damaged or cut short")
 
 

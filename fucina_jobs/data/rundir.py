@@ -2,6 +2,7 @@
 
     output.dir/                               a local path or a URI (storage.py)
       .lock                                   local outputs: one run at a time
+      .reserve                                local outputs, while a run holds them: room for its last manifest
       logs/replica-N.log                      local outputs (URI outputs: see ``log_path``)
       version=<fingerprint[:12]>/             one per config; a config change starts a new one
         manifest.json                         this version's last run
@@ -58,6 +59,10 @@ _REPLICA_LOG = re.compile(r"replica-\d+\.log")
 #: Keys every manifest of ours has: a ``manifest.json`` without them (a web app's, say) is the user's.
 _MANIFEST_KEYS = {"fingerprint", "status"}
 LOCK = ".lock"
+RESERVE = ".reserve"
+#: Bytes a run sets aside on a local output.dir (``RESERVE``) and frees for the manifest that records its end: on a full
+#: disk that manifest would not fit, and the last one would say ``running``. It holds a manifest of about 3000 shards.
+RESERVE_BYTES = 1 << 16
 VERSION = "version="
 RUN = "run="
 
@@ -77,6 +82,18 @@ class Committed:
     failed: bool
     records: int
     rejects: int
+
+
+def _reserve(path: Path) -> None:
+    """``RESERVE_BYTES`` of disk in ``path``, allocated (not a sparse file); ``ENOSPC`` names it when they are not there."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+    try:
+        os.posix_fallocate(fd, 0, RESERVE_BYTES)
+    except OSError as err:
+        path.unlink(missing_ok=True)
+        raise OSError(err.errno, err.strerror, str(path)) from None
+    finally:
+        os.close(fd)
 
 
 class ShardFile(NamedTuple):
@@ -193,7 +210,8 @@ class RunDir:
 
     @contextmanager
     def locked(self) -> Iterator[None]:
-        """Locally, hold ``output.dir/.lock`` exclusively; a second run stops at once, naming the first.
+        """Locally, hold ``output.dir/.lock`` exclusively, and ``RESERVE_BYTES`` of its disk (``release``); a second run
+        stops at once, naming the first. A disk without room for the reserve stops the run before anything is decoded.
 
         An object store has no lock: the manifest's ``run_id``, checked before each commit, guards it."""
         if not self.store.local:
@@ -215,9 +233,16 @@ class RunDir:
                 ) from None
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            _reserve(root / RESERVE)
             yield
         finally:
+            self.release()
             os.close(fd)  # closing releases the lock; the kernel releases it too when the process dies
+
+    def release(self) -> None:
+        """Free the reserve ``locked`` set aside, for the manifest that records the run's end."""
+        if self.store.local:
+            (Path(self.store.root) / RESERVE).unlink(missing_ok=True)
 
     def read_manifest(self) -> dict[str, Any] | None:
         return self.store.read_json(self.manifest_path)

@@ -15,11 +15,10 @@ names that start with ``.`` or ``_``, so a local temporary is never read as
 data.
 
 An S3 store's transient errors (503 SlowDown, 500, a cut connection) are
-retried by the AWS SDK under pyarrow, with its standard exponential backoff,
-up to ``S3_ATTEMPTS`` attempts a request (``S3FileSystem``'s own
-``retry_strategy``; ``from_uri`` gives none, and a pickled filesystem forgets
-it, so ``RetryingS3FileSystem`` keeps it across Ray). When they run out, a
-write is a ``StoreError`` naming the object.
+retried with exponential backoff and counted, in the Ray replicas too
+(``s3_retries.py``: pyarrow's own retry strategies cannot count). When they run
+out, or the error is not transient (an expired token), a write is a
+``StoreError`` naming the object.
 """
 
 from __future__ import annotations
@@ -40,33 +39,13 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from ..config import ConfigError, locate
+from .s3_retries import RetriesExhausted, RetryingS3
 
 log = logging.getLogger(__name__)
 
-#: Attempts per S3 request (the first included) before an error is final: the AWS SDK's standard strategy backs off
-#: exponentially between them (throttling errors such as SlowDown longer), about 10 s over 5 attempts.
-S3_ATTEMPTS = 5
-
 
 class StoreError(OSError):
-    """An object store still failing after its retries: one line naming the object, for the command line's message."""
-
-
-class RetryingS3FileSystem(pafs.S3FileSystem):
-    """``pyarrow.fs.S3FileSystem`` with ``S3_ATTEMPTS`` attempts a request, also in the Ray workers it is pickled to
-    (the parent's ``__reduce__`` leaves the retry strategy out)."""
-
-    def __init__(self, attempts: int = S3_ATTEMPTS, **options: Any):
-        super().__init__(**options, retry_strategy=pafs.AwsStandardS3RetryStrategy(max_attempts=attempts))
-        self.attempts = attempts
-        self._options = options
-
-    def __reduce__(self) -> tuple:
-        return _rebuild_s3, (self.attempts, self._options)
-
-
-def _rebuild_s3(attempts: int, options: dict[str, Any]) -> RetryingS3FileSystem:
-    return RetryingS3FileSystem(attempts, **options)
+    """An object store that failed a write or a manifest's read: one line naming the object, for the command line's message."""
 
 
 def resolve(location: str, base: Path) -> tuple[pafs.FileSystem, str]:
@@ -77,7 +56,7 @@ def resolve(location: str, base: Path) -> tuple[pafs.FileSystem, str]:
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as err:
             raise ConfigError(f"{location}: not a usable filesystem URI ({str(err).splitlines()[0]})") from None
         if isinstance(fs, pafs.S3FileSystem):
-            fs = RetryingS3FileSystem(**fs.__reduce__()[1][0])  # the URI's options (endpoint, region, keys), and our retries
+            fs = RetryingS3.filesystem(fs.__reduce__()[1][0])  # the URI's options (endpoint, region, keys), and our retries
         return fs, path
     return pafs.LocalFileSystem(), os.path.abspath(base / location)  # not resolve(): /dev/stdin must not become /proc/N/fd/pipe:[M]
 
@@ -128,8 +107,13 @@ def _outcome(call: Callable[[], Any]) -> tuple[Any, BaseException | None]:
 
 
 def _first_line(err: BaseException) -> str:
-    text = str(err).strip()
+    text = (err.strerror if isinstance(err, OSError) and err.strerror else str(err)).strip()  # an OSError's filename is named apart
     return text.splitlines()[0] if text else type(err).__name__
+
+
+def _why(err: OSError) -> str:
+    """How a store's request failed, after a verb: after its retries, or at once (403, an expired token)."""
+    return f", {_first_line(err)}" if isinstance(err, RetriesExhausted) else f" ({_first_line(err)})"
 
 
 def is_local(fs: pafs.FileSystem) -> bool:
@@ -202,10 +186,7 @@ class Storage:
                 f.write(buffer.getvalue())
         except OSError as err:
             self.delete_quietly(path)
-            raise StoreError(errno.EIO, f"not written, the store still failing after {self._tries()} ({_first_line(err)})", self.name(path)) from err
-
-    def _tries(self) -> str:
-        return f"{self.fs.attempts} attempts" if isinstance(self.fs, RetryingS3FileSystem) else "its retries"
+            raise StoreError(errno.EIO, f"not written{_why(err)}", self.name(path)) from err
 
     def delete_quietly(self, path: str) -> None:
         """Delete ``path`` if the store lets us: a failed upload must leave nothing under its name, and may not reach the store."""
@@ -232,7 +213,7 @@ class Storage:
         except OSError as err:
             if self.local:
                 return None
-            raise StoreError(errno.EIO, f"not read, the store still failing after {self._tries()} ({_first_line(err)})", self.name(path)) from err
+            raise StoreError(errno.EIO, f"not read{_why(err)}", self.name(path)) from err
         except ValueError:
             return None
 

@@ -32,7 +32,7 @@ from ..engines import EngineUnavailable, GrammarCheck, GrammarError, ModelNotFou
 from ..grounding import alarm
 from ..run_info import file_hash, fingerprint, package_versions, text_hash, utc_now
 from ..config import ConfigError, JobConfig, read_text_option
-from ..data import Committed, RunDir, Slice, check_output_outside, failed_rows, scan, shard_key
+from ..data import Committed, RetryTally, RunDir, Slice, check_output_outside, failed_rows, retries, scan, shard_key
 from .examples import load_examples
 from .progress import Progress
 from .job_constraint import read_constraint
@@ -52,6 +52,7 @@ class JobSummary:
     shards_redone: int = 0  # committed before, but failed or holding rows the dataset no longer has
     shards_failed: int = 0
     retries: int = 0
+    store_retries: int = 0  # S3 requests made again after a transient error (``s3_retries.py``): the replicas' and the driver's
     reasons: dict[str, int] = field(default_factory=dict)
     alarm: dict[str, Any] = field(default_factory=dict)  # grounding.alarm.RunAlarm.as_dict()
     chunking: dict[str, int] = field(default_factory=dict)  # shard_writer.CHUNK_STATS over every committed shard
@@ -69,6 +70,7 @@ class Job:
     def __init__(self, cfg: JobConfig, base: Path, resolved: dict[str, Any] | None = None):
         self.cfg = cfg
         self.base = base
+        self.retries_at = retries()  # the driver's own S3 retries are this process's from here (the scan's, the probe's included)
         _check_engine(cfg)
         self.resolved = resolved or cfg.model_dump()
         check_output_outside(cfg.dataset, cfg.output.dir, base)  # before the scan reads its own outputs back
@@ -246,11 +248,13 @@ class Job:
         return summary
 
     def _close(self, started: str, summary: JobSummary, model_path: str, status: str, error: str | None) -> None:
+        summary.store_retries += retries() - self.retries_at
         try:
             if self.dir.run_id() != self.run_id:  # an object store has no lock: a run that took over keeps its manifest
                 log.error("another run took %s over; this run's end (%s) is not recorded", self.dir.manifest_path, status)
                 return
             self.dir.remove_leftovers()  # also frees what a half-written shard took on a full disk
+            self.dir.release()  # the room a full disk keeps for this manifest
             self.dir.write_manifest(self._manifest(started, summary, model_path, status, error))
         except OSError as err:
             log.error("could not record the run's end (%s) in %s: %s", status, self.dir.manifest_path, err)
@@ -278,8 +282,11 @@ class Job:
                     try:
                         for index, result, error in pool.map(deque(range(len(keys))), payload, self.cfg.runtime.max_retries, on_dispatch):
                             if result is None:  # every replica failed it: its rows become rejects that carry the error
-                                rows = failed_rows(self.cfg.dataset, payload(index)[1])
-                                result = self.writer.write(keys[index], index, -1, rows, None, {}, error)
+                                with RetryTally() as tally:  # its retries count in this process's, at the end
+                                    rows = failed_rows(self.cfg.dataset, payload(index)[1])
+                                    result = self.writer.write(keys[index], index, -1, rows, None, {}, error=error, retries=tally)
+                            else:
+                                summary.store_retries += result.store_retries
                             self._count(result, summary, progress)
                     finally:
                         summary.retries = pool.retries

@@ -38,7 +38,8 @@ def summary_table(summary: Any, out: str) -> str:
         f"{'records':<16}{summary.records}",
         f"{'rejects':<16}{summary.rejects}"
         + (f"  ({', '.join(f'{k}: {v}' for k, v in sorted(summary.reasons.items()))})" if summary.reasons else ""),
-        f"{'shards':<16}{summary.shards} ({summary.shards_resumed} resumed, {summary.shards_redone} redone, {summary.shards_failed} failed, {summary.retries} retries)",
+        f"{'shards':<16}{summary.shards} ({summary.shards_resumed} resumed, {summary.shards_redone} redone, {summary.shards_failed} failed, {summary.retries} retries, "
+        f"{summary.store_retries} store retries)",
         f"{'output':<16}{out}",
     ]
     chunked = summary.chunking.get("chunked_rows", 0)

@@ -30,7 +30,7 @@ from ..rules.expression import RuleError
 from ..rules.repair import Field, Repair
 from .chunking import Chunk, Chunker, ChunkingError, chunk_id, gather
 from ..config import JobConfig, read_text_option
-from ..data import Row, RunDir, Slice, read_slice
+from ..data import RetryTally, Row, RunDir, Slice, read_slice
 from .decode_loop import DecodeLoop
 from .examples import EXAMPLES_SHARE, Example, ExamplePicker
 from .job_constraint import JobConstraint, RowSchemaError, compile_schema, meta_schema_problem, parse_row_schema
@@ -73,7 +73,9 @@ class ShardWorker:
     def run(self, shard: int, key: str, piece: Slice) -> ShardSummary:
         """Read, decode, validate, write and commit one shard."""
         start = time.perf_counter()
-        rows = read_slice(self.cfg.dataset, piece)
+        retries = RetryTally()  # the shard's S3 retries: its rows' reads, its writes (the decoding between reads nothing)
+        with retries:
+            rows = read_slice(self.cfg.dataset, piece)
         refused, pending, relaxed, grammar_s = [], [], {}, 0.0
         chunks: dict[str, tuple[str, Chunk]] = {}  # a chunk's prompt id -> its row's id and the chunk
         for row in (r for r in rows if r.problem is None):  # the writer rejects the others with their problem
@@ -94,7 +96,8 @@ class ShardWorker:
         stats["occupancy"] = occupancy  # mean live streams per step over runtime.streams, while the shard's first decode was held
         stats["repair_s"] = time.perf_counter() - repair_start if repaired else 0.0  # re-decoding rows that broke a rule
         decoded = gather([output | {"row_id": prompt_id} for prompt_id, output in outputs.items()], chunks)
-        summary = self.writer.write(key, shard, self.replica, rows, refused + decoded, stats)
+        with retries:
+            summary = self.writer.write(key, shard, self.replica, rows, refused + decoded, stats, retries=retries)
         log.info("replica %d committed shard %d: %d rows in %.1fs", self.replica, shard, len(rows), time.perf_counter() - start)
         return summary
 

@@ -35,7 +35,7 @@ from ..grounding.spans import value_spans
 from ..rules.declaration import Rule, rules_of
 from ..rules.expression import RuleError
 from ..config import ConfigError, JobConfig, read_text_option
-from ..data import Outcome, Row, RunDir, Validator, json_schema_fields, outcome_tables, record_schema
+from ..data import Outcome, RetryTally, Row, RunDir, Validator, json_schema_fields, outcome_tables, record_schema
 from .examples import load_examples
 from .flags import record_flags
 from .job_constraint import JobConstraint, parse_row_schema
@@ -67,6 +67,7 @@ class ShardSummary:
     failed: bool
     reasons: dict[str, int] = field(default_factory=dict)
     progress: dict[str, int] = field(default_factory=dict)
+    store_retries: int = 0  # the shard's S3 requests made again (``s3_retries.py``), its commit's included
 
 
 class RunSuperseded(RuntimeError):
@@ -145,9 +146,15 @@ class ShardWriter:
         rows: list[Row],
         completions: list[dict[str, Any]] | None,
         stats: dict[str, Any],
+        *,
         error: str | None = None,
+        retries: RetryTally | None = None,
     ) -> ShardSummary:
-        """Write and commit a shard; ``completions`` None means it failed with ``error`` and every row is a reject."""
+        """Write and commit a shard; ``completions`` None means it failed with ``error`` and every row is a reject.
+
+        ``retries`` counts the shard's S3 retries: its stats row holds those before its commit (the row is the commit's
+        upload), its summary those of the commit too."""
+        retries = retries or RetryTally()
         outcomes = self._outcomes(rows, completions, error)
         records_table, rejects_table = outcome_tables(outcomes, self.record_schema, self._record_id)
         self.dir.write_outputs(key, records_table, rejects_table)
@@ -164,10 +171,12 @@ class ShardWriter:
         }
         if self.dir.run_id() != self.run_id:
             raise RunSuperseded(f"{self.dir.path} belongs to another run now; shard {key} is left uncommitted")
-        self.dir.commit(key, _stats_table(row))
+        self.dir.commit(key, _stats_table(row | {"store_retries": retries.count}))
         reasons = Counter(o.reason for o in outcomes if o.reason)
         progress = {k: stats.get(k, 0) for k in _PROGRESS_KEYS}
-        return ShardSummary(len(rows), records, rejects, failed=completions is None, reasons=dict(reasons), progress=progress)
+        return ShardSummary(
+            len(rows), records, rejects, failed=completions is None, reasons=dict(reasons), progress=progress, store_retries=retries.count
+        )
 
     def _outcomes(self, rows: list[Row], completions: list[dict[str, Any]] | None, error: str | None) -> list[Outcome]:
         by_id = {c["row_id"]: c for c in completions or []}

@@ -19,7 +19,7 @@ from fucina_jobs.config import ConfigError, validate
 from fucina_jobs.pipeline.driver import Job
 from fucina_jobs.run_info import file_hash
 
-from tests.helpers import REPO, assert_exactly_once, manifest, read_dir
+from tests.helpers import REPO, assert_exactly_once, manifest, once_on_dispatch, read_dir
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("local_ray")]
 
@@ -36,18 +36,6 @@ def _ids(data) -> list[str]:
     return [json.loads(line)["id"] for line in data.read_text().splitlines()]
 
 
-def _once(on_dispatch_of: int, act):
-    """An ``on_dispatch`` that acts once, when the shard ``on_dispatch_of`` is first sent (a retry sends it again)."""
-    done = []
-
-    def on_dispatch(shard, actor):
-        if shard == on_dispatch_of and not done:
-            done.append(shard)
-            act()
-
-    return on_dispatch
-
-
 def test_a_dataset_replaced_during_the_run_fails_the_shards_it_changed_and_a_rerun_completes(tmp_path):
     """Defect 1: the run said `complete`, decoded a row it never scanned and skipped one it did; the hash was the new file's."""
     data, out = tmp_path / "in.jsonl", tmp_path / "out"
@@ -59,7 +47,7 @@ def test_a_dataset_replaced_during_the_run_fails_the_shards_it_changed_and_a_rer
         tmp.write_text(json.dumps({"id": "new", "text": "Invoice N-1 from Acme"}) + "\n" + data.read_text())
         os.replace(tmp, data)
 
-    first = _job(data, out).run(_once(1, nightly_export))
+    first = _job(data, out).run(once_on_dispatch(1, nightly_export))
     m = manifest(out)
     assert not first.ok and m["status"] == "failed" and m["hashes"]["dataset"] == scanned_hash
     assert_exactly_once(out, set(scanned))  # every row the plan holds, once; none it does not ("new")
@@ -77,7 +65,7 @@ def test_a_dataset_moved_during_the_run_ends_failed_with_every_row_accounted_for
     data, out = tmp_path / "in.jsonl", tmp_path / "out"
     generate(data, 6)
     moved = tmp_path / "moved.jsonl"
-    first = _job(data, out).run(_once(1, lambda: data.rename(moved)))
+    first = _job(data, out).run(once_on_dispatch(1, lambda: data.rename(moved)))
     m = manifest(out)
     assert not first.ok and m["status"] == "failed" and m["hashes"]["dataset"] == file_hash(moved)
     assert_exactly_once(out, set(_ids(moved)))
@@ -106,7 +94,7 @@ def test_a_compressed_dataset_and_hostile_rows_end_once_and_rerun_to_nothing(tmp
     assert again.ok and again.shards_resumed == 4 and again.shards == 4
 
 
-def test_a_text_dir_with_a_symlink_loop_reads_each_file_once(tmp_path):
+def test_a_text_dir_with_a_symlink_loop_reads_each_fileonce_on_dispatch(tmp_path):
     """Defect 7 end to end, and defect 3: an output.dir inside the folder is refused before anything runs."""
     docs, out = tmp_path / "docs", tmp_path / "out"
     docs.mkdir()
