@@ -152,6 +152,17 @@ def test_an_object_cut_short_between_the_listing_and_the_read_is_an_error_naming
     assert "100 bytes" in message and "\n" not in message
 
 
+def test_an_input_the_store_keeps_failing_stops_the_scan_naming_the_object_not_the_file(store, rules):
+    """After its retries a GET is the store's error, named by its object: not "cannot read it to the end" of a damaged file."""
+    store.put("data/refused.jsonl", b'{"id": "r0", "text": "Invoice 0"}\n')
+    rules.append(Rule(method="GET", key="/data/refused.jsonl", fault="internal"))
+    with pytest.raises(OSError) as err:
+        scan(DatasetConfig(path=store.uri("data/refused.jsonl")), REPO)
+    assert err.value.filename == f"s3://{BUCKET}/data/refused.jsonl"
+    assert err.value.strerror.startswith("the store still failing after 5 attempts (AWS Error UNKNOWN (HTTP status 500)")
+    assert rules[0].hits == 5
+
+
 def test_a_file_cut_short_after_the_scan_is_named_by_the_replica_not_read_as_fewer_rows(tmp_path):
     path = tmp_path / "in.jsonl"
     generate(path, 6)
