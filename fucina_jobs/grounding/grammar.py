@@ -383,9 +383,10 @@ def candidates(g: Grounded, text: str) -> list[str]:
 def written_values(g: Grounded, text: str) -> dict[Any, list[tuple[int, int]]]:
     """The numbers (dates, counts) the text writes that a number (date, count) field admits -> their spans; with
     ``labels``, only the labelled ones, where the text labels any (with ``only_labelled``, none where it labels
-    none). Offsets are into the NFC form of ``text``."""
+    none, or where there are no labels). Offsets are into the NFC form of ``text``."""
     found, text = _found(g, text)
-    return (labelled(found, text, g.labels, g.rivals) or ({} if g.only_labelled else found)) if g.labels else found
+    marked = labelled(found, text, g.labels, g.rivals) if g.labels else {}
+    return marked or ({} if g.only_labelled else found)
 
 
 def _found(g: Grounded, text: str) -> tuple[dict[Any, list[tuple[int, int]]], str]:

@@ -253,8 +253,8 @@ OPTIONS = _table(
         BOOL,
         False,
         on=LABELLED,
-        doc="where the text writes none of the `labels`, the field is null, not any value the text writes",
-        needs=(Needs(("labels",)), Needs((NULLABLE,))),
+        doc="where the text writes none of the `labels` (with none given: always), the field is null, not any value the text writes",
+        needs=(Needs((NULLABLE,)),),
     ),
     Option(
         "first_lines",

@@ -51,6 +51,8 @@ VERBATIM_SHARE = 0.8
 MARK_SUPPORT = 0.1
 #: The last words of gold values tried as ``ends_on`` words, the most frequent first.
 ENDINGS = 8
+#: The words written just after gold values tried as ``cut_before`` words, the most frequent first.
+FOLLOWERS = 8
 #: ``first_lines`` is tried where the gold values start on one of the text's first this many lines.
 TOP_LINES = 15
 
@@ -125,14 +127,11 @@ def learn_field(g: Grounded, rows: list[Row]) -> FieldCues:
             g = g.with_options({option.name: best})
             options[option.name] = best
     if g.takes("labels"):
-        labels, label_evidence = _learn_labels(g, rows, found, score)
-        if labels:
-            g = g.with_options({"labels": labels})
-            options["labels"] = labels
+        labelling, label_evidence = _labelling(g, rows, found, score)
+        if label_evidence:
             evidence["labels"] = label_evidence
-    if g.takes("only_labelled") and score(g.with_options({"only_labelled": True})) > score(g) + MIN_GAIN:
-        g = g.with_options({"only_labelled": True})
-        options["only_labelled"] = True
+        g = g.with_options(labelling)
+        options.update({name: value for name, value in labelling.items() if value})
     if g.kind == "string" and g.span == "words" and given:
         known, evidence["known_values"] = _known_values(g, rows, score)
         if known:
@@ -147,6 +146,10 @@ def learn_field(g: Grounded, rows: list[Row]) -> FieldCues:
             g = g.with_options({"first_lines": lines})
             options["first_lines"] = lines
     if g.kind == "string" and g.span == "words" and (g.labels or g.first_lines) and given:
+        cut, evidence["cuts"] = _cut(g, rows, found, score)
+        if cut:
+            g = g.with_options({"cut_before": cut})
+            options["cut_before"] = cut
         ending, evidence["endings"] = _ending(g, given, score)
         if ending:
             g = g.with_options({"ends_on": ending})
@@ -223,6 +226,30 @@ def _ending(g: Grounded, given: list[Any], score: Callable[[Grounded], float]) -
     return (_any_of(kept) if kept else None), kept
 
 
+def _cut(g: Grounded, rows: list[Row], found: list[list[list[tuple[int, int]]]], score: Callable[[Grounded], float]) -> tuple[str | None, dict[str, int]]:
+    """A ``cut_before`` regex (any case) of the words written just after the gold values that no gold value holds,
+    added greedily while each raises the pick rate (of the ``FOLLOWERS`` most frequent that follow two values at
+    least), with how many values each follows: what a document writes after a name (``, a Delaware corporation``,
+    ``and``), so a run after a label stops where the name does."""
+    inside = {w.casefold() for r in rows for v in r.values if v is not None for w in _WORD.findall(str(v))}
+    after = Counter()
+    for r, value_spans in zip(rows, found):
+        after.update({m.group(1).casefold() for spans in value_spans for _, b in spans if (m := _FOLLOWER.match(r.text, b))})
+    kept: dict[str, int] = {}
+    current = score(g)
+    for word, n in [(w, n) for w, n in after.most_common() if w not in inside][:FOLLOWERS]:
+        if n < 2:
+            break
+        tried = score(g.with_options({"cut_before": _any_of({**kept, word: n})}))
+        if tried > current + MIN_GAIN:
+            kept[word], current = n, tried
+    return (_any_of(kept) if kept else None), kept
+
+
+#: The word written after a value, past the spaces and marks between (``Nike, Inc., an Oregon corporation``).
+_FOLLOWER = re.compile(r"[\W_]*?(\w+)")
+
+
 def _any_of(words: dict[str, int]) -> str:
     return "(?i:" + "|".join(re.escape(w) for w in sorted(words, key=len, reverse=True)) + ")"
 
@@ -253,7 +280,7 @@ class _Scorer:
             if known:
                 return _values_rate({_folded(r.text[a:b]) for a, b in known}, r.values)
             runs = labelled_values(g, r.text)
-            if runs is not None or (g.only_labelled and g.labels):
+            if runs is not None or g.only_labelled:
                 return _values_rate({_folded(run) for run in runs or ()}, r.values)
             return _starts_rate(_word_starts(g, r.text), r.values, spans)
         if g.kind == "string":
@@ -315,10 +342,32 @@ def _starts_rate(starts: set[int] | int, gold: list[Any], spans: list[list[tuple
     return hits / max(choices, len(given), 1)
 
 
+def _labelling(
+    g: Grounded, rows: list[Row], found: list[list[list[tuple[int, int]]]], score: "_Scorer"
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``labels``, and ``only_labelled`` where it helps, with the labels' evidence. Two searches: the labels that raise
+    the pick rate where a row they are not written in offers all its values, then ``only_labelled`` on them where
+    that raises it further; and, for a field that may be null, the labels that raise it from a field that is always
+    null, where a row they are not written in gives null. The second keeps only labels precise enough to beat null,
+    and may keep none: a contract writes many periods, most of them not its term, and where the gold's terms are
+    mostly null and no label marks the real ones well, the field is null. The better of the two is kept."""
+    labels, evidence = _learn_labels(g, rows, found, score)
+    best: dict[str, Any] = {"labels": labels} if labels else {}
+    if not g.takes("only_labelled"):
+        return best, evidence
+    if labels and score(g.with_options({**best, "only_labelled": True})) > score(g.with_options(best)) + MIN_GAIN:
+        best["only_labelled"] = True
+    strict, strict_evidence = _learn_labels(g.with_options({"only_labelled": True}), rows, found, score)
+    if score(g.with_options({"labels": strict, "only_labelled": True})) > score(g.with_options(best)) + MIN_GAIN:
+        best, evidence = {"labels": strict, "only_labelled": True}, strict_evidence
+    return best, evidence
+
+
 def _learn_labels(
     g: Grounded, rows: list[Row], found: list[list[list[tuple[int, int]]]], score: Callable[[Grounded], float]
 ) -> tuple[list[str], dict[str, Any]]:
-    """Labels chosen greedily by the pick rate, and for each: rows it marks the gold in, rows it is written in, an example."""
+    """Labels chosen greedily by the pick rate, and for each: rows it marks the gold in, rows it is written in, an example.
+    With ``only_labelled`` on ``g``, a row no chosen label is written in offers null alone."""
     contexts: Counter[str] = Counter()
     example: dict[str, str] = {}
     for r, spans in zip(rows, found):
@@ -343,7 +392,7 @@ def _learn_labels(
         return sum(rates) / len(rates)
 
     chosen: list[str] = []
-    current = score(g)
+    current = union_score([]) if g.only_labelled else score(g)
     while len(chosen) < MOST_LABELS:
         scored = [(union_score([*chosen, label]), label) for label in pool if label not in chosen]
         if not scored:
@@ -353,7 +402,7 @@ def _learn_labels(
             break
         chosen.append(label)
         current = best
-    if chosen and score(g.with_options({"labels": chosen})) <= score(g) + MIN_GAIN:
+    if chosen and not g.only_labelled and score(g.with_options({"labels": chosen})) <= score(g) + MIN_GAIN:
         return [], {}
     evidence = {}
     for label in chosen:
@@ -368,7 +417,7 @@ def _marked(g: Grounded, r: Row) -> set[Any]:
         return set(after_labels(r.text, g.labels))
     if g.kind == "string":
         return set(words(g, r.text, narrowed=True)) if after_labels(r.text, g.labels) else set()
-    found = written_values(g.without("labels"), r.text)
+    found = written_values(g.without("labels", "only_labelled"), r.text)
     return {_spelled_key(g, v) for v in labelled(found, r.text, g.labels)}
 
 
@@ -378,8 +427,11 @@ def _spelled_key(g: Grounded, key: Any) -> str:
 
 def _union_rate(g: Grounded, r: Row, spans: list[list[tuple[int, int]]], marked: set[Any]) -> float:
     if g.kind == "string" and g.span == "words":
-        return _starts_rate(marked or _word_starts(g.without("labels"), r.text), r.values, spans)
-    offered = marked or set(words(g, r.text) if g.kind == "string" else candidates(g.without("labels"), r.text))
+        return _starts_rate(marked or (set() if g.only_labelled else _word_starts(g.without("labels"), r.text)), r.values, spans)
+    if g.only_labelled:
+        offered = marked
+    else:
+        offered = marked or set(words(g, r.text) if g.kind == "string" else candidates(g.without("labels"), r.text))
     return _pick_rate(offered, [_spelled(g, v) for v in r.values], g.nullable)
 
 

@@ -125,10 +125,9 @@ def test_nested_objects_and_array_items_are_found():
         ({"type": "number", "x-grounded": {"units": ["year"]}}, "x-grounded.units must be a list of non-empty strings"),
         ({"type": "string", "x-grounded": {"units": "year"}}, "x-grounded.units must be a list of non-empty strings"),
         (
-            {"type": ["number", "null"], "x-grounded": {"only_labelled": True}},
-            "x-grounded.only_labelled must be true or false, on number, integer or date properties or a string of span: words or word only, with labels, on a property that may be null; not true without labels",
+            {"type": "number", "x-grounded": {"labels": ["a"], "only_labelled": True}},
+            "x-grounded.only_labelled must be true or false, on number, integer or date properties or a string of span: words or word only, on a property that may be null; not true on a property that may not be null",
         ),
-        ({"type": "number", "x-grounded": {"labels": ["a"], "only_labelled": True}}, "on a property that may be null"),
         ({"type": "string", "x-grounded": {"most_words": 0}}, "x-grounded.most_words must be a whole number of words"),
         ({"type": "string", "x-grounded": {"span": "word", "most_words": 2}}, "on a string of span: words"),
         ({"type": "string", "x-grounded": {"drop_marks": ",a"}}, "drop_marks must be a string of punctuation marks"),

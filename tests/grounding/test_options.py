@@ -58,7 +58,7 @@ def test_grounded_holds_each_option_at_what_its_default_keeps():
         ("labels", {"type": "string", "x-grounded": {"span": "lines"}}, False),
         ("only_labelled", {"type": ["number", "null"], "x-grounded": {"labels": ["total"]}}, True),
         ("only_labelled", {"type": "number", "x-grounded": {"labels": ["total"]}}, False),  # may not be null
-        ("only_labelled", {"type": ["number", "null"]}, False),  # no labels
+        ("only_labelled", {"type": ["number", "null"]}, True),  # no labels: always null
         ("ends_on", {"type": "string"}, False),
         ("ends_on", {"type": "string", "x-grounded": {"first_lines": 3}}, True),
         ("day_first", {"type": "string", "format": "date"}, True),

@@ -288,6 +288,55 @@ def test_the_last_words_of_gold_names_are_learned_as_where_a_run_ends(tokenizer)
         assert instance_accepted(constraint, tokenizer, {"supplier": name}, separators=(",", ":")) is ok, name
 
 
+TENANTS = ["Ann Lee", "Bo Carter Diaz", "Cy Dunn", "Di Evans Ford", "Ed Gray", "Flo Hart Ives"]
+LEASE = {"type": "object", "properties": {"tenant": {"type": "string", "maxLength": 60, "x-grounded": True}}, "required": ["tenant"]}
+
+
+def lease(n: int, name: str) -> tuple[str, dict]:
+    """A lease: the tenant after its label, then a description of them that a run of words would run on into."""
+    return f"Lease {n}. Signed by {name}, a tenant of {['Ohio', 'Utah', 'Iowa'][n % 3]} since {1990 + n}.", {"tenant": name}
+
+
+def test_the_word_written_after_gold_names_is_learned_as_where_a_run_stops(tokenizer):
+    gold = [lease(n, name) for n, name in enumerate(TENANTS)]
+    cues = by_name(learned_cues.learn(LEASE, gold))
+    options, evidence = cues["tenant"].options, cues["tenant"].evidence
+    assert options["labels"] == ["by"] and options["cut_before"] == "(?i:a)", options
+    assert evidence["cuts"] == {"a": 6}
+    merged = learned_cues.apply(LEASE, _entries(cues.values()), "test")
+    text, _ = lease(9, "Gus Lee")  # a tenant no row gave, whose run after the label would reach "a" within three words
+    for name, ok in (("Gus Lee", True), ("Gus", True), ("Gus Lee, a", False)):
+        constraint = Constraint.lark(grounded_lark(merged, text), tokenizer, stop_token=STOP)
+        assert instance_accepted(constraint, tokenizer, {"tenant": name}, separators=(",", ":")) is ok, name
+
+
+DEPOSIT = {"type": "object", "properties": {"deposit": {"type": ["number", "null"], "x-grounded": True}}, "required": ["deposit"]}
+
+
+def order(n: int, label: str) -> tuple[str, dict]:
+    """An order that writes several amounts; one order in four states a deposit, after ``label``."""
+    rng = random.Random(n)
+    text = f"Order {100 + n}: {rng.randint(2, 9)} crates at {rng.randint(10, 99)}.50 each, total {rng.randint(200, 900)}.00."
+    deposit = rng.randint(10, 50) if n % 4 == 0 else None
+    return text + (f" {label} {deposit}.00." if deposit else ""), {"deposit": deposit}
+
+
+def test_a_field_mostly_null_is_null_unless_a_label_marks_its_value_well(tokenizer):
+    """Where the gold is mostly null and the text writes other values, the field is null unless a label the gold
+    shows marks it; where no label does (each order words it anew), it is null."""
+    labelled = by_name(learned_cues.learn(DEPOSIT, [order(n, "Deposit paid:") for n in range(12)]))["deposit"].options
+    assert labelled["labels"] == ["paid"] and labelled["only_labelled"] is True, labelled
+    worded = ["We hold", "Kept aside:", "Advance of", "Prepaid"]
+    unlabelled = by_name(learned_cues.learn(DEPOSIT, [order(n, worded[n // 4 % 4]) for n in range(12)]))["deposit"]
+    assert "labels" not in unlabelled.options and unlabelled.options["only_labelled"] is True, unlabelled.options
+    assert unlabelled.evidence["pick_rate_after"] > unlabelled.evidence["pick_rate_before"]
+    merged = learned_cues.apply(DEPOSIT, _entries([unlabelled]), "test")
+    text, _ = order(20, "Down payment")  # a new order: its amounts are no deposit the gold ever showed
+    for deposit, ok in ((None, True), (45.5, False), (20, False)):
+        constraint = Constraint.lark(grounded_lark(merged, text), tokenizer, stop_token=STOP)
+        assert instance_accepted(constraint, tokenizer, {"deposit": deposit}, separators=(",", ":")) is ok, deposit
+
+
 def test_a_grounded_enum_is_scored_by_the_members_its_text_writes():
     schema = {"type": "object", "properties": {"currency": {"enum": ["USD", "EUR"], "x-grounded": {"spellings": {"USD": ["$"], "EUR": ["€"]}}}}}
     gold = [(f"Invoice {n}: total {'$' if n % 2 else '€'} {n}0.00", {"currency": "USD" if n % 2 else "EUR"}) for n in range(6)]
