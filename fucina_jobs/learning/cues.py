@@ -226,7 +226,9 @@ def _ending(g: Grounded, given: list[Any], score: Callable[[Grounded], float]) -
     return (_any_of(kept) if kept else None), kept
 
 
-def _cut(g: Grounded, rows: list[Row], found: list[list[list[tuple[int, int]]]], score: Callable[[Grounded], float]) -> tuple[str | None, dict[str, int]]:
+def _cut(
+    g: Grounded, rows: list[Row], found: list[list[list[tuple[int, int]]]], score: Callable[[Grounded], float]
+) -> tuple[str | None, dict[str, int]]:
     """A ``cut_before`` regex (any case) of the words written just after the gold values that no gold value holds,
     added greedily while each raises the pick rate (of the ``FOLLOWERS`` most frequent that follow two values at
     least), with how many values each follows: what a document writes after a name (``, a Delaware corporation``,
@@ -342,9 +344,7 @@ def _starts_rate(starts: set[int] | int, gold: list[Any], spans: list[list[tuple
     return hits / max(choices, len(given), 1)
 
 
-def _labelling(
-    g: Grounded, rows: list[Row], found: list[list[list[tuple[int, int]]]], score: "_Scorer"
-) -> tuple[dict[str, Any], dict[str, Any]]:
+def _labelling(g: Grounded, rows: list[Row], found: list[list[list[tuple[int, int]]]], score: "_Scorer") -> tuple[dict[str, Any], dict[str, Any]]:
     """``labels``, and ``only_labelled`` where it helps, with the labels' evidence. Two searches: the labels that raise
     the pick rate where a row they are not written in offers all its values, then ``only_labelled`` on them where
     that raises it further; and, for a field that may be null, the labels that raise it from a field that is always
