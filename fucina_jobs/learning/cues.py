@@ -215,15 +215,7 @@ def _ending(g: Grounded, given: list[Any], score: Callable[[Grounded], float]) -
     legal forms that end company names (``Inc.``, ``LLC``), so a run after a label stops on the name's end, not a word
     or two short of it or past it."""
     last = Counter(str(v).split()[-1].casefold() for v in given if str(v).split())
-    kept: dict[str, int] = {}
-    current = score(g)
-    for word, n in last.most_common(ENDINGS):
-        if n < 2:
-            break
-        tried = score(g.with_options({"ends_on": _any_of({**kept, word: n})}))
-        if tried > current + MIN_GAIN:
-            kept[word], current = n, tried
-    return (_any_of(kept) if kept else None), kept
+    return _greedy_words(g, "ends_on", last.most_common(ENDINGS), score)
 
 
 def _cut(
@@ -237,12 +229,18 @@ def _cut(
     after = Counter()
     for r, value_spans in zip(rows, found):
         after.update({m.group(1).casefold() for spans in value_spans for _, b in spans if (m := _FOLLOWER.match(r.text, b))})
+    return _greedy_words(g, "cut_before", [(w, n) for w, n in after.most_common() if w not in inside][:FOLLOWERS], score)
+
+
+def _greedy_words(g: Grounded, option: str, counted: list[tuple[str, int]], score: Callable[[Grounded], float]) -> tuple[str | None, dict[str, int]]:
+    """``option`` as a regex (any case) of the words of ``counted`` (each with how many values it was seen by, the most
+    first) that raise the pick rate, added one by one while each does, of those seen by two values at least."""
     kept: dict[str, int] = {}
     current = score(g)
-    for word, n in [(w, n) for w, n in after.most_common() if w not in inside][:FOLLOWERS]:
+    for word, n in counted:
         if n < 2:
             break
-        tried = score(g.with_options({"cut_before": _any_of({**kept, word: n})}))
+        tried = score(g.with_options({option: _any_of({**kept, word: n})}))
         if tried > current + MIN_GAIN:
             kept[word], current = n, tried
     return (_any_of(kept) if kept else None), kept
