@@ -74,7 +74,16 @@ def label_contexts(text: str, start: int, longest: int) -> list[str]:
     found = []
     for k in range(1, min(longest, len(words)) + 1):
         tail = words[-k:]
-        if not all(re.fullmatch(r"[^\W\d_][\w'&.-]*", w) for w in tail) or not tail[-1][-1].isalnum():
+        if not all(_LABEL_WORD.fullmatch(w) for w in tail) or not tail[-1][-1].isalnum():
+            closing = _CLOSING.search(tail[0]) if k > 1 and all(_LABEL_WORD.fullmatch(w) for w in tail[1:]) else None
+            if closing:  # ``("Company"), and`` gives ``), and``: the close of a definition written before a value
+                found.append(" ".join([closing.group(), *tail[1:]]).lower())
             break
         found.append(" ".join(tail).lower())
     return found
+
+
+#: A word a label is made of: it starts with a letter.
+_LABEL_WORD = re.compile(r"[^\W\d_][\w'&.-]*")
+#: The closing bracket, and the marks after it, that end a word (``(“MSC”),`` ends on ``),``).
+_CLOSING = re.compile(r"[)\]][^\w\s]*$")

@@ -196,6 +196,33 @@ def test_label_contexts_and_word_runs():
     assert label_contexts(text, start, 5) == ["of", "state of", "the state of", "of the state of", "laws of the state of"]
     assert label_contexts(text, text.index("NIKE"), 3) == ["parties"]  # the label on the line above
     assert word_runs("Nike Inc.", text) == [(text.index("NIKE"), len(text) - 1)]
+    deed = "By and between Palm, Inc. (“Palm”), and Jane Roe, of Utah."
+    assert label_contexts(deed, deed.index("Jane"), 3) == ["and", "), and"]  # the close of the first party's defined name
+
+
+COUNTERPARTY = {
+    "type": "object",
+    "properties": {"counterparty": {"type": "string", "maxLength": 60, "x-grounded": True}},
+    "required": ["counterparty"],
+}
+FIRMS = ["Palm Inc.", "Nike Inc.", "Acme LLC", "Zeta Corp.", "Orbit Ltd.", "Quill Co."]
+
+
+def deed(n: int, name: str) -> tuple[str, dict]:
+    """A deed: the second party after the first one's defined name, and ``and`` written before other words too."""
+    firm, alias = FIRMS[n % len(FIRMS)], ["Seller", "Company", "Owner"][n % 3]
+    return f"Made by {firm} (“{alias}”), and {name}, in Salt Lake and Provo and Ogden, on day {n}.", {"counterparty": name}
+
+
+def test_the_close_of_a_defined_name_is_learned_as_the_label_of_the_value_after_it(tokenizer):
+    gold = [deed(n, name) for n, name in enumerate(TENANTS)]
+    cues = by_name(learned_cues.learn(COUNTERPARTY, gold))["counterparty"]
+    assert cues.options["labels"] == ["), and"], cues.options
+    merged = learned_cues.apply(COUNTERPARTY, _entries([cues]), "test")
+    text, _ = deed(9, "Gus Lee")
+    for name, ok in (("Gus Lee", True), ("Provo", False), ("Ogden", False)):
+        constraint = Constraint.lark(grounded_lark(merged, text), tokenizer, stop_token=STOP)
+        assert instance_accepted(constraint, tokenizer, {"counterparty": name}, separators=(",", ":")) is ok, name
 
 
 def _entries(cues):
