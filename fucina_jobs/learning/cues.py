@@ -13,7 +13,8 @@ value by value on the fields they apply to, and ``labels`` and ``only_labelled``
 (``Grounded.takes``). Runs of words (``most_words``, ``first_lines``) are learned for strings, not for quantities, whose
 candidates are counts.
 
-Label candidates are the words written just before the gold values (``evidence.label_contexts``); they
+Label candidates are the words written just before the gold values, or those words after the close of a defined
+name (``), and``; ``evidence.label_contexts``); they
 are added greedily, each step taking the label that raises the pick rate most, until none raises it by
 ``MIN_GAIN``. The search scores a set of labels as the union of what each marks alone (one reading per
 row and label), and the chosen set is scored again exactly.
