@@ -58,6 +58,8 @@ FOLLOWERS = 8
 TOP_LINES = 15
 
 _WORD = re.compile(r"\w+")
+#: The word written after a value, past the spaces and marks between (``Nike, Inc., an Oregon corporation``).
+_FOLLOWER = re.compile(r"[\W_]*?(\w+)")
 _MARKS = ".,;:!?()[]{}\"'"
 
 
@@ -225,7 +227,7 @@ def _cut(
     """A ``cut_before`` regex (any case) of the words written just after the gold values that no gold value holds,
     added greedily while each raises the pick rate (of the ``FOLLOWERS`` most frequent that follow two values at
     least), with how many values each follows: what a document writes after a name (``, a Delaware corporation``,
-    ``and``), so a run after a label stops where the name does."""
+    a signature's ``By:``), so a run after a label stops where the name does."""
     inside = {w.casefold() for r in rows for v in r.values if v is not None for w in _WORD.findall(str(v))}
     after = Counter()
     for r, value_spans in zip(rows, found):
@@ -245,10 +247,6 @@ def _greedy_words(g: Grounded, option: str, counted: list[tuple[str, int]], scor
         if tried > current + MIN_GAIN:
             kept[word], current = n, tried
     return (_any_of(kept) if kept else None), kept
-
-
-#: The word written after a value, past the spaces and marks between (``Nike, Inc., an Oregon corporation``).
-_FOLLOWER = re.compile(r"[\W_]*?(\w+)")
 
 
 def _any_of(words: dict[str, int]) -> str:

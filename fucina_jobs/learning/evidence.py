@@ -75,7 +75,7 @@ def label_contexts(text: str, start: int, longest: int) -> list[str]:
     for k in range(1, min(longest, len(words)) + 1):
         tail = words[-k:]
         if not all(_LABEL_WORD.fullmatch(w) for w in tail) or not tail[-1][-1].isalnum():
-            closing = _CLOSING.search(tail[0]) if k > 1 and all(_LABEL_WORD.fullmatch(w) for w in tail[1:]) else None
+            closing = _CLOSING.search(tail[0]) if k > 1 else None  # the words after it made the k - 1 candidate
             if closing:  # ``("Company"), and`` gives ``), and``: the close of a definition written before a value
                 found.append(" ".join([closing.group(), *tail[1:]]).lower())
             break
