@@ -57,12 +57,12 @@ def _values(g: Grounded, text: str) -> Iterator[str]:
     elif g.kind == "string":
         if g.span != "words":  # a run of words is one of too many to score: the decoder writes it token by token
             yield from (json.dumps(v, ensure_ascii=False) for v in g.allow)
-            yield from _line_runs(g, text) if g.span == "lines" else (json.dumps(w, ensure_ascii=False) for w in words(g, text, narrowed=True))
+            yield from line_runs(g, text) if g.span == "lines" else (json.dumps(w, ensure_ascii=False) for w in words(g, text, narrowed=True))
     else:
         yield from preferred(g, candidates(g, text), text)
 
 
-def _line_runs(g: Grounded, text: str) -> Iterator[str]:
+def line_runs(g: Grounded, text: str) -> Iterator[str]:
     """Every run of up to ``MAX_LINES`` whole lines that fits the field's length bounds and that ``includes``,
     ``ends_on``, ``first_lines`` and ``cut_before`` allow, as a JSON string."""
     lines, cut = text_lines(text, g)

@@ -55,6 +55,8 @@ _LEAST_KEPT = 2
 #: Why 80: one line of a printed page. A value a label marks (a name, a place, a period) is written on the label's
 #: line or the next, and each character more is one more piece of the run the grammar spells out.
 LABELLED_CHARS = 80
+#: A line break between two words (``within_line`` stops a run of words at it).
+LINE_BREAK = re.compile(r"(?<=\S)[^\S\n]*\n\s*(?=\S)")
 #: With ``most_words``, a run's last word may still take its own period (``Inc.``): it belongs to the word.
 _OWN_PERIOD = "."
 #: The most pieces of a run of words nested in one terminal (``_Builder.prefixes``). Why 16: llguidance (1.9)
@@ -409,7 +411,7 @@ def preferred(g: Grounded, values: list[str], text: str) -> list[str]:
     no tax, not for one that writes ``BTW 21% € 124,61``); those that one of ``prefer_labels`` marks, where any is
     left (a receipt's ``TOTAL ROUNDED`` below its ``TOTAL``); with ``rounding``, where the text writes a rounding
     line, none that a multiple of the step left is within a step of (``177.22`` beside ``177.20``: cash paid is
-    rounded); of those, with ``largest``, the largest alone. All are preferences, not facts: a rule's repair
+    rounded); of those, with ``largest`` (``smallest``), the largest (smallest) alone, the latest (earliest) of dates. All are preferences, not facts: a rule's repair
     excludes the value held where it breaks a rule (inv-022's ``Items total`` before its discount), and the next
     one is held then, an allowance last."""
     found, text = _found(g, text) if (g.allow and g.labels) or g.prefer_labels else ({}, text)
@@ -421,7 +423,10 @@ def preferred(g: Grounded, values: list[str], text: str) -> list[str]:
         values = [v for v in values if v in marked] or values
     if g.rounding and _ROUNDING.search(text):
         values = _rounded(values, g.rounding)
-    return [max(values, key=Decimal)] if g.largest and values else values
+    key = str if g.kind == "date" else Decimal
+    if values and (g.largest or g.smallest):
+        return [max(values, key=key) if g.largest else min(values, key=key)]
+    return values
 
 
 def _rounded(values: list[str], step: Decimal) -> list[str]:
@@ -562,7 +567,7 @@ def labelled_runs(g: Grounded, text: str) -> tuple[list[list[str]], list[str]] |
     ``cut_before``, up to the first word it matches (none from a start it matches); and, with ``ends_on``, the runs
     (escaped) that end on such a word. None where neither narrows anything, or no run is left. No run crosses a column
     gap, three spaces or more between two words of a line: laid-out text puts the letterhead and the customer's block
-    side by side (``Peter-Behrens-Platz 2    SimFin Analytics GmbH``)."""
+    side by side (``Peter-Behrens-Platz 2    SimFin Analytics GmbH``); with ``within_line``, none crosses a line break."""
     if not g.labels and not g.first_lines:
         return None
     normalize = g.whitespace == "normalize"
@@ -572,7 +577,8 @@ def labelled_runs(g: Grounded, text: str) -> tuple[list[list[str]], list[str]] |
     if starts and offsets:
         starts = sorted({offsets[start] for start in starts})
     starts = starts or line_starts(text, g)
-    gaps = [offsets[m.end()] - 1 if offsets else m.start() for m in COLUMN_GAP.finditer(text)] + [len(flat)]
+    breaks = [*COLUMN_GAP.finditer(text), *(LINE_BREAK.finditer(text) if g.within_line else ())]
+    gaps = sorted(offsets[m.end()] - 1 if offsets else m.start() for m in breaks) + [len(flat)]
     cutter = whole_words(g.cut_before)
     rests = []
     for start in starts:

@@ -10,8 +10,9 @@ it, so a cue is kept only where the rows show that it helps, and each comes with
 
 The options and their defaults are the table's (``grounding/options.py``): those it marks ``tried`` are tried
 value by value on the fields they apply to, and ``labels`` and ``only_labelled`` are learned where a field can take them
-(``Grounded.takes``). Runs of words (``most_words``, ``first_lines``) are learned for strings, not for quantities, whose
-candidates are counts.
+(``Grounded.takes``). Runs of words (``most_words``, ``first_lines``, ``within_line``, ``cut_before``, ``ends_on``) are
+learned for strings, not for quantities, whose candidates are counts; a ``span: lines`` string learns where its runs
+start, which line they must reach and where they stop (``_learn_lines``); a one-word string its shape (``includes``).
 
 Label candidates are the words written just before the gold values, or those words after the close of a defined
 name (``), and``; ``evidence.label_contexts``); they
@@ -30,15 +31,16 @@ from dataclasses import KW_ONLY, dataclass, field
 from decimal import Decimal
 from typing import Any, Callable, Sequence
 
+from ..grounding.choices import line_runs
 from ..grounding.declaration import Grounded, leaves
-from ..grounding.grammar import candidates, known_spans, labelled_values, line_starts, members, preferred, words, written_values
+from ..grounding.grammar import candidates, known_spans, labelled_runs, labelled_values, line_starts, members, preferred, words, written_values
 from ..grounding.options import OPTIONS, RECASINGS
 from ..grounding.values import after_labels, json_number, labelled
-from .evidence import label_contexts, occurrences, verbatim
+from .evidence import keyed, label_contexts, occurrences, verbatim
 
 #: The longest label candidate, in words (``laws of the state of``).
 LONGEST_LABEL = 5
-#: A label candidate is written before the gold value in at least this share of the rows (and 2 rows).
+#: A label candidate is written before the gold value in at least this share of the rows (and 2 rows), or is a key (``keyed``).
 LABEL_SUPPORT = 0.1
 #: Candidates scored at each greedy step, the most frequent first.
 LABEL_CANDIDATES = 40
@@ -52,15 +54,25 @@ VERBATIM_SHARE = 0.8
 MARK_SUPPORT = 0.1
 #: The last words of gold values tried as ``ends_on`` words, the most frequent first.
 ENDINGS = 8
-#: The words written just after gold values tried as ``cut_before`` words, the most frequent first.
-FOLLOWERS = 8
-#: ``first_lines`` is tried where the gold values start on one of the text's first this many lines.
+#: The words tried as ``cut_before`` words (``_cut``), the most frequent first.
+FOLLOWERS = 16
+#: The most top lines ``first_lines`` is tried with.
 TOP_LINES = 15
 
 _WORD = re.compile(r"\w+")
 #: The word written after a value, past the spaces and marks between (``Nike, Inc., an Oregon corporation``).
 _FOLLOWER = re.compile(r"[\W_]*?(\w+)")
 _MARKS = ".,;:!?()[]{}\"'"
+#: A word of a name as ``ends_on`` learns it: its own period kept (``Inc.``), a comma between two words a break.
+_NAME_WORD = re.compile(r"[^\s,;]+")
+#: A word as a cut reads its shape: up to a space, less the marks that end it (``126926-H`` of ``(126926-H).``).
+_TOKEN = re.compile(r"\S*?(?=[^\w]*(?:\s|$))")
+#: A word with a digit in it: an identifier (``includes`` of a ``span: word`` string), a reference, a postcode.
+DIGIT_WORD = r"[^\W\d_]*\d[^\W_]*"
+#: Shapes of words a cut tries as a whole, besides the words themselves and the shape of each word with a digit
+#: (``_shape``): a word of letters before a colon (another field's label: ``Subject:``), an e-mail address, any word
+#: with a digit.
+CUT_SHAPES = (r"[^\W\d_]+ ?:", r"[^\s@]+@[^\s@]+", DIGIT_WORD)
 
 
 @dataclass
@@ -115,7 +127,7 @@ def learn_field(g: Grounded, rows: list[Row]) -> FieldCues:
         case, evidence["recased"] = _case(spans, exact, drop)
         if case != OPTIONS["case"].default:
             options["case"] = case
-        if all(len(_WORD.findall(str(v))) == 1 for v in given):
+        if all(len(str(v).split()) == 1 for v in given):
             options["span"] = "word"
     g = g.with_options(options)
     score = _Scorer(g, rows, found)
@@ -129,36 +141,65 @@ def learn_field(g: Grounded, rows: list[Row]) -> FieldCues:
         if best is not None:
             g = g.with_options({option.name: best})
             options[option.name] = best
+    if g.kind == "string" and g.span == "word" and g.includes is None:
+        g = _kept(g, options, "includes", DIGIT_WORD if score(g.with_options({"includes": DIGIT_WORD})) > score(g) + MIN_GAIN else None)
+    runs = g.kind == "string" and g.span == "words" and bool(given)
+    if runs:
+        g = _kept(g, options, "most_words", max(len(_WORD.findall(str(v))) for v in given))
+        g = _kept(g, options, "first_lines", _first_lines(g, score))
     if g.takes("labels"):
         labelling, label_evidence = _labelling(g, rows, found, score)
         if label_evidence:
             evidence["labels"] = label_evidence
         g = g.with_options(labelling)
         options.update({name: value for name, value in labelling.items() if value})
-    if g.kind == "string" and g.span == "words" and given:
+    if runs:
         known, evidence["known_values"] = _known_values(g, rows, score)
-        if known:
-            g = g.with_options({"known_values": known})
-            options["known_values"] = known
-    if g.kind == "string" and g.span == "words" and given:
-        options["most_words"] = max(len(_WORD.findall(str(v))) for v in given)
-        g = g.with_options({"most_words": options["most_words"]})
-    if g.kind == "string" and g.span == "words" and not g.labels:
-        lines = _first_lines(rows, found)
-        if lines and score(g.with_options({"first_lines": lines})) > score(g) + MIN_GAIN:
-            g = g.with_options({"first_lines": lines})
-            options["first_lines"] = lines
-    if g.kind == "string" and g.span == "words" and (g.labels or g.first_lines) and given:
+        g = _kept(g, options, "known_values", known)
+    if runs and (g.labels or g.first_lines):
+        g = _kept(g, options, "within_line", score(g.with_options({"within_line": True})) > score(g) + MIN_GAIN)
         cut, evidence["cuts"] = _cut(g, rows, found, score)
-        if cut:
-            g = g.with_options({"cut_before": cut})
-            options["cut_before"] = cut
+        g = _kept(g, options, "cut_before", cut)
         ending, evidence["endings"] = _ending(g, given, score)
-        if ending:
-            g = g.with_options({"ends_on": ending})
-            options["ends_on"] = ending
+        g = _kept(g, options, "ends_on", ending)
+        if g.first_lines:  # the cuts and endings may make more top lines worth offering
+            g = _kept(g, options, "first_lines", _first_lines(g.without("first_lines"), score) or g.first_lines)
+    if g.kind == "string" and g.span == "lines" and given:
+        g = _learn_lines(g, rows, found, score, options, evidence)
     evidence["pick_rate_after"] = round(score(g), 4)
     return FieldCues(g.name, g.path, options, evidence=evidence)
+
+
+def _learn_lines(
+    g: Grounded, rows: list[Row], found: list[list[list[tuple[int, int]]]], score: "_Scorer", options: dict[str, Any], evidence: dict[str, Any]
+) -> Grounded:
+    """A run of lines' options, each kept where it raises the pick rate: where its runs start (``first_lines``, and
+    ``starts_on`` a word with a digit, a street's number), a line it must reach (``includes`` the digits of the
+    length the gold values write most, a postcode), where it stops (``cut_before``, ``ends_on``, ``shortest``,
+    ``to_block_end``)."""
+    g = _kept(g, options, "first_lines", _first_lines(g, score))
+    digits = Counter(n for r in rows for v in r.values if v is not None for n in {len(run) for run in re.findall(r"\d+", str(v))})
+    shapes = [("includes", f"[0-9]{{{n}}}") for n, _ in digits.most_common(1)] + [("starts_on", DIGIT_WORD)]
+    for name, shape in shapes:
+        g = _kept(g, options, name, shape if score(g.with_options({name: shape})) > score(g) + MIN_GAIN else None)
+    cut, evidence["cuts"] = _cut(g, rows, found, score)
+    g = _kept(g, options, "cut_before", cut)
+    ending, evidence["endings"] = _ending(g, [v for r in rows for v in r.values if v is not None], score)
+    g = _kept(g, options, "ends_on", ending)
+    for name in ("shortest", "to_block_end"):
+        if g.takes(name):
+            g = _kept(g, options, name, score(g.with_options({name: True})) > score(g) + MIN_GAIN)
+    if g.first_lines:  # the cuts and endings may make more top lines worth offering
+        g = _kept(g, options, "first_lines", _first_lines(g.without("first_lines"), score) or g.first_lines)
+    return g
+
+
+def _kept(g: Grounded, options: dict[str, Any], name: str, value: Any) -> Grounded:
+    """``g`` with option ``name`` set to ``value``, noted in ``options``, where ``value`` is one (not None, empty or False)."""
+    if value is None or value is False or value == [] or value == ():
+        return g
+    options[name] = value
+    return g.with_options({name: value})
 
 
 def _written_spans(rows: list[Row], found: list[list[list[tuple[int, int]]]]) -> list[tuple[str, list[str]]]:
@@ -213,54 +254,118 @@ def _known_values(g: Grounded, rows: list[Row], score: "_Scorer") -> tuple[list[
 
 
 def _ending(g: Grounded, given: list[Any], score: Callable[[Grounded], float]) -> tuple[str | None, dict[str, int]]:
-    """An ``ends_on`` regex (any case) of the last words that end the gold values, added greedily while each raises the
-    pick rate (of the ``ENDINGS`` most frequent that end two values at least), with how many values each ends: the
-    legal forms that end company names (``Inc.``, ``LLC``), so a run after a label stops on the name's end, not a word
-    or two short of it or past it."""
-    last = Counter(str(v).split()[-1].casefold() for v in given if str(v).split())
-    return _greedy_words(g, "ends_on", last.most_common(ENDINGS), score)
+    """An ``ends_on`` regex (any case) of the last words that end the gold values of two words or more, added greedily
+    while each raises the pick rate (of the ``ENDINGS`` most frequent that end two values at least and start none),
+    with how many values each ends: the legal forms that end company names (``Inc.``, ``LLC``), so a run after a
+    label stops on the name's end, not a word or two short of it or past it. A word that starts a name too
+    (``Studio``) ends none of its runs for sure."""
+    names = [_NAME_WORD.findall(str(v)) for v in given if len(_NAME_WORD.findall(str(v))) > 1]
+    first = {words[0].casefold() for words in names}
+    last = Counter(words[-1].casefold() for words in names)
+    return _greedy_words(g, "ends_on", [(w, n) for w, n in last.most_common() if w not in first][:ENDINGS], score)
 
 
 def _cut(
     g: Grounded, rows: list[Row], found: list[list[list[tuple[int, int]]]], score: Callable[[Grounded], float]
 ) -> tuple[str | None, dict[str, int]]:
-    """A ``cut_before`` regex (any case) of the words written just after the gold values that no gold value holds,
-    added greedily while each raises the pick rate (of the ``FOLLOWERS`` most frequent that follow two values at
-    least), with how many values each follows: what a document writes after a name (``, a Delaware corporation``,
-    a signature's ``By:``), so a run after a label stops where the name does."""
-    inside = {w.casefold() for r in rows for v in r.values if v is not None for w in _WORD.findall(str(v))}
-    after = Counter()
+    """A ``cut_before`` regex of words that no gold value holds, added greedily while each raises the pick rate (of
+    the ``FOLLOWERS`` most frequent, each seen in two rows at least), with how many rows each was seen in. Two
+    kinds of word are tried: those written just after the gold values, what a document writes after a name
+    (``, a Delaware corporation``, a signature's ``By:``), so a run stops where the name does; and the first words
+    of the runs the grammar offers that no gold value starts with, a title or a greeting on a letterhead's line
+    (``INVOICE``, ``Dear``), so that line starts no run; and, for a run of lines, the words of the lines just above
+    and below the gold values, a block's other lines (a company's ``SDN BHD`` above its address, ``TEL`` below). The
+    shapes of such words are tried too (``CUT_SHAPES``): another field's label (``Subject:``), an e-mail address, a
+    registration number (``126926-H``)."""
+    inside = {w.casefold() for r in rows for v in r.values if v is not None for w in [*_WORD.findall(str(v)), *str(v).split()]}
+    seen: Counter[str] = Counter()
     for r, value_spans in zip(rows, found):
-        after.update({m.group(1).casefold() for spans in value_spans for _, b in spans if (m := _FOLLOWER.match(r.text, b))})
-    return _greedy_words(g, "cut_before", [(w, n) for w, n in after.most_common() if w not in inside][:FOLLOWERS], score)
+        after = {m.start(1) for spans in value_spans for _, b in spans if (m := _FOLLOWER.match(r.text, b))}
+        beside = {w for spans in value_spans for a, b in spans for w in _lines_beside(r.text, a, b)} if g.span == "lines" else set()
+        seen.update(_cut_words(r.text, after | beside | _wrong_starts(g, r), inside))
+    return _greedy_words(g, "cut_before", seen.most_common(FOLLOWERS), score)
+
+
+def _lines_beside(text: str, a: int, b: int) -> list[int]:
+    """Where the words start on the lines just above and below ``text[a:b]`` (a block's other lines)."""
+    top = text.rfind("\n", 0, a)
+    above = text.rfind("\n", 0, max(top, 0)) + 1 if top > 0 else None
+    below = text.find("\n", b)
+    spans = [(above, top)] if above is not None else []
+    spans += [(below + 1, (text.find("\n", below + 1) + 1 or len(text) + 1) - 1)] if below >= 0 else []
+    return [m.start() for start, end in spans for m in _WORD.finditer(text, start, end)]
+
+
+def _wrong_starts(g: Grounded, r: Row) -> set[int]:
+    """Where the words start in ``r.text`` that start runs the grammar offers and no gold value."""
+    runs = labelled_runs(g, r.text) if g.span == "words" else None
+    firsts = {_first_word(json.loads(f'"{chunks[0]}"')) for chunks in (runs[0] if runs else [])}
+    firsts -= {_first_word(str(v)) for v in r.values if v is not None}
+    return {m.start() for m in _WORD.finditer(r.text) if m.group().casefold() in firsts}
+
+
+def _first_word(run: str) -> str:
+    m = _WORD.search(run)
+    return m.group().casefold() if m else ""
+
+
+def _cut_words(text: str, starts: set[int], inside: set[str]) -> set[str]:
+    """What a cut may try for the words starting at ``starts`` in ``text`` that no gold value holds: each word of
+    letters (casefolded), each of ``CUT_SHAPES`` that writes it, and the shape of a word with a digit (``_shape``),
+    each shape where it writes no word of a gold value."""
+    shapes = [shape for shape in CUT_SHAPES if not any(re.fullmatch(shape, w) for w in inside)]
+    own = {_shape(w) for w in inside}
+    found = set()
+    for start in starts:
+        m = _WORD.match(text, start)
+        if not m or m.group().casefold() in inside:
+            continue
+        token = _TOKEN.match(text, start).group()
+        if any(c.isdigit() for c in token):
+            found.update({_shape(token)} - own)
+        else:
+            found.add(m.group().casefold())
+        found.update(shape for shape in shapes if re.compile(shape).match(text, start))
+    return found
+
+
+def _shape(token: str) -> str:
+    """A word with digits as a regex of its shape: its digits counted, its letters any, its marks as written
+    (``126926-H`` is ``\\d{6}-[^\\W\\d_]+``, ``03-7890 1234``'s first word ``\\d{2}-\\d{4}``)."""
+    parts = []
+    for run in re.finditer(r"\d+|[^\W\d_]+|.", token):
+        piece = run.group()
+        parts.append(rf"\d{{{len(piece)}}}" if piece.isdigit() else r"[^\W\d_]+" if piece.isalpha() else re.escape(piece))
+    return "".join(parts)
 
 
 def _greedy_words(g: Grounded, option: str, counted: list[tuple[str, int]], score: Callable[[Grounded], float]) -> tuple[str | None, dict[str, int]]:
-    """``option`` as a regex (any case) of the words of ``counted`` (each with how many values it was seen by, the most
-    first) that raise the pick rate, added one by one while each does, of those seen by two values at least."""
+    """``option`` as a regex of the words (any case) and ``CUT_SHAPES`` of ``counted`` (each with how many values or rows
+    it was seen by, the most first) that raise the pick rate, added one by one while each does, of those seen by two
+    at least."""
     kept: dict[str, int] = {}
     current = score(g)
-    for word, n in counted:
+    for pattern, n in counted:
         if n < 2:
             break
-        tried = score(g.with_options({option: _any_of({**kept, word: n})}))
+        tried = score(g.with_options({option: _any_of({**kept, pattern: n})}))
         if tried > current + MIN_GAIN:
-            kept[word], current = n, tried
+            kept[pattern], current = n, tried
     return (_any_of(kept) if kept else None), kept
 
 
-def _any_of(words: dict[str, int]) -> str:
-    return "(?i:" + "|".join(re.escape(w) for w in sorted(words, key=len, reverse=True)) + ")"
+def _any_of(kept: dict[str, int]) -> str:
+    words = sorted((re.escape(w) for w in kept if w not in CUT_SHAPES), key=len, reverse=True)
+    return "|".join([*(shape for shape in CUT_SHAPES if shape in kept), *(["(?i:" + "|".join(words) + ")"] if words else [])])
 
 
-def _first_lines(rows: list[Row], found: list[list[list[tuple[int, int]]]]) -> int | None:
-    """The fewest top lines on which the gold values start in every row that writes them, where that is few."""
-    deepest = 0
-    for row, spans in zip(rows, found):
-        starts = [s[0][0] for s in spans if s]
-        if starts:
-            deepest = max(deepest, len([line for line in row.text[: min(starts)].split("\n") if line.strip()]))
-    return deepest + 1 if 0 < deepest + 1 <= TOP_LINES else None
+def _first_lines(g: Grounded, score: Callable[[Grounded], float]) -> int | None:
+    """The ``first_lines`` (1 to ``TOP_LINES``) that raises the pick rate most, the fewest where two tie:
+    a letterhead's name is written on the first line or two of most documents, and runs from there are
+    the choice wherever no label is written (a label learned after it still marks the rows that write one)."""
+    rates = {n: score(g.with_options({"first_lines": n})) for n in range(1, TOP_LINES + 1)}
+    best = max(rates, key=lambda n: (rates[n], -n))
+    return best if rates[best] > score(g) + MIN_GAIN else None
 
 
 class _Scorer:
@@ -282,6 +387,8 @@ class _Scorer:
             if runs is not None or g.only_labelled:
                 return _values_rate({_folded(run) for run in runs or ()}, r.values)
             return _starts_rate(_word_starts(g, r.text), r.values, spans)
+        if g.kind == "string" and g.span == "lines":
+            return _values_rate({_folded(json.loads(run)) for run in line_runs(g, r.text)}, r.values)
         if g.kind == "string":
             offered = words(g, r.text, narrowed=True)
         else:
@@ -298,8 +405,8 @@ def _values_rate(offered: set[str], gold: list[Any]) -> float:
     label), compared casefolded, as ``eval`` compares them."""
     given = {_folded(v) for v in gold if v is not None}
     if not given:
-        return 1.0 / (len(offered) + 1)
-    return len(given & offered) / max(len(offered), len(given))
+        return _rate(1, 1, len(offered) + 1)
+    return _rate(len(given & offered), len(given), len(offered))
 
 
 def _spelled(g: Grounded, value: Any) -> str | None:
@@ -315,9 +422,8 @@ def _spelled(g: Grounded, value: Any) -> str | None:
 
 def _pick_rate(offered: set[str], gold: list[str | None], nullable: bool) -> float:
     if not gold:
-        return 1.0 / (len(offered) + 1) if nullable else 0.0
-    choices = len(offered) + nullable
-    return sum((v is None and nullable) or v in offered for v in gold) / max(choices, len(gold), 1)
+        return _rate(1, 1, len(offered) + 1) if nullable else 0.0
+    return _rate(sum((v is None and nullable) or v in offered for v in gold), len(gold), len(offered) + nullable)
 
 
 def _word_starts(g: Grounded, text: str) -> set[int] | int:
@@ -333,12 +439,17 @@ def _starts_rate(starts: set[int] | int, gold: list[Any], spans: list[list[tuple
     given = [v for v in gold if v is not None]
     choices = starts if isinstance(starts, int) else len(starts)
     if not given:
-        return 1.0 / (choices + 1)
+        return _rate(1, 1, choices + 1)
     if isinstance(starts, int):
         hits = sum(bool(s) for s in spans)
     else:
         hits = sum(any(a in starts for a, _ in s) for s in spans)
-    return hits / max(choices, len(given), 1)
+    return _rate(hits, len(given), choices)
+
+
+def _rate(hits: int, wanted: int, choices: int) -> float:
+    """The pick rate of a row whose grammar offers ``choices`` values, ``hits`` of its ``wanted`` gold values among them."""
+    return hits / max(choices, wanted, 1)
 
 
 def _labelling(g: Grounded, rows: list[Row], found: list[list[list[tuple[int, int]]]], score: "_Scorer") -> tuple[dict[str, Any], dict[str, Any]]:
@@ -366,6 +477,7 @@ def _learn_labels(
     """Labels chosen greedily by the pick rate, and for each: rows it marks the gold in, rows it is written in, an example.
     With ``only_labelled`` on ``g``, a row no chosen label is written in offers null alone."""
     contexts: Counter[str] = Counter()
+    keys: set[str] = set()
     example: dict[str, str] = {}
     for r, spans in zip(rows, found):
         seen: dict[str, None] = {}  # in text order, so that ties are broken the same way every run
@@ -374,9 +486,11 @@ def _learn_labels(
                 for label in label_contexts(r.text, start, LONGEST_LABEL):
                     seen[label] = None
                     example.setdefault(label, " ".join(r.text[max(0, start - 60) : end + 20].split()))
+                    if keyed(r.text, start):
+                        keys.add(label)
         contexts.update(list(seen))
     least = max(2, LABEL_SUPPORT * len(rows))
-    pool = [label for label, n in contexts.most_common() if n >= least][:LABEL_CANDIDATES]
+    pool = [label for label, n in contexts.most_common() if n >= least or label in keys][:LABEL_CANDIDATES]
     if not pool:
         return [], {}
     marks = {label: [_marked(g.with_options({"labels": [label]}), r) for r in rows] for label in pool}

@@ -62,11 +62,12 @@ def label_contexts(text: str, start: int, longest: int) -> list[str]:
     """The label candidates written just before ``start``: the last 1..``longest`` words before it on its line
     (on the line above, where the value starts its line), lower-cased, each word starting with a letter.
 
+    A rate written before an amount is passed over (``Sales tax (8.5%)`` gives ``tax`` and ``sales tax``).
     ``Governed by the laws of the State of Oregon`` gives ``of``, ``state of``, ``the state of``, ``of the state of``, ``laws of the
     state of`` for ``Oregon``; the marks between a label and its value (``Date:``, ``#``) are left out, as the
     grammar reads a label's value past them."""
     line_start = text.rfind("\n", 0, start) + 1
-    before = re.sub(r"[\W_]*$", "", text[line_start:start])
+    before = re.sub(r"[\W_]*$", "", _RATE_END.sub("", text[line_start:start]))
     if not before.strip() and line_start > 0:
         above = text[: line_start - 1].rstrip()
         before = re.sub(r"[\W_]*$", "", above[above.rfind("\n") + 1 :])
@@ -83,6 +84,19 @@ def label_contexts(text: str, start: int, longest: int) -> list[str]:
     return found
 
 
+def keyed(text: str, start: int) -> bool:
+    """Is the value at ``start`` written after a key, a label and its colon, on its line or ending the line above
+    (``Kunde: Nadia Brunner``, ``Bill To:`` above a name)? A key is a label in any language, seen once or not."""
+    line_start = text.rfind("\n", 0, start) + 1
+    before = text[line_start:start].rstrip()
+    if not before and line_start > 0:
+        before = text[: line_start - 1].rstrip()
+    return before.endswith(":")
+
+
+#: A rate written between a label and its amount (``Sales tax (8.5%) $44.84``, ``BTW 21% € 181,65``), and the marks
+#: after it: the words before it are the label.
+_RATE_END = re.compile(r"\(?\d+(?:[.,]\d+)?\s*%[\W_]*$")
 #: A word a label is made of: it starts with a letter.
 _LABEL_WORD = re.compile(r"[^\W\d_][\w'&.-]*")
 #: The closing bracket, and the marks after it, that end a word (``(“MSC”),`` ends on ``),``).

@@ -95,7 +95,7 @@ def test_nested_objects_and_array_items_are_found():
         ({"type": "string", "x-grounded": {"span": "lines", "cut_before": "(?=TEL)"}}, "x-grounded.cut_before must be a regex"),
         ({"type": "string", "x-grounded": {"span": "word", "cut_before": "TEL"}}, "x-grounded.cut_before must be a regex without look-arounds"),
         ({"type": "number", "x-grounded": {"cut_before": "TEL"}}, 'on a string of span: words or lines only; not "TEL" on a number property'),
-        ({"type": "string", "x-grounded": {"largest": True}}, "x-grounded.largest must be true or false, on number or integer properties only"),
+        ({"type": "string", "x-grounded": {"largest": True}}, "x-grounded.largest must be true or false, on number, integer or date properties only"),
         ({"type": "number", "x-grounded": {"largest": "yes"}}, "x-grounded.largest must be true or false"),
         (
             {"type": "string", "x-grounded": {"span": "lines", "shortest": True}},

@@ -335,6 +335,22 @@ def test_first_lines_starts_a_run_of_words_at_a_top_line_where_no_label_is_writt
     assert not accepts(tokenizer, schema, "From: Halden LLC\nCopperline Audio", rec("Copperline Audio"))
 
 
+def test_within_line_ends_a_run_of_words_at_its_line_break(tokenizer):
+    schema = json.loads(json.dumps(PARTY))
+    schema["properties"]["name"] = {"type": "string", "maxLength": 40, "x-grounded": {"labels": ["supplier:"], "most_words": 5}}
+    text = "Supplier: Oxbow Freight\nServices Department\nCustomer: Granite Peak"
+    assert accepts(tokenizer, schema, text, rec("Oxbow Freight Services"))  # a run goes on to the next line
+    schema["properties"]["name"]["x-grounded"]["within_line"] = True
+    for name, ok in [("Oxbow Freight", True), ("Oxbow", True), ("Oxbow Freight Services", False), ("Services Department", False)]:
+        assert accepts(tokenizer, schema, text, rec(name)) is ok, name
+    first = {"type": "string", "maxLength": 40, "x-grounded": {"first_lines": 1, "within_line": True}}
+    schema["properties"]["name"] = first  # from a top line too, with the text's whitespace kept as it is
+    for whitespace in ("normalize", "exact"):
+        first["x-grounded"]["whitespace"] = whitespace
+        for name, ok in [("Supplier: Oxbow Freight", True), ("Oxbow", False), ("Supplier: Oxbow Freight Services", False)]:
+            assert accepts(tokenizer, schema, text, rec(name)) is ok, (whitespace, name)
+
+
 def test_cut_before_ends_a_run_of_words_and_starts_none(tokenizer):
     schema = json.loads(json.dumps(PARTY))
     grounded = {"labels": ["from:"], "first_lines": 3, "cut_before": "(?i:tax invoice|invoice|dear)"}
@@ -487,6 +503,19 @@ def test_largest_keeps_the_largest_labelled_amount(tokenizer):
     for total, ok in [(24.3, True), (25.75, False)]:  # a repair excluded the largest: the next one is held
         constraint = Constraint.lark(repaired, tokenizer, stop_token=STOP)
         assert instance_accepted(constraint, tokenizer, {"total": total}, separators=(",", ":")) is ok, total
+
+
+def test_largest_and_smallest_keep_the_latest_and_the_earliest_date(tokenizer):
+    def schema(option: str) -> dict:
+        return {"type": "object", "properties": {"d": {"type": "string", "format": "date", "x-grounded": {option: True}}}, "required": ["d"]}
+
+    invoice = "Invoice date: 14-11-2025\nService period 01-10-2025 to 31-10-2025\nVervaldatum: 28-11-2025"
+    for option, kept in [("largest", "2025-11-28"), ("smallest", "2025-10-01")]:
+        for date in ("2025-11-14", "2025-10-01", "2025-10-31", "2025-11-28"):
+            assert accepts(tokenizer, schema(option), invoice, {"d": date}) is (date == kept), (option, date)
+    repaired = grounded_lark(schema("smallest"), invoice, exclude={("d",): ["2025-10-01"]})
+    constraint = Constraint.lark(repaired, tokenizer, stop_token=STOP)  # a repair excluded the earliest: the next is held
+    assert instance_accepted(constraint, tokenizer, {"d": "2025-10-31"}, separators=(",", ":"))
 
 
 def test_prefer_labels_hold_the_values_they_mark_where_the_text_writes_one(tokenizer):

@@ -80,6 +80,7 @@ def test_learn_tries_the_options_the_table_marks_tried_each_of_its_other_values(
         "amount": [True],
         "day_first": [True, False],
         "largest": [True],
+        "smallest": [True],
     }
 
 
