@@ -1,7 +1,7 @@
 """``fucina-jobs init DIR``: a starter job in a folder of one's own, copied from the shipped invoice job.
 
 It writes ``conf/invoices.yaml`` (listing ``base``, which the package ships),
-the schema, the two prompt files and the first five invoices, so that
+the schema, the cues ``learn`` found for it, the two prompt files and the first five invoices, so that
 ``fucina-jobs run conf=invoices`` run in ``DIR`` decodes them, and every file
 the job reads is the user's to edit.
 """
@@ -26,6 +26,7 @@ defaults:
 name: invoices
 constraint:
   json_schema: schemas/invoice.json
+  learned: schemas/invoice.learned.json  # fucina-jobs learn conf=invoices gold=YOUR_GOLD.jsonl out=schemas/invoice.learned.json
 dataset:
   path: data/invoices.jsonl
 prompt:
@@ -43,6 +44,7 @@ def starter_files() -> dict[str, str]:
     return {
         "conf/invoices.yaml": CONFIG,
         "schemas/invoice.json": (SHIPPED / "schemas" / "invoice.json").read_text(encoding="utf-8"),
+        "schemas/invoice.learned.json": (job / "learned.json").read_text(encoding="utf-8"),
         "prompts/system.txt": (job / "system.txt").read_text(encoding="utf-8"),
         "prompts/template.txt": (job / "template.txt").read_text(encoding="utf-8"),
         "data/invoices.jsonl": "".join(rows),
