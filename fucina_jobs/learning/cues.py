@@ -142,7 +142,7 @@ def learn_field(g: Grounded, rows: list[Row]) -> FieldCues:
             g = g.with_options({option.name: best})
             options[option.name] = best
     if g.kind == "string" and g.span == "word" and g.includes is None:
-        g = _kept(g, options, "includes", DIGIT_WORD if score(g.with_options({"includes": DIGIT_WORD})) > score(g) + MIN_GAIN else None)
+        g = _kept(g, options, "includes", _gaining(g, score, "includes", DIGIT_WORD))
     runs = g.kind == "string" and g.span == "words" and bool(given)
     if runs:
         g = _kept(g, options, "most_words", max(len(_WORD.findall(str(v))) for v in given))
@@ -157,13 +157,8 @@ def learn_field(g: Grounded, rows: list[Row]) -> FieldCues:
         known, evidence["known_values"] = _known_values(g, rows, score)
         g = _kept(g, options, "known_values", known)
     if runs and (g.labels or g.first_lines):
-        g = _kept(g, options, "within_line", score(g.with_options({"within_line": True})) > score(g) + MIN_GAIN)
-        cut, evidence["cuts"] = _cut(g, rows, found, score)
-        g = _kept(g, options, "cut_before", cut)
-        ending, evidence["endings"] = _ending(g, given, score)
-        g = _kept(g, options, "ends_on", ending)
-        if g.first_lines:  # the cuts and endings may make more top lines worth offering
-            g = _kept(g, options, "first_lines", _first_lines(g.without("first_lines"), score) or g.first_lines)
+        g = _kept(g, options, "within_line", _gaining(g, score, "within_line", True))
+        g = _stops(g, rows, found, score, options, evidence)
     if g.kind == "string" and g.span == "lines" and given:
         g = _learn_lines(g, rows, found, score, options, evidence)
     evidence["pick_rate_after"] = round(score(g), 4)
@@ -181,17 +176,30 @@ def _learn_lines(
     digits = Counter(n for r in rows for v in r.values if v is not None for n in {len(run) for run in re.findall(r"\d+", str(v))})
     shapes = [("includes", f"[0-9]{{{n}}}") for n, _ in digits.most_common(1)] + [("starts_on", DIGIT_WORD)]
     for name, shape in shapes:
-        g = _kept(g, options, name, shape if score(g.with_options({name: shape})) > score(g) + MIN_GAIN else None)
+        g = _kept(g, options, name, _gaining(g, score, name, shape))
+    g = _stops(g, rows, found, score, options, evidence)
+    for name in ("shortest", "to_block_end"):
+        g = _kept(g, options, name, g.takes(name) and _gaining(g, score, name, True))
+    return g
+
+
+def _stops(
+    g: Grounded, rows: list[Row], found: list[list[list[tuple[int, int]]]], score: "_Scorer", options: dict[str, Any], evidence: dict[str, Any]
+) -> Grounded:
+    """Where a run stops (``cut_before``, ``ends_on``), then ``first_lines`` again: cuts and endings may make more top
+    lines worth offering."""
     cut, evidence["cuts"] = _cut(g, rows, found, score)
     g = _kept(g, options, "cut_before", cut)
     ending, evidence["endings"] = _ending(g, [v for r in rows for v in r.values if v is not None], score)
     g = _kept(g, options, "ends_on", ending)
-    for name in ("shortest", "to_block_end"):
-        if g.takes(name):
-            g = _kept(g, options, name, score(g.with_options({name: True})) > score(g) + MIN_GAIN)
-    if g.first_lines:  # the cuts and endings may make more top lines worth offering
+    if g.first_lines:
         g = _kept(g, options, "first_lines", _first_lines(g.without("first_lines"), score) or g.first_lines)
     return g
+
+
+def _gaining(g: Grounded, score: Callable[[Grounded], float], name: str, value: Any) -> Any:
+    """``value`` where setting option ``name`` to it raises the pick rate by ``MIN_GAIN``, else None."""
+    return value if score(g.with_options({name: value})) > score(g) + MIN_GAIN else None
 
 
 def _kept(g: Grounded, options: dict[str, Any], name: str, value: Any) -> Grounded:
