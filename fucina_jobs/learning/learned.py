@@ -164,7 +164,7 @@ def apply(schema: dict[str, Any], learned: dict[str, dict[str, Any]], where: str
     for name, entry in learned.items():
         node = _node(merged, entry["path"])
         if node is None:
-            raise LearnedError(f"{where}: field {name} is not in the schema any more; run `fucina_jobs learn` again")
+            raise LearnedError(f"{where}: field {name} is not in the schema; run `fucina_jobs learn` for this schema, or set constraint.learned=null")
         own = node.get(KEYWORD)
         node[KEYWORD] = {**entry[KEYWORD], **(own if isinstance(own, dict) else {})}
         array = _node(merged, entry["path"][:-1]) if entry.get(ARRAY) else None

@@ -66,6 +66,7 @@ def _command(out, data, schema):
         "conf=extract_invoices",
         f"dataset.path={data}",
         f"constraint.json_schema={schema}",
+        "constraint.learned=null",  # the invoice job's cues are for its own schema
         "dataset.chunking.enabled=true",
         "dataset.chunking.max_tokens=64",
         "dataset.chunking.overlap_tokens=16",
