@@ -321,7 +321,7 @@ def _cut_words(text: str, starts: set[int], inside: set[str]) -> set[str]:
     """What a cut may try for the words starting at ``starts`` in ``text`` that no gold value holds: each word of
     letters (casefolded), each of ``CUT_SHAPES`` that writes it, and the shape of a word with a digit (``_shape``),
     each shape where it writes no word of a gold value."""
-    shapes = [shape for shape in CUT_SHAPES if not any(re.fullmatch(shape, w) for w in inside)]
+    shapes = [_Shape(shape) for shape in CUT_SHAPES if not any(re.fullmatch(shape, w) for w in inside)]
     own = {_shape(w) for w in inside}
     found = set()
     for start in starts:
@@ -337,20 +337,20 @@ def _cut_words(text: str, starts: set[int], inside: set[str]) -> set[str]:
     return found
 
 
-def _shape(token: str) -> str:
+def _shape(token: str) -> "_Shape":
     """A word with digits as a regex of its shape: its digits counted, its letters any, its marks as written
     (``126926-H`` is ``\\d{6}-[^\\W\\d_]+``, ``03-7890 1234``'s first word ``\\d{2}-\\d{4}``)."""
     parts = []
     for run in re.finditer(r"\d+|[^\W\d_]+|.", token):
         piece = run.group()
         parts.append(rf"\d{{{len(piece)}}}" if piece.isdigit() else r"[^\W\d_]+" if piece.isalpha() else re.escape(piece))
-    return "".join(parts)
+    return _Shape("".join(parts))
 
 
 def _greedy_words(g: Grounded, option: str, counted: list[tuple[str, int]], score: Callable[[Grounded], float]) -> tuple[str | None, dict[str, int]]:
-    """``option`` as a regex of the words (any case) and ``CUT_SHAPES`` of ``counted`` (each with how many values or rows
-    it was seen by, the most first) that raise the pick rate, added one by one while each does, of those seen by two
-    at least."""
+    """``option`` as a regex (any case) of the words and shapes of ``counted`` (each with how many values or rows it
+    was seen by, the most first) that raise the pick rate, added one by one while each does, of those seen by two at
+    least."""
     kept: dict[str, int] = {}
     current = score(g)
     for pattern, n in counted:
@@ -363,8 +363,12 @@ def _greedy_words(g: Grounded, option: str, counted: list[tuple[str, int]], scor
 
 
 def _any_of(kept: dict[str, int]) -> str:
-    words = sorted((re.escape(w) for w in kept if w not in CUT_SHAPES), key=len, reverse=True)
-    return "|".join([*(shape for shape in CUT_SHAPES if shape in kept), *(["(?i:" + "|".join(words) + ")"] if words else [])])
+    patterns = (w if isinstance(w, _Shape) else re.escape(w) for w in kept)
+    return "(?i:" + "|".join(sorted(patterns, key=len, reverse=True)) + ")"
+
+
+class _Shape(str):
+    """A cut's candidate that is a regex already (``CUT_SHAPES``, ``_shape``), not a word to escape."""
 
 
 def _first_lines(g: Grounded, score: Callable[[Grounded], float]) -> int | None:

@@ -6,7 +6,8 @@ import random
 from fucina_jobs.decoding.constraint import Constraint
 from fucina_jobs.grounding.grammar import grounded_lark
 from fucina_jobs.learning import learned as learned_cues
-from fucina_jobs.learning.cues import DIGIT_WORD
+from fucina_jobs.grounding.declaration import whole_words
+from fucina_jobs.learning.cues import DIGIT_WORD, _any_of, _shape
 from tests.helpers import STOP, instance_accepted
 
 SCHEMA = {
@@ -83,3 +84,10 @@ def test_an_issue_and_a_due_date_are_learned_as_the_earliest_and_the_latest_labe
 def test_an_identifier_is_learned_as_one_word_with_a_digit():
     options = learned()["number"].options
     assert options["span"] == "word" and options["includes"] == DIGIT_WORD, options
+
+
+def test_a_word_with_digits_is_tried_as_a_cut_by_its_shape():
+    """A registration number cuts as its shape (digits counted, letters any), not as the one number seen."""
+    cut = whole_words(_any_of({_shape("126926-H"): 2, "tel": 2}))
+    assert cut.search("AEON CO. (M) BHD (880512-W)") and cut.search("TEL: 03-1234")
+    assert not cut.search("NO 12-A, JALAN 5") and not cut.search("81100 JOHOR BAHRU")
