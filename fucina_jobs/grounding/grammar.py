@@ -710,7 +710,12 @@ def text_lines(text: str, g: Grounded) -> tuple[list[str], list[bool]]:
 
 
 def _kept(head: str) -> str:
-    """What is left of a cut line: nothing where a letter or a mark alone is left (``T:`` before a phone number)."""
+    """What is left of a cut line: up to a bracket it opens and does not close, whose rest was cut (``(CO.`` of
+    ``DION REALTIES SDN BHD (CO. NO:20154-T)``); nothing where a letter or a mark alone is left (``T:`` before a
+    phone number)."""
+    opened = head.rfind("(")
+    if opened > head.rfind(")"):
+        head = head[:opened].rstrip(_CUT_ENDS)
     return head if len(head.strip()) >= _LEAST_KEPT else ""
 
 

@@ -69,6 +69,11 @@ _DATES = [
 ]
 
 
+#: The texts whose dates and numbers are kept once read: a text is read again for each field, each option the
+#: learner scores and each chunk's grammar, and reading it is most of what grounding costs.
+TEXTS_CACHED = 2048
+
+
 def dates_in(text: str, day_first: bool | None = None) -> dict[str, list[tuple[int, int]]]:
     """Every date the text writes, as ISO ``YYYY-MM-DD`` -> the spans that write it.
 
@@ -78,6 +83,11 @@ def dates_in(text: str, day_first: bool | None = None) -> dict[str, list[tuple[i
     (``22-9-2022``: day first) is read that way throughout (``8-9-2022`` is 8 September): a document keeps
     one convention. Where it shows none, a dotted date reads day first (``01.11.2023``), as every locale
     that dots its dates writes them."""
+    return dict(_dates_in(text, day_first))
+
+
+@functools.lru_cache(maxsize=TEXTS_CACHED)
+def _dates_in(text: str, day_first: bool | None) -> dict[str, list[tuple[int, int]]]:
     if day_first is None:
         day_first = _order_written(text)
     found: dict[str, list[tuple[int, int]]] = {}
@@ -189,6 +199,11 @@ def number_spans(text: str, amounts: bool = False) -> dict[Decimal, list[tuple[i
     A span is the whole written form: sign or parentheses and an adjacent currency
     sign or code included (``1.234,50 €`` for ``1234.5``, ``(45.00)`` for ``-45``).
     Offsets are into ``text`` as given (``numbers_in`` reads its NFC form)."""
+    return dict(_number_spans(text, amounts))
+
+
+@functools.lru_cache(maxsize=TEXTS_CACHED)
+def _number_spans(text: str, amounts: bool) -> dict[Decimal, list[tuple[int, int]]]:
     masked = list(text)
     for spans in dates_in(text).values():
         for start, end in spans:

@@ -12,13 +12,16 @@ The options and their defaults are the table's (``grounding/options.py``): those
 value by value on the fields they apply to, and ``labels`` and ``only_labelled`` are learned where a field can take them
 (``Grounded.takes``). Runs of words (``most_words``, ``first_lines``, ``within_line``, ``cut_before``, ``ends_on``) are
 learned for strings, not for quantities, whose candidates are counts; a ``span: lines`` string learns where its runs
-start, which line they must reach and where they stop (``_learn_lines``); a one-word string its shape (``includes``).
+start, which line they must reach and where they stop (``_learn_lines``), each tried again once the others are known
+(``_settled``); a one-word string its shape (``includes``). A number or date learns ``prefer_labels`` from the words
+written before its gold values (a receipt's ``total rounded`` below its ``total``).
 
 Label candidates are the words written just before the gold values, or those words after the close of a defined
 name (``), and``; ``evidence.label_contexts``); they
 are added greedily, each step taking the label that raises the pick rate most, until none raises it by
 ``MIN_GAIN``. The search scores a set of labels as the union of what each marks alone (one reading per
-row and label), and the chosen set is scored again exactly.
+row and label), and the chosen set is scored again exactly. Words and shapes that stop a run (``cut_before``,
+``ends_on``) and preferred labels are chosen the same way, best first (``_greedy``), each scored exactly.
 """
 
 from __future__ import annotations
@@ -56,6 +59,8 @@ MARK_SUPPORT = 0.1
 ENDINGS = 8
 #: The words tried as ``cut_before`` words (``_cut``), the most frequent first.
 FOLLOWERS = 16
+#: A shape of words is tried as a cut where it writes a word of at most this share of the gold values.
+SHAPE_SLACK = 0.02
 #: The most top lines ``first_lines`` is tried with.
 TOP_LINES = 15
 
@@ -153,6 +158,9 @@ def learn_field(g: Grounded, rows: list[Row]) -> FieldCues:
             evidence["labels"] = label_evidence
         g = g.with_options(labelling)
         options.update({name: value for name, value in labelling.items() if value})
+    if g.takes("prefer_labels"):
+        evidence["prefer_labels"] = _greedy(g, "prefer_labels", _contexts(rows, found).most_common(LABEL_CANDIDATES), score, list)
+        g = _kept(g, options, "prefer_labels", list(evidence["prefer_labels"]))
     if runs:
         known, evidence["known_values"] = _known_values(g, rows, score)
         g = _kept(g, options, "known_values", known)
@@ -174,12 +182,29 @@ def _learn_lines(
     ``to_block_end``)."""
     g = _kept(g, options, "first_lines", _first_lines(g, score))
     digits = Counter(n for r in rows for v in r.values if v is not None for n in {len(run) for run in re.findall(r"\d+", str(v))})
-    shapes = [("includes", f"[0-9]{{{n}}}") for n, _ in digits.most_common(1)] + [("starts_on", DIGIT_WORD)]
-    for name, shape in shapes:
+    shapes = {"includes": f"[0-9]{{{n}}}" for n, _ in digits.most_common(1)} | {"starts_on": DIGIT_WORD}
+    for name, shape in shapes.items():
         g = _kept(g, options, name, _gaining(g, score, name, shape))
     g = _stops(g, rows, found, score, options, evidence)
     for name in ("shortest", "to_block_end"):
         g = _kept(g, options, name, g.takes(name) and _gaining(g, score, name, True))
+    learned = {name: options[name] for name in ("cut_before", "ends_on") if name in options}
+    return _settled(g, options, score, shapes | learned | {"shortest": True, "to_block_end": True})
+
+
+def _settled(g: Grounded, options: dict[str, Any], score: Callable[[Grounded], float], trials: dict[str, Any]) -> Grounded:
+    """Each option of ``trials`` tried again, set to its value where it is unset and dropped where it is set, until no
+    such change raises the pick rate: options interact (a start on a street's number, no help before the cuts are
+    learned, may help after them; an ending learned early may stop helping)."""
+    changed = True
+    while changed:
+        changed = False
+        for name, value in trials.items():
+            flipped = g.without(name) if name in options else g.with_options({name: value})
+            if g.takes(name) and score(flipped) > score(g) + MIN_GAIN:
+                g, changed = flipped, True
+                if options.pop(name, None) is None:
+                    options[name] = value
     return g
 
 
@@ -291,7 +316,9 @@ def _cut(
         after = {m.start(1) for spans in value_spans for _, b in spans if (m := _FOLLOWER.match(r.text, b))}
         beside = {w for spans in value_spans for a, b in spans for w in _lines_beside(r.text, a, b)} if g.span == "lines" else set()
         seen.update(_cut_words(r.text, after | beside | _wrong_starts(g, r), inside))
-    return _greedy_words(g, "cut_before", seen.most_common(FOLLOWERS), score)
+    values = [{w.casefold() for w in [*_WORD.findall(str(v)), *str(v).split()]} for r in rows for v in r.values if v is not None]
+    counted = [(w, n) for w, n in seen.most_common() if _writes_few(w, values)]
+    return _greedy_words(g, "cut_before", counted[:FOLLOWERS], score)
 
 
 def _lines_beside(text: str, a: int, b: int) -> list[int]:
@@ -319,47 +346,73 @@ def _first_word(run: str) -> str:
 
 def _cut_words(text: str, starts: set[int], inside: set[str]) -> set[str]:
     """What a cut may try for the words starting at ``starts`` in ``text`` that no gold value holds: each word of
-    letters (casefolded), each of ``CUT_SHAPES`` that writes it, and the shape of a word with a digit (``_shape``),
-    each shape where it writes no word of a gold value."""
-    shapes = [_Shape(shape) for shape in CUT_SHAPES if not any(re.fullmatch(shape, w) for w in inside)]
-    own = {_shape(w) for w in inside}
-    found = set()
+    letters (casefolded), each of ``CUT_SHAPES`` that writes it, and for a word with a digit its shape (``_shape``)
+    and its run of digits (``_digit_run``)."""
+    found: set[str] = set()
     for start in starts:
         m = _WORD.match(text, start)
         if not m or m.group().casefold() in inside:
             continue
         token = _TOKEN.match(text, start).group()
         if any(c.isdigit() for c in token):
-            found.update({_shape(token)} - own)
+            found.update({_shape(token), _shape(token, counted=False), _digit_run(token)})
         else:
             found.add(m.group().casefold())
-        found.update(shape for shape in shapes if re.compile(shape).match(text, start))
+        found.update(_Shape(shape) for shape in CUT_SHAPES if re.compile(shape).match(text, start))
     return found
 
 
-def _shape(token: str) -> "_Shape":
-    """A word with digits as a regex of its shape: its digits counted, its letters any, its marks as written
-    (``126926-H`` is ``\\d{6}-[^\\W\\d_]+``, ``03-7890 1234``'s first word ``\\d{2}-\\d{4}``)."""
+def _writes_few(candidate: str, values: list[set[str]]) -> bool:
+    """Is ``candidate`` a word, or a shape that writes a word of at most ``SHAPE_SLACK`` of the gold values (``values``,
+    each as its words)? A shape that one stray gold value writes (a ``NO:`` key kept in an address) may still cut the
+    rest, as the pick rate decides."""
+    if not isinstance(candidate, _Shape):
+        return True
+    written = sum(any(re.fullmatch(candidate, w, re.IGNORECASE) for w in words) for words in values)
+    return written <= SHAPE_SLACK * len(values)
+
+
+def _shape(token: str, counted: bool = True) -> "_Shape":
+    """A word with digits as a regex of its shape: its digits counted (or any, where not ``counted``), its letters any,
+    its marks as written (``126926-H`` is ``\\d{6}-[^\\W\\d_]+``, ``03-7890 1234``'s first word ``\\d{2}-\\d{4}``,
+    uncounted ``\\d+-\\d+``)."""
     parts = []
     for run in re.finditer(r"\d+|[^\W\d_]+|.", token):
         piece = run.group()
-        parts.append(rf"\d{{{len(piece)}}}" if piece.isdigit() else r"[^\W\d_]+" if piece.isalpha() else re.escape(piece))
+        parts.append((rf"\d{{{len(piece)}}}" if counted else r"\d+") if piece.isdigit() else r"[^\W\d_]+" if piece.isalpha() else re.escape(piece))
     return _Shape("".join(parts))
 
 
+def _digit_run(token: str) -> "_Shape":
+    """A word with digits as the class of words that hold a run of as many digits or more (``JM0325955-V``,
+    ``(1074617K)`` and ``002693074-K`` all hold one of 7): registration and phone numbers written in many shapes."""
+    longest = max(len(run) for run in re.findall(r"\d+", token))
+    return _Shape(rf"\S*\d{{{longest},}}\S*")
+
+
 def _greedy_words(g: Grounded, option: str, counted: list[tuple[str, int]], score: Callable[[Grounded], float]) -> tuple[str | None, dict[str, int]]:
-    """``option`` as a regex (any case) of the words and shapes of ``counted`` (each with how many values or rows it
-    was seen by, the most first) that raise the pick rate, added one by one while each does, of those seen by two at
-    least."""
+    """``option`` as a regex (any case) of the words and shapes of ``counted`` (``_greedy``). Words and shapes overlap
+    (a shape may write a word tried alone), so each is scored with those already kept."""
+    kept = _greedy(g, option, counted, score, _any_of)
+    return (_any_of(kept) if kept else None), kept
+
+
+def _greedy(
+    g: Grounded, option: str, counted: list[tuple[str, int]], score: Callable[[Grounded], float], value: Callable[[dict[str, int]], Any]
+) -> dict[str, int]:
+    """The candidates of ``counted`` (each with how many values or rows it was seen by, of those seen by two at least)
+    that ``option`` is set to, as ``value`` writes them, chosen greedily: each step adds the one that raises the pick
+    rate most, while one raises it by ``MIN_GAIN``; with how often each was seen."""
+    pool = {candidate: n for candidate, n in counted if n >= 2}
     kept: dict[str, int] = {}
     current = score(g)
-    for pattern, n in counted:
-        if n < 2:
+    while pool:
+        tried = {candidate: score(g.with_options({option: value({**kept, candidate: n})})) for candidate, n in pool.items()}
+        best = max(tried, key=lambda candidate: tried[candidate])  # the first of a tie: the most often seen
+        if tried[best] <= current + MIN_GAIN:
             break
-        tried = score(g.with_options({option: _any_of({**kept, pattern: n})}))
-        if tried > current + MIN_GAIN:
-            kept[pattern], current = n, tried
-    return (_any_of(kept) if kept else None), kept
+        kept[best], current = pool.pop(best), tried[best]
+    return kept
 
 
 def _any_of(kept: dict[str, int]) -> str:
@@ -481,6 +534,15 @@ def _labelling(g: Grounded, rows: list[Row], found: list[list[list[tuple[int, in
     if score(g.with_options({"labels": strict, "only_labelled": True})) > score(g.with_options(best)) + MIN_GAIN:
         best, evidence = {"labels": strict, "only_labelled": True}, strict_evidence
     return best, evidence
+
+
+def _contexts(rows: list[Row], found: list[list[list[tuple[int, int]]]]) -> Counter[str]:
+    """The label candidates written just before the gold values (``label_contexts``), each counted once a row: what
+    ``prefer_labels`` is learned from (a receipt's ``total rounded`` below its ``total``)."""
+    seen: Counter[str] = Counter()
+    for r, spans in zip(rows, found):
+        seen.update(list(dict.fromkeys(label for s in spans for start, _ in s for label in label_contexts(r.text, start, LONGEST_LABEL))))
+    return seen
 
 
 def _learn_labels(

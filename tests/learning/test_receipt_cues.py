@@ -1,0 +1,84 @@
+"""Cues learned from receipts made up here: a shop's address as a run of lines between its registration number and
+its phone, each written in many shapes, and a total that a rounding line restates."""
+
+import json
+import random
+
+from fucina_jobs.grounding.choices import line_runs
+from fucina_jobs.grounding.declaration import grounded_fields, whole_words
+from fucina_jobs.grounding.grammar import candidates, preferred, text_lines
+from fucina_jobs.learning import learned as learned_cues
+
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "address": {"type": "string", "maxLength": 160, "x-grounded": {"span": "lines"}},
+        "total": {"type": "number", "minimum": 0, "x-grounded": True},
+    },
+    "required": ["address", "total"],
+    "additionalProperties": False,
+}
+SHOPS = ["KEDAI RUNCIT MAJU", "RESTORAN SRI MELATI", "PASAR MINI AMAN", "HARDWARE SETIA", "KEDAI BUKU CERIA", "FARMASI SEHAT"]
+STREETS = ["JALAN MERANTI", "JALAN BUNGA RAYA", "JALAN PERMAS", "JALAN TASIK UTAMA"]
+TOWNS = ["KLANG, SELANGOR.", "JOHOR BAHRU, JOHOR", "CHERAS, KUALA LUMPUR", "DENGKIL, SELANGOR"]
+
+
+def registration(rng: random.Random) -> str:
+    """A company's registration number, in one of the shapes receipts print them in."""
+    digits = "".join(rng.choice("0123456789") for _ in range(rng.choice([6, 7, 9])))
+    return rng.choice([f"({digits}-{rng.choice('AKTVW')})", f"JM{digits}-V", f"CO. NO: {digits}{rng.choice('KX')}"])
+
+
+def receipt(n: int) -> tuple[str, dict]:
+    """A receipt: the shop, its registration number, its address (a street with a number, a postcode and town),
+    its phone and tax number, items and a total; one in two rounds the total on a line of its own."""
+    rng = random.Random(n)
+    street = f"{rng.choice(['NO. ', 'LOT ', 'NO.', ''])}{rng.randint(1, 300)}, {STREETS[n % 4]} {rng.randint(1, 9)},"
+    town = f"{rng.randint(40000, 89999)} {TOWNS[n // 4 % 4]}"
+    phone = rng.choice([f"TEL: 03-{rng.randint(1000, 9999)} {rng.randint(1000, 9999)}", f"TEL:01{rng.randint(2, 9)}-{rng.randint(1000000, 9999999)}"])
+    items = [rng.randint(100, 4000) / 100 for _ in range(3)]
+    total = round(sum(items), 2)
+    rounded = round(round(total * 20) / 20, 2)
+    lines = [SHOPS[n % 6] + " SDN BHD", registration(rng), street, town, phone, f"GST REG NO: {rng.randint(10**11, 10**12 - 1)}", "TAX INVOICE"]
+    lines += [f"ITEM {i + 1} {price:.2f}" for i, price in enumerate(items)] + [f"TOTAL: {total:.2f}"]
+    paid = total
+    if n % 2 and rounded != total:
+        lines += [f"ROUNDING ADJ: {rounded - total:.2f}", f"TOTAL ROUNDED: {rounded:.2f}"]
+        paid = rounded
+    lines += [f"CASH: {paid + rng.randint(1, 30):.2f}", "THANK YOU"]
+    return "\n".join(lines), {"address": f"{street} {town}", "total": paid}
+
+
+GOLD = [receipt(n) for n in range(40)]
+
+
+def fields() -> dict:
+    schema = learned_cues.apply(SCHEMA, learned_cues.entries(learned_cues.learn(SCHEMA, GOLD)), "learned")
+    return {g.name: g for g in grounded_fields(schema)}
+
+
+def test_an_address_is_learned_as_the_run_of_lines_between_numbers_of_any_shape():
+    address = fields()["address"]
+    cut = whole_words(address.cut_before)
+    assert cut.search("(SA12345678-T)") and cut.search("TEL:012-3456789"), address.cut_before  # shapes no gold row writes
+    assert not any(cut.search(label["address"]) for _, label in GOLD), address.cut_before
+    rng = random.Random(99)
+    for n in range(100, 110):
+        text, label = receipt(n)
+        shop, _, *rest = text.splitlines()  # its registration number in a shape no gold row writes, on the shop's line
+        text = "\n".join([f"{shop} (SA{rng.randint(10**7, 10**8 - 1)}-T)", *rest])
+        assert [json.loads(run) for run in line_runs(address, text)] == [label["address"]], text
+
+
+def test_a_rounded_total_is_learned_as_the_label_to_prefer():
+    total = fields()["total"]
+    assert any("rounded" in label for label in total.prefer_labels), total
+    for n in range(100, 110):
+        text, label = receipt(n)
+        assert preferred(total, candidates(total, text), text) == [f"{label['total']:.2f}".rstrip("0").rstrip(".")], text
+
+
+def test_a_line_cut_inside_brackets_loses_the_bracket_it_opened():
+    (g,) = [g.with_options({"cut_before": r"\S*\d{5,}\S*"}) for g in grounded_fields(SCHEMA) if g.name == "address"]
+    lines, cut = text_lines("DION REALTIES SDN BHD (CO. NO:20154-T)\nMENARA DION, 50250 KUALA LUMPUR", g)
+    assert lines == ["DION REALTIES SDN BHD", "MENARA DION"] and cut == [True, True]
