@@ -21,7 +21,8 @@ name (``), and``; ``evidence.label_contexts``); they
 are added greedily, each step taking the label that raises the pick rate most, until none raises it by
 ``MIN_GAIN``. The search scores a set of labels as the union of what each marks alone (one reading per
 row and label), and the chosen set is scored again exactly. Words and shapes that stop a run (``cut_before``,
-``ends_on``) and preferred labels are chosen the same way, best first (``_greedy``), each scored exactly.
+``ends_on``) and preferred labels are added one by one, the most often seen first, while each raises the pick
+rate (``_greedy``).
 """
 
 from __future__ import annotations
@@ -188,8 +189,15 @@ def _learn_lines(
     g = _stops(g, rows, found, score, options, evidence)
     for name in ("shortest", "to_block_end"):
         g = _kept(g, options, name, g.takes(name) and _gaining(g, score, name, True))
-    learned = {name: options[name] for name in ("cut_before", "ends_on") if name in options}
-    return _settled(g, options, score, shapes | learned | {"shortest": True, "to_block_end": True})
+    trials = shapes | {name: options[name] for name in ("cut_before", "ends_on") if name in options} | {"shortest": True, "to_block_end": True}
+    g = _settled(g, options, score, trials)
+    while (
+        g.first_lines
+        and (lines := _first_lines(g.without("first_lines"), score))
+        and score(g.with_options({"first_lines": lines})) > score(g) + MIN_GAIN
+    ):
+        g = _settled(_kept(g, options, "first_lines", lines), options, score, trials)  # more top lines, once a start is known
+    return g
 
 
 def _settled(g: Grounded, options: dict[str, Any], score: Callable[[Grounded], float], trials: dict[str, Any]) -> Grounded:
@@ -387,7 +395,7 @@ def _digit_run(token: str) -> "_Shape":
     """A word with digits as the class of words that hold a run of as many digits or more (``JM0325955-V``,
     ``(1074617K)`` and ``002693074-K`` all hold one of 7): registration and phone numbers written in many shapes."""
     longest = max(len(run) for run in re.findall(r"\d+", token))
-    return _Shape(rf"\S*\d{{{longest},}}\S*")
+    return _Shape(rf"[^\W_]*\d{{{longest},}}[^\W_]*")
 
 
 def _greedy_words(g: Grounded, option: str, counted: list[tuple[str, int]], score: Callable[[Grounded], float]) -> tuple[str | None, dict[str, int]]:
@@ -400,18 +408,17 @@ def _greedy_words(g: Grounded, option: str, counted: list[tuple[str, int]], scor
 def _greedy(
     g: Grounded, option: str, counted: list[tuple[str, int]], score: Callable[[Grounded], float], value: Callable[[dict[str, int]], Any]
 ) -> dict[str, int]:
-    """The candidates of ``counted`` (each with how many values or rows it was seen by, of those seen by two at least)
-    that ``option`` is set to, as ``value`` writes them, chosen greedily: each step adds the one that raises the pick
-    rate most, while one raises it by ``MIN_GAIN``; with how often each was seen."""
-    pool = {candidate: n for candidate, n in counted if n >= 2}
+    """The candidates of ``counted`` (each with how many values or rows it was seen by, the most first) that ``option``
+    is set to, as ``value`` writes them: added one by one, of those seen by two at least, while each raises the pick
+    rate by ``MIN_GAIN``; with how often each was seen."""
     kept: dict[str, int] = {}
     current = score(g)
-    while pool:
-        tried = {candidate: score(g.with_options({option: value({**kept, candidate: n})})) for candidate, n in pool.items()}
-        best = max(tried, key=lambda candidate: tried[candidate])  # the first of a tie: the most often seen
-        if tried[best] <= current + MIN_GAIN:
+    for candidate, n in counted:
+        if n < 2:
             break
-        kept[best], current = pool.pop(best), tried[best]
+        tried = score(g.with_options({option: value({**kept, candidate: n})}))
+        if tried > current + MIN_GAIN:
+            kept[candidate], current = n, tried
     return kept
 
 
