@@ -21,8 +21,7 @@ name (``), and``; ``evidence.label_contexts``); they
 are added greedily, each step taking the label that raises the pick rate most, until none raises it by
 ``MIN_GAIN``. The search scores a set of labels as the union of what each marks alone (one reading per
 row and label), and the chosen set is scored again exactly. Words and shapes that stop a run (``cut_before``,
-``ends_on``) and preferred labels are added one by one, the most often seen first, while each raises the pick
-rate (``_greedy``).
+``ends_on``) and preferred labels are chosen the same way, best first (``_greedy``), each set scored exactly.
 """
 
 from __future__ import annotations
@@ -59,7 +58,7 @@ MARK_SUPPORT = 0.1
 #: The last words of gold values tried as ``ends_on`` words, the most frequent first.
 ENDINGS = 8
 #: The words tried as ``cut_before`` words (``_cut``), the most frequent first.
-FOLLOWERS = 16
+FOLLOWERS = 32
 #: A shape of words is tried as a cut where it writes a word of at most this share of the gold values.
 SHAPE_SLACK = 0.02
 #: The most top lines ``first_lines`` is tried with.
@@ -77,8 +76,8 @@ _TOKEN = re.compile(r"\S*?(?=[^\w]*(?:\s|$))")
 DIGIT_WORD = r"[^\W\d_]*\d[^\W_]*"
 #: Shapes of words a cut tries as a whole, besides the words themselves and the shape of each word with a digit
 #: (``_shape``): a word of letters before a colon (another field's label: ``Subject:``), an e-mail address, any word
-#: with a digit.
-CUT_SHAPES = (r"[^\W\d_]+ ?:", r"[^\s@]+@[^\s@]+", DIGIT_WORD)
+#: with a digit, a time of day and a date of numbers (a receipt's sale line below its address).
+CUT_SHAPES = (r"[^\W\d_]+ ?:", r"[^\s@]+@[^\s@]+", DIGIT_WORD, r"\d{1,2}:\d{2}", r"\d{1,2}[./-]\d{1,2}[./-]\d{2,4}")
 
 
 @dataclass
@@ -340,9 +339,12 @@ def _lines_beside(text: str, a: int, b: int) -> list[int]:
 
 
 def _wrong_starts(g: Grounded, r: Row) -> set[int]:
-    """Where the words start in ``r.text`` that start runs the grammar offers and no gold value."""
-    runs = labelled_runs(g, r.text) if g.span == "words" else None
-    firsts = {_first_word(json.loads(f'"{chunks[0]}"')) for chunks in (runs[0] if runs else [])}
+    """Where the words start in ``r.text`` that start runs the grammar offers (of words or of lines) and no gold value."""
+    if g.span == "lines":
+        firsts = {_first_word(json.loads(run)) for run in line_runs(g, r.text)}
+    else:
+        runs = labelled_runs(g, r.text) if g.span == "words" else None
+        firsts = {_first_word(json.loads(f'"{chunks[0]}"')) for chunks in (runs[0] if runs else [])}
     firsts -= {_first_word(str(v)) for v in r.values if v is not None}
     return {m.start() for m in _WORD.finditer(r.text) if m.group().casefold() in firsts}
 
@@ -399,8 +401,7 @@ def _digit_run(token: str) -> "_Shape":
 
 
 def _greedy_words(g: Grounded, option: str, counted: list[tuple[str, int]], score: Callable[[Grounded], float]) -> tuple[str | None, dict[str, int]]:
-    """``option`` as a regex (any case) of the words and shapes of ``counted`` (``_greedy``). Words and shapes overlap
-    (a shape may write a word tried alone), so each is scored with those already kept."""
+    """``option`` as a regex (any case) of the words and shapes of ``counted`` that ``_greedy`` keeps, and those."""
     kept = _greedy(g, option, counted, score, _any_of)
     return (_any_of(kept) if kept else None), kept
 
@@ -408,17 +409,19 @@ def _greedy_words(g: Grounded, option: str, counted: list[tuple[str, int]], scor
 def _greedy(
     g: Grounded, option: str, counted: list[tuple[str, int]], score: Callable[[Grounded], float], value: Callable[[dict[str, int]], Any]
 ) -> dict[str, int]:
-    """The candidates of ``counted`` (each with how many values or rows it was seen by, the most first) that ``option``
-    is set to, as ``value`` writes them: added one by one, of those seen by two at least, while each raises the pick
-    rate by ``MIN_GAIN``; with how often each was seen."""
+    """The candidates of ``counted`` (each with how many values or rows it was seen by, the most first; of those seen
+    by two at least) that ``option`` is set to, as ``value`` writes them, chosen greedily: each step adds the one that
+    raises the pick rate most, the most often seen of equals, while one raises it by ``MIN_GAIN``; with how often
+    each was seen. Candidates overlap (a shape writes words tried alone too), so each is scored with those kept."""
+    pool = {candidate: n for candidate, n in counted if n >= 2}
     kept: dict[str, int] = {}
     current = score(g)
-    for candidate, n in counted:
-        if n < 2:
+    while pool:
+        tried = {candidate: score(g.with_options({option: value({**kept, candidate: n})})) for candidate, n in pool.items()}
+        best = max(tried, key=lambda candidate: tried[candidate])
+        if tried[best] <= current + MIN_GAIN:
             break
-        tried = score(g.with_options({option: value({**kept, candidate: n})}))
-        if tried > current + MIN_GAIN:
-            kept[candidate], current = n, tried
+        kept[best], current = pool.pop(best), tried[best]
     return kept
 
 
