@@ -82,3 +82,22 @@ def test_a_line_cut_inside_brackets_loses_the_bracket_it_opened():
     (g,) = [g.with_options({"cut_before": r"\S*\d{5,}\S*"}) for g in grounded_fields(SCHEMA) if g.name == "address"]
     lines, cut = text_lines("DION REALTIES SDN BHD (CO. NO:20154-T)\nMENARA DION, 50250 KUALA LUMPUR", g)
     assert lines == ["DION REALTIES SDN BHD", "MENARA DION"] and cut == [True, True]
+
+
+def test_a_top_line_that_starts_no_gold_company_is_learned_as_a_cut():
+    """A greeting printed two lines above the shop's name starts runs the grammar offers and no gold value: a cut."""
+    schema = {
+        "type": "object",
+        "properties": {"company": {"type": "string", "maxLength": 80, "x-grounded": {"span": "lines"}}},
+        "required": ["company"],
+        "additionalProperties": False,
+    }
+    gold = []
+    for n in range(24):
+        text, _ = receipt(n)
+        shop, number, *rest = text.splitlines()
+        top = [f"WELCOME TO {['MIDVALLEY', 'SUNWAY', 'IOI'][n % 3]} MALL", number] if n % 2 else [number]
+        gold.append(("\n".join([*top, shop, *rest]), {"company": shop}))
+    (company,) = learned_cues.learn(schema, gold)
+    assert "welcome" in company.evidence["cuts"], company.evidence["cuts"]
+    assert whole_words(company.options["cut_before"]).search("WELCOME TO PAVILION MALL"), company.options
