@@ -317,13 +317,13 @@ def _cut(
     and below the gold values, a block's other lines (a company's ``SDN BHD`` above its address, ``TEL`` below). The
     shapes of such words are tried too (``CUT_SHAPES``): another field's label (``Subject:``), an e-mail address, a
     registration number (``126926-H``)."""
-    inside = {w.casefold() for r in rows for v in r.values if v is not None for w in [*_WORD.findall(str(v)), *str(v).split()]}
+    values = [{w.casefold() for w in [*_WORD.findall(str(v)), *str(v).split()]} for r in rows for v in r.values if v is not None]
+    inside = set().union(*values)
     seen: Counter[str] = Counter()
     for r, value_spans in zip(rows, found):
         after = {m.start(1) for spans in value_spans for _, b in spans if (m := _FOLLOWER.match(r.text, b))}
         beside = {w for spans in value_spans for a, b in spans for w in _lines_beside(r.text, a, b)} if g.span == "lines" else set()
         seen.update(_cut_words(r.text, after | beside | _wrong_starts(g, r), inside))
-    values = [{w.casefold() for w in [*_WORD.findall(str(v)), *str(v).split()]} for r in rows for v in r.values if v is not None]
     counted = [(w, n) for w, n in seen.most_common() if _writes_few(w, values)]
     return _greedy_words(g, "cut_before", counted[:FOLLOWERS], score)
 
@@ -401,7 +401,8 @@ def _digit_run(token: str) -> "_Shape":
 
 
 def _greedy_words(g: Grounded, option: str, counted: list[tuple[str, int]], score: Callable[[Grounded], float]) -> tuple[str | None, dict[str, int]]:
-    """``option`` as a regex (any case) of the words and shapes of ``counted`` that ``_greedy`` keeps, and those."""
+    """``option`` as a regex (any case) of the words and shapes of ``counted`` that ``_greedy`` keeps, and the kept ones
+    with their counts."""
     kept = _greedy(g, option, counted, score, _any_of)
     return (_any_of(kept) if kept else None), kept
 
@@ -548,9 +549,9 @@ def _labelling(g: Grounded, rows: list[Row], found: list[list[list[tuple[int, in
 
 def _contexts(rows: list[Row], found: list[list[list[tuple[int, int]]]]) -> Counter[str]:
     """The label candidates written just before the gold values (``label_contexts``), each counted once a row: what
-    ``prefer_labels`` is learned from (a receipt's ``total rounded`` below its ``total``)."""
+    labels and ``prefer_labels`` are learned from (a receipt's ``total rounded`` below its ``total``)."""
     seen: Counter[str] = Counter()
-    for r, spans in zip(rows, found):
+    for r, spans in zip(rows, found):  # in text order, so that ties are broken the same way every run
         seen.update(list(dict.fromkeys(label for s in spans for start, _ in s for label in label_contexts(r.text, start, LONGEST_LABEL))))
     return seen
 
@@ -560,19 +561,15 @@ def _learn_labels(
 ) -> tuple[list[str], dict[str, Any]]:
     """Labels chosen greedily by the pick rate, and for each: rows it marks the gold in, rows it is written in, an example.
     With ``only_labelled`` on ``g``, a row no chosen label is written in offers null alone."""
-    contexts: Counter[str] = Counter()
+    contexts = _contexts(rows, found)
     keys: set[str] = set()
     example: dict[str, str] = {}
     for r, spans in zip(rows, found):
-        seen: dict[str, None] = {}  # in text order, so that ties are broken the same way every run
-        for s in spans:
-            for start, end in s:
-                for label in label_contexts(r.text, start, LONGEST_LABEL):
-                    seen[label] = None
-                    example.setdefault(label, " ".join(r.text[max(0, start - 60) : end + 20].split()))
-                    if keyed(r.text, start):
-                        keys.add(label)
-        contexts.update(list(seen))
+        for start, end in (span for s in spans for span in s):
+            for label in label_contexts(r.text, start, LONGEST_LABEL):
+                example.setdefault(label, " ".join(r.text[max(0, start - 60) : end + 20].split()))
+                if keyed(r.text, start):
+                    keys.add(label)
     least = max(2, LABEL_SUPPORT * len(rows))
     pool = [label for label, n in contexts.most_common() if n >= least or label in keys][:LABEL_CANDIDATES]
     if not pool:
