@@ -1,5 +1,6 @@
 """Cues learned from receipts made up here: a shop's address as a run of lines between its registration number and
-its phone, each written in many shapes, and a total that a rounding line restates."""
+its phone, each written in many shapes, a registered name below a brand line, and a total that a rounding line
+restates."""
 
 import json
 import random
@@ -101,3 +102,73 @@ def test_a_top_line_that_starts_no_gold_company_is_learned_as_a_cut():
     (company,) = learned_cues.learn(schema, gold)
     assert "welcome" in company.evidence["cuts"], company.evidence["cuts"]
     assert whole_words(company.options["cut_before"]).search("WELCOME TO PAVILION MALL"), company.options
+
+
+def bracketed(n: int) -> tuple[str, dict]:
+    """A receipt whose registration number, in brackets, has 4 to 7 digits, and whose street number has a letter."""
+    rng = random.Random(n)
+    letter = rng.choice("ABCGKT")
+    street = f"LOT {rng.randint(1, 9999)}-{letter}, {STREETS[n % 4]},"
+    town = f"{rng.randint(40000, 89999)} {TOWNS[n // 4 % 4]}"
+    number = f"({rng.randint(10 ** (n % 4 + 3), 10 ** (n % 4 + 4) - 1)}-{rng.choice('AKTVW')})"
+    lines = [SHOPS[n % 6] + " SDN BHD", number, street, town, "TEL: 03-5544 3322", "TOTAL: 12.30"]
+    return "\n".join(lines), {"address": f"{street} {town}"}
+
+
+def test_a_number_in_brackets_is_learned_as_a_cut_where_its_bare_shape_is_a_street_number():
+    """A registration number in brackets (``(8110-A)``) has the shape of a street's number (``LOT 12-A``), and its
+    digits that of a postcode: the bracket that opens it is what no gold address writes."""
+    gold = [bracketed(n) for n in range(40)]
+    (address,) = [c for c in learned_cues.learn(SCHEMA, [(text, label | {"total": 12.3}) for text, label in gold]) if c.name == "address"]
+    cut = whole_words(address.options["cut_before"])
+    assert cut.search("(8110-A)") and cut.search("(1074617-K)"), address.options
+    assert not any(cut.search(label["address"]) for _, label in gold), address.options
+    (g,) = [g for g in grounded_fields(learned_cues.apply(SCHEMA, learned_cues.entries([address]), "learned")) if g.name == "address"]
+    for n in range(100, 110):
+        text, label = bracketed(n)
+        assert [json.loads(run) for run in line_runs(g, text)][:1] == [label["address"]], text
+
+
+def test_a_run_of_lines_offered_first_weighs_more_than_one_offered_after_others():
+    """A greedy decoder copies from the top: the pick rate of a run of lines weighs the gold value by where the
+    grammar offers it, so a shop's name above its other lines scores more than the same name below them."""
+    schema = {
+        "type": "object",
+        "properties": {"company": {"type": "string", "maxLength": 80, "x-grounded": {"span": "lines"}}},
+        "required": ["company"],
+        "additionalProperties": False,
+    }
+    on_top, below = [], []
+    for n in range(12):
+        shop, others = SHOPS[n % 6] + " SDN BHD", [f"NO. {n + 1}, {STREETS[n % 4]}", "THANK YOU"]
+        on_top.append(("\n".join([shop, *others]), {"company": shop}))
+        below.append(("\n".join([*others, shop]), {"company": shop}))
+    (top,), (bottom,) = learned_cues.learn(schema, on_top), learned_cues.learn(schema, below)
+    assert top.evidence["pick_rate_before"] > 2 * bottom.evidence["pick_rate_before"], (top.evidence, bottom.evidence)
+
+
+def branded(n: int) -> tuple[str, dict]:
+    """A receipt whose registered name (``... SDN BHD``, ``... ENTERPRISE``) sits below a brand line in two of three."""
+    text, _ = receipt(n)
+    _, number, *rest = text.splitlines()
+    name = SHOPS[n % 6] + [" SDN BHD", " ENTERPRISE", " TRADING"][n // 6 % 3]
+    brand = ["MYDIN", "SUSHI MENTAI", "FAMILYMART", "BASKIN ROBBINS", "OLD TOWN", "TEALIVE", "AEON"][n % 7]
+    top = [brand, name] if n % 3 else [name]
+    return "\n".join([*top, number, *rest]), {"company": name}
+
+
+def test_a_registered_name_below_a_brand_line_is_offered_first():
+    """The legal forms that end a name and ``shortest`` help only together (a run from the brand line ends on the
+    name's line too), and only with the brand's line among the top lines: learned together, they offer the
+    registered name first."""
+    schema = {
+        "type": "object",
+        "properties": {"company": {"type": "string", "maxLength": 80, "x-grounded": {"span": "lines"}}},
+        "required": ["company"],
+        "additionalProperties": False,
+    }
+    (company,) = learned_cues.learn(schema, [branded(n) for n in range(36)])
+    (g,) = grounded_fields(learned_cues.apply(schema, learned_cues.entries([company]), "learned"))
+    for n in range(100, 112):
+        text, label = branded(n)
+        assert [json.loads(run) for run in line_runs(g, text)][:1] == [label["company"]], (company.options, text)
