@@ -72,6 +72,11 @@ class ConstraintConfig(_Section):
     learned: str | None = Field(
         None, description="cues `fucina_jobs learn` wrote (learned.json): x-grounded options per field, under the schema's own"
     )
+    learned_at: str | None = Field(
+        None,
+        description="where the learned file's field paths start in this schema, property names and [] joined by / "
+        "(receipts/[]): cues learned from one document per row, applied to the items of a list of such documents",
+    )
     pydantic_model: str | None = Field(None, description="'module:Class' that records must also validate against")
     whitespace_flexible: bool = Field(False, description="JSON with any whitespace; false: compact JSON, fewer tokens")
     relax: Literal["auto", "off"] = Field(
@@ -84,6 +89,8 @@ class ConstraintConfig(_Section):
         one_constraint(**self._given())
         if self.learned is not None and self.kind != "json_schema":
             raise ValueError("learned cues apply to a json_schema constraint only")
+        if self.learned_at is not None and self.learned is None:
+            raise ValueError("learned_at says where constraint.learned's cues apply: set constraint.learned too")
         return self
 
     @property

@@ -14,6 +14,7 @@ import re
 from dataclasses import field, make_dataclass, replace
 from typing import Any, Callable, Iterator, Mapping, NamedTuple
 
+from .currencies import SIGNS
 from .options import ARRAY, ARRAY_OPTIONS, ITEM_UNITS, KEYWORD, OPTIONS, RECASINGS, Declared, GroundingError, read
 
 
@@ -38,8 +39,9 @@ class _GroundedField:
         return whole_words(self.includes)
 
     def evidence(self, member: str) -> tuple[str, ...]:
-        """What in a text shows an enum member: the member itself and its declared spellings."""
-        return (member, *dict(self.spellings).get(member, ()))
+        """What in a text shows an enum member: the member itself and its declared spellings; where the field declares
+        none, a currency code's signs (``currencies.SIGNS``)."""
+        return (member, *(dict(self.spellings) if self.spellings else SIGNS).get(member, ()))
 
     @property
     def nullable(self) -> bool:

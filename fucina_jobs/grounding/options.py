@@ -395,7 +395,7 @@ OPTIONS = _table(
         SPELLING_MAP,
         {},
         on=(ENUM,),
-        doc="member -> the other ways a text writes it (`€` for `EUR`)",
+        doc="member -> the other ways a text writes it (`€` for `EUR`); unset: an ISO 4217 code's signs (`grounding/currencies.py`)",
     ),
     Option(
         "allow",

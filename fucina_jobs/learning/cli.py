@@ -128,6 +128,11 @@ def _gold_rows(cfg: Any, gold_path: str | None) -> tuple[dict[str, Any], dict[st
     base = Path.cwd()
     if cfg.constraint.kind != "json_schema":
         raise ConfigError(f"learn: the job {cfg.name} has no constraint.json_schema; cues are learned for a JSON schema's fields")
+    if cfg.constraint.learned_at is not None:
+        raise ConfigError(
+            f"learn: the job {cfg.name} reads its cues at constraint.learned_at={cfg.constraint.learned_at}, from "
+            f"{cfg.constraint.learned}: learn them with the job that extracts one such document per row"
+        )
     gold_path = gold_path or cfg.eval.gold
     if gold_path is None:
         raise ConfigError("learn: say which gold rows to learn from: gold=FILE (a JSONL of {'id': ..., 'label': {...}})")

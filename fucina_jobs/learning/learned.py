@@ -157,6 +157,16 @@ def read(path: Path) -> dict[str, dict[str, Any]]:
     return {name: f for name, f in fields.items()}
 
 
+def under(learned: dict[str, dict[str, Any]], at: str | None, schema: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """``learned`` with each field's path moved under ``at`` (``receipts/[]``), less the fields ``schema`` has not
+    there: cues learned from single receipts, for the items of a report that lists receipts (with fewer fields)."""
+    if not at:
+        return learned
+    prefix = at.strip("/").split("/")
+    moved = {name: {**entry, "path": [*prefix, *entry["path"]]} for name, entry in learned.items()}
+    return {name: entry for name, entry in moved.items() if _node(schema, entry["path"]) is not None}
+
+
 def apply(schema: dict[str, Any], learned: dict[str, dict[str, Any]], where: str) -> dict[str, Any]:
     """``schema`` with the learned options merged in under each field's own; ``LearnedError`` names a field the
     schema has no longer, or options it cannot take."""

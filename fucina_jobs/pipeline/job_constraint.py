@@ -100,7 +100,7 @@ def read_constraint(c: ConstraintConfig, base: Path) -> JobConstraint | None:
     if c.kind == "json_schema":
         _check_schema(constraint, path)
         if c.learned is not None:
-            constraint = _with_learned(constraint, c.learned, base)
+            constraint = _with_learned(constraint, c, base)
     elif c.kind == "regex":
         try:
             constraint.pattern
@@ -109,13 +109,15 @@ def read_constraint(c: ConstraintConfig, base: Path) -> JobConstraint | None:
     return constraint
 
 
-def _with_learned(constraint: JobConstraint, learned: str, base: Path) -> JobConstraint:
-    """The schema with the cues of ``constraint.learned`` merged in under its own options (``learning.learned``)."""
-    path = locate(learned, base)
+def _with_learned(constraint: JobConstraint, c: ConstraintConfig, base: Path) -> JobConstraint:
+    """The schema with the cues of ``constraint.learned`` merged in under its own options (``learning.learned``),
+    at ``constraint.learned_at``."""
+    path = locate(c.learned, base)
     if not path.is_file():
         raise ConfigError(f"constraint.learned: {path} does not exist; `python -m fucina_jobs learn conf=NAME gold=FILE` writes it")
     try:
-        merged = learned_cues.apply(constraint.schema, learned_cues.read(path), f"constraint.learned: {learned}")
+        learned = learned_cues.under(learned_cues.read(path), c.learned_at, constraint.schema)
+        merged = learned_cues.apply(constraint.schema, learned, f"constraint.learned: {c.learned}")
     except learned_cues.LearnedError as err:
         raise ConfigError(str(err)) from None
     return JobConstraint(constraint.kind, json.dumps(merged, ensure_ascii=False, indent=1), constraint.name)

@@ -764,3 +764,15 @@ def test_a_list_of_labelled_names_names_each_once(tokenizer):
     for party in (["Acme Inc.", "Bolt Inc."], ["Bolt Inc.", "Acme Inc."], ["Bolt Inc."]):
         assert accepts(tokenizer, schema, two, {"party": party}), party
     assert not accepts(tokenizer, schema, two, {"party": ["Bolt Inc.", "Bolt Inc."]})
+
+
+def test_a_currency_enum_that_spells_no_member_reads_the_signs_of_its_codes(tokenizer):
+    """A newcomer's ``enum: [USD, EUR, MYR]`` with no ``spellings``: ``€`` shows EUR, ``RM`` MYR; a field's own
+    spellings replace the table."""
+    schema = {"type": "object", "properties": {"currency": {"enum": ["USD", "EUR", "MYR"], "x-grounded": True}}, "required": ["currency"]}
+    assert accepts(tokenizer, schema, "Summe 12,00 €", {"currency": "EUR"}) and not accepts(tokenizer, schema, "Summe 12,00 €", {"currency": "USD"})
+    assert accepts(tokenizer, schema, "TOTAL RM 8.50", {"currency": "MYR"})
+    own = json.loads(json.dumps(schema))
+    own["properties"]["currency"]["x-grounded"] = {"spellings": {"USD": ["dollars"]}}
+    text = "12,00 € or ten dollars"
+    assert not accepts(tokenizer, own, text, {"currency": "EUR"}) and accepts(tokenizer, own, text, {"currency": "USD"})

@@ -153,6 +153,25 @@ def test_learn_command_errors_are_one_line(tmp_path, monkeypatch, capsys):
         read_constraint(ConstraintConfig(json_schema="schemas/notice.json", learned="missing.json"), job)
 
 
+def test_cues_learned_from_single_documents_apply_to_the_items_of_a_list_of_them(tmp_path, monkeypatch, capsys):
+    """A report lists notices: the cues learned from single notices apply at ``learned_at``, to the fields its items have."""
+    job = _job_folder(tmp_path)
+    monkeypatch.chdir(job)
+    assert learn_command(["conf=notices", "gold=data/gold.jsonl"]) == 0
+    item = {k: v for k, v in SCHEMA["properties"].items() if k != "transit"}
+    listing = {"type": "object", "properties": {"notices": {"type": "array", "items": {"type": "object", "properties": item}}}}
+    (job / "schemas/listing.json").write_text(json.dumps(listing))
+    c = ConstraintConfig(json_schema="schemas/listing.json", learned="jobs/notices/learned.json", learned_at="notices/[]")
+    items = read_constraint(c, job).schema["properties"]["notices"]["items"]["properties"]
+    assert items["shipped_on"]["x-grounded"]["labels"] == ["shipped on the"] and "transit" not in items
+    with pytest.raises(ConfigError, match="field carrier is not in the schema"):
+        read_constraint(ConstraintConfig(json_schema="schemas/listing.json", learned="jobs/notices/learned.json"), job)
+    capsys.readouterr()
+    overrides = ["constraint.json_schema=schemas/listing.json", "constraint.learned=jobs/notices/learned.json", "constraint.learned_at=notices/[]"]
+    assert learn_command(["conf=notices", "gold=data/gold.jsonl", *overrides]) == 2  # it would write single notices' cues as the list's
+    assert "constraint.learned_at=notices/[]" in capsys.readouterr().err
+
+
 def test_an_array_the_gold_never_leaves_empty_is_held_to_the_golds_item_counts(tokenizer):
     schema = {
         "type": "object",
