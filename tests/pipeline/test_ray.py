@@ -1,8 +1,6 @@
 """End to end on a real local Ray with 2 CPU replicas and the real default model."""
 
 import json
-import threading
-import time
 
 import jsonschema
 import pytest
@@ -47,20 +45,21 @@ def test_two_replicas_end_to_end_then_resume_then_a_changed_config_is_a_new_vers
     assert_exactly_once(out, {"inv-001"})
 
 
-def _kill_first_dispatch(delay_s: float):
+def _kill_on_first_dispatch():
+    """Kill the first shard's replica as the shard is sent, so it cannot finish however fast the machine decodes."""
     killed = []
 
     def on_dispatch(shard, actor):
         if not killed:
             killed.append(shard)
-            threading.Thread(target=lambda: (time.sleep(delay_s), ray.kill(actor, no_restart=False)), daemon=True).start()
+            ray.kill(actor, no_restart=False)
 
     return on_dispatch, killed
 
 
 def test_replica_killed_mid_shard_is_restarted_and_its_shard_retried(tmp_path):
     out = tmp_path / "run"
-    on_dispatch, killed = _kill_first_dispatch(3.0)
+    on_dispatch, killed = _kill_on_first_dispatch()
     summary = Job(validate(job_dict(out)), REPO).run(on_dispatch)
     assert killed and summary.retries >= 1 and summary.ok
     assert_exactly_once(out, IDS4)
@@ -69,7 +68,7 @@ def test_replica_killed_mid_shard_is_restarted_and_its_shard_retried(tmp_path):
 
 def test_shard_that_keeps_failing_becomes_rejects_with_the_error(tmp_path):
     out = tmp_path / "run"
-    on_dispatch, killed = _kill_first_dispatch(3.0)
+    on_dispatch, killed = _kill_on_first_dispatch()
     summary = Job(validate(job_dict(out, runtime={"max_retries": 0})), REPO).run(on_dispatch)
     assert not summary.ok and summary.shards_failed == 1
     assert_exactly_once(out, IDS4)

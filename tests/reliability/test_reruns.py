@@ -6,8 +6,6 @@ a reject, and the manifest describes what is on disk. The runs are tiny
 """
 
 import json
-import threading
-import time
 
 import pytest
 import ray
@@ -90,11 +88,14 @@ def test_reshard_after_a_kill_then_an_edited_dataset(tmp_path):
     assert sorted(m["shards"]) == sorted(p.stem[len("shard-") :] for p in shard_files(out, "stats"))
 
 
-def _kill_first_dispatch(killed: list):
+def _kill_with_both_shards_in_flight(killed: list):
+    """Kill the replica as the second shard is sent, while the first is still on it: neither can finish, however
+    fast the machine decodes (a kill on a timer let a fast machine finish the first shard before it)."""
+
     def on_dispatch(shard, actor):
-        if not killed:
-            killed.append(shard)
-            threading.Thread(target=lambda: (time.sleep(2.0), ray.kill(actor, no_restart=False)), daemon=True).start()
+        killed.append(shard)
+        if len(killed) == 2:
+            ray.kill(actor, no_restart=False)
 
     return on_dispatch
 
@@ -104,9 +105,9 @@ def test_a_rerun_retries_the_shards_that_failed(tmp_path):
     data = write_jsonl(tmp_path / "in.jsonl", invoice_rows(["a", "b", "c", "d"]))
     out = tmp_path / "out"
     killed: list = []
-    failed = _run(small_job(out, data, runtime={"max_retries": 0}), _kill_first_dispatch(killed))
+    failed = _run(small_job(out, data, runtime={"max_retries": 0}), _kill_with_both_shards_in_flight(killed))
     # With no retries the killed replica stays dead, so both shards fail.
-    assert killed and failed.shards_failed == 2 and manifest(out)["status"] == "failed"
+    assert len(killed) == 2 and failed.shards_failed == 2 and manifest(out)["status"] == "failed"
     errors = [r["error"] for r in read_dir(out, "rejects") if r["reason"] == "error"]
     assert len(errors) == 4 and all("\x1b" not in e and "rerun to retry it" in e for e in errors)
     assert any("The actor died unexpectedly" in e for e in errors), errors
