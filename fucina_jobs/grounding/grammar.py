@@ -59,6 +59,8 @@ LABELLED_CHARS = 80
 LINE_BREAK = re.compile(r"(?<=\S)[^\S\n]*\n\s*(?=\S)")
 #: With ``most_words``, a run's last word may still take its own period (``Inc.``): it belongs to the word.
 _OWN_PERIOD = "."
+#: A run's first letter or digit, past the marks that open it (``“Acme``): ``capitalized`` reads its case.
+_FIRST_CHARACTER = re.compile(r"[\W_]*([^\W_])")
 #: The most pieces of a run of words nested in one terminal (``_Builder.prefixes``). Why 16: llguidance (1.9)
 #: refuses a Lark grammar nested past 29 groups (``lark grammar too deeply nested``); 16 pieces nest 15 groups and
 #: the tail's own, well inside it.
@@ -190,36 +192,64 @@ class _Builder:
     def array(self, schema: dict[str, Any], path: tuple[str, ...]) -> str:
         if path in self.arrays:
             return self.units(schema, path, self.arrays[path])
-        before = len(self.unwritten)
-        item = self.value(schema["items"], (*path, "[]"))
         low, high = schema.get("minItems", 0), schema.get("maxItems")
-        if len(self.unwritten) > before and low == 0:  # the text writes nothing an item's required field could hold: no items
-            del self.unwritten[before:]
-            return '"[]"'
         distinct = self.distinct_items((*path, "[]"), low, high)
         if distinct:
             return distinct
+        before = len(self.unwritten)
+        item = self.value(schema["items"], (*path, "[]"))
+        if len(self.unwritten) > before and low == 0:  # the text writes nothing an item's required field could hold: no items
+            del self.unwritten[before:]
+            return '"[]"'
         more = f'("," {item})*' if high is None and low <= 1 else f'("," {item}){{{max(low - 1, 0)},{"" if high is None else high - 1}}}'
         body = f"{item} {more}" if high != 0 else ""
         return self.rule(f'"[" {body} "]"' if low > 0 or not body else f'"[" ({body})? "]"')
 
     def distinct_items(self, path: tuple[str, ...], low: int, high: int | None) -> str | None:
-        """A list of grounded strings whose labels (or known values) leave a few values (``DISTINCT_MOST``), as every list
-        of them that names each once, within the array's item counts: a list of names (a contract's parties) names each
-        once, and a greedy model, given room, writes the one name the label marks again. None where the item's own rule
-        serves: more values, or none, or values a repair excludes."""
+        """A list of grounded strings whose labels (or known values) leave a set of values, none of whose later items
+        names its first again (holds it, or is a run of its words: ``_takes_away``): a list of names (a contract's
+        parties) names each once, and a greedy model, given room, writes the one name it wrote first again, or a run
+        around it. A few values (``DISTINCT_MOST``) are spelled out as every list that names each once, within the
+        array's item counts; more, as a first value and later runs that do not name it (``other_items``). None where
+        the item's own rule serves: any run of the text, no value, values a repair excludes, or fewer values apart
+        than ``minItems`` asks for."""
         g = self.fields.get(path)
-        if g is None or g.kind != "string" or g.span != "words" or self.exclude.get(path):
+        if g is None or g.kind != "string" or g.span != "words" or self.exclude.get(path) or high == 0:
             return None
         values = offered_values(g, self.text)
         low_len, high_len = g.schema.get("minLength", 1), g.schema.get("maxLength", len(self.text))
         values = sorted(v for v in values or () if low_len <= len(v) <= high_len)
         most = len(values) if high is None else min(high, len(values))
-        if not values or len(values) > DISTINCT_MOST or most < low:
+        if not values or most < low:
             return None
-        lists = [p for k in range(max(low, 1), most + 1) for p in itertools.permutations(values, k)]
+        if len(values) > DISTINCT_MOST:
+            return self.other_items(g, values, low, high)
+        lists = [p for k in range(max(low, 1), most + 1) for p in itertools.permutations(values, k) if not _names_again(p)]
         spelled = [_literal("[" + ",".join(json.dumps(v, ensure_ascii=False) for v in p) + "]") for p in lists]
+        if not spelled and low > 0:  # minItems asks for more names than the values hold apart: the item's own rule
+            return None
         return self.rule(" | ".join(spelled + (['"[]"'] if low == 0 else [])))
+
+    def other_items(self, g: Grounded, values: list[str], low: int, high: int | None) -> str | None:
+        """Lists that start with one of ``values``, each later item a run of ``g``'s that neither holds that first one nor
+        is a run of its words (a terminal per value: the item's span less those, ``_same_thing``), within the array's item
+        counts. Spelling every list that names each value once grows as the permutations of tens of runs; this keeps
+        out the repeat a greedy model falls into, the first name again or a run around it (``Mark T. Bobak ("Bobak")``),
+        one rule per value."""
+        span, firsts = self.span(g), []
+        for value in values:
+            first = _literal(json.dumps(value, ensure_ascii=False))
+            if high == 1 or all(_takes_away(value, v) for v in values):  # no run left to follow it: a list of one
+                firsts += [first] if low <= 1 else []
+                continue
+            other = f"OTHER{len(self.rules)}"
+            self.rules.append(f"{other}: {span} & ~({' | '.join(dict.fromkeys(_same_thing(value)))})")
+            later = f'("," "\\"" {other} "\\"")'
+            firsts.append(f"{first} {later}*" if high is None else f"{first} {later}{{{max(low - 1, 0)},{high - 1}}}")
+        if not firsts:
+            return None
+        body = self.rule(" | ".join(firsts))
+        return self.rule(f'"[" {body} "]"' if low > 0 else f'"[" ({body})? "]"')
 
     def units(self, schema: dict[str, Any], path: tuple[str, ...], units: Units) -> str:
         """Items in text order, each from a later paragraph (line) than the one before, its grounded values that paragraph's.
@@ -572,11 +602,11 @@ def labelled_runs(g: Grounded, text: str) -> tuple[list[list[str]], list[str]] |
         return None
     normalize = g.whitespace == "normalize"
     flat = normalize_whitespace(text) if normalize else text
-    starts = after_labels(text, g.labels, g.rivals)  # read in the text's own lines
+    starts = _capitalized(g, text, after_labels(text, g.labels, g.rivals))  # read in the text's own lines
     offsets = normalized_offsets(text) if normalize else None
     if starts and offsets:
         starts = sorted({offsets[start] for start in starts})
-    starts = starts or line_starts(text, g)
+    starts = starts or _capitalized(g, flat, line_starts(text, g))
     breaks = [*COLUMN_GAP.finditer(text), *(LINE_BREAK.finditer(text) if g.within_line else ())]
     gaps = sorted(offsets[m.end()] - 1 if offsets else m.start() for m in breaks) + [len(flat)]
     cutter = whole_words(g.cut_before)
@@ -600,6 +630,15 @@ def labelled_runs(g: Grounded, text: str) -> tuple[list[list[str]], list[str]] |
                 chains.append(chunks)
                 ended += _ending_runs(chunks, ending) if ending else []
     return (chains, list(dict.fromkeys(ended))) if chains else None
+
+
+def _capitalized(g: Grounded, text: str, starts: list[int]) -> list[int]:
+    """With ``capitalized``: the ``starts`` of ``text`` whose first letter the text writes as a capital, or that
+    start with a digit (a name's word, ``99¢ Only Stores``), not a sentence's next word (``date of the latter``,
+    offered re-cased as ``Date``); all of them without the option."""
+    if not g.capitalized:
+        return starts
+    return [start for start in starts if (m := _FIRST_CHARACTER.match(text, start)) and not m.group(1).islower()]
 
 
 def offered_values(g: Grounded, text: str) -> set[str] | None:
@@ -748,10 +787,27 @@ def _escaped(text: str) -> str:
 
 def _same_thing(value: str) -> list[str]:
     """Lark terms for the spans an excluded string takes away: any span that contains it, and each run of its words."""
+    whole, runs = _word_runs(value)
+    return [f"/[\\s\\S]*/ {_literal(whole)} /[\\s\\S]*/", *(f"{_AROUND} {_literal(run)} {_AROUND}" for run in runs)]
+
+
+def _takes_away(value: str, candidate: str) -> bool:
+    """Does ``_same_thing(value)`` take ``candidate`` away: does it hold ``value``, or is it a run of its words?"""
+    whole, runs = _word_runs(value)
+    spelled = _escaped(candidate)
+    return whole in spelled or any(re.fullmatch(rf"{_AROUND[1:-1]}{re.escape(run)}{_AROUND[1:-1]}", spelled) for run in runs)
+
+
+def _names_again(items: tuple[str, ...]) -> bool:
+    """Does a later item of ``items`` hold an earlier one, or is it a run of its words (``_takes_away``)?"""
+    return any(_takes_away(first, later) for i, first in enumerate(items) for later in items[i + 1 :])
+
+
+def _word_runs(value: str) -> tuple[str, list[str]]:
+    """``value`` JSON-escaped, and each run of its words (as ``_word_chunks`` cuts it)."""
     chunks = _word_chunks(_escaped(value))
     ends = [i for i, c in enumerate(chunks) if not c.isspace()]
-    runs = ["".join(chunks[i : j + 1]) for i in ends for j in ends if j >= i]
-    return [f"/[\\s\\S]*/ {_literal(''.join(chunks))} /[\\s\\S]*/", *(f"{_AROUND} {_literal(run)} {_AROUND}" for run in runs)]
+    return "".join(chunks), ["".join(chunks[i : j + 1]) for i in ends for j in ends if j >= i]
 
 
 def _literal(text: str) -> str:

@@ -312,6 +312,15 @@ OPTIONS = _table(
         needs=(Needs(("labels", "first_lines"), (WORDS,)),),
     ),
     Option(
+        "capitalized",
+        WHERE,
+        BOOL,
+        False,
+        on=(WORDS,),
+        doc="a run after a label or on a top line starts on a word the text writes with a capital letter or a digit: a name, not a sentence's next word",
+        needs=(Needs(("labels", "first_lines"), (WORDS,)),),
+    ),
+    Option(
         "to_block_end",
         WHERE,
         BOOL,

@@ -11,7 +11,7 @@ the rows show that it helps, and each comes with its counts.
 
 The options and their defaults are the table's (``grounding/options.py``): those it marks ``tried`` are tried
 value by value on the fields they apply to, and ``labels`` and ``only_labelled`` are learned where a field can take them
-(``Grounded.takes``). Runs of words (``most_words``, ``first_lines``, ``within_line``, ``cut_before``, ``ends_on``) are
+(``Grounded.takes``). Runs of words (``most_words``, ``first_lines``, ``capitalized``, ``within_line``, ``cut_before``, ``ends_on``) are
 learned for strings, not for quantities, whose candidates are counts; a ``span: lines`` string learns where its runs
 start, which line they must reach and where they stop (``_learn_lines``, from each of a few numbers of top lines),
 each tried again once the others are known (``_settled``); a one-word string its shape (``includes``). A number or
@@ -160,6 +160,7 @@ def learn_field(g: Grounded, rows: list[Row]) -> FieldCues:
     if runs:
         g = _kept(g, options, "most_words", max(len(_WORD.findall(str(v))) for v in given))
         g = _kept(g, options, "first_lines", _first_lines(g, score))
+        g = _capitals(g, score, options)
     if g.takes("labels"):
         labelling, label_evidence = _labelling(g, rows, found, score)
         if label_evidence:
@@ -173,6 +174,7 @@ def learn_field(g: Grounded, rows: list[Row]) -> FieldCues:
         known, evidence["known_values"] = _known_values(g, rows, score)
         g = _kept(g, options, "known_values", known)
     if runs and (g.labels or g.first_lines):
+        g = _capitals(g, score, options)
         g = _kept(g, options, "within_line", _gaining(g, score, "within_line", True))
         g = _stops(g, rows, found, score, options, evidence)
     if g.kind == "string" and g.span == "lines" and given:
@@ -255,6 +257,15 @@ def _stops(
     if g.first_lines:
         g = _kept(g, options, "first_lines", _first_lines(g.without("first_lines"), score) or g.first_lines)
     return g
+
+
+def _capitals(g: Grounded, score: Callable[[Grounded], float], options: dict[str, Any]) -> Grounded:
+    """``capitalized`` where it raises the pick rate: tried once a run has starts (top lines), so that the labels learned
+    next are weighed with it (a broad label, ``between``, marks fewer wrong runs where a lower-case word starts none),
+    and again once labels are learned."""
+    if g.capitalized or not g.takes("capitalized"):
+        return g
+    return _kept(g, options, "capitalized", _gaining(g, score, "capitalized", True))
 
 
 def _gaining(g: Grounded, score: Callable[[Grounded], float], name: str, value: Any) -> Any:

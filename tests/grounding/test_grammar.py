@@ -351,6 +351,24 @@ def test_within_line_ends_a_run_of_words_at_its_line_break(tokenizer):
             assert accepts(tokenizer, schema, text, rec(name)) is ok, (whitespace, name)
 
 
+def test_capitalized_starts_a_run_of_words_only_on_a_capital_or_a_digit(tokenizer):
+    schema = json.loads(json.dumps(PARTY))
+    grounded = {"labels": ["between"], "first_lines": 2, "most_words": 4}
+    schema["properties"]["name"] = {"type": "string", "maxLength": 40, "x-grounded": grounded}
+    text = "Notices pass between the parties by post.\nThis deal is between “Halden Robotics LLC” and 99 Cents Only Stores."
+    assert accepts(tokenizer, schema, text, rec("the parties"))  # without the option: any run after the label
+    grounded["capitalized"] = True
+    for name, ok in [("Halden Robotics LLC", True), ("the parties", False), ("the parties by post", False), ("parties", False)]:
+        assert accepts(tokenizer, schema, text, rec(name)) is ok, name
+    assert accepts(tokenizer, schema, "Made by and between 99 Cents Only Stores and Leonard Green.", rec("99 Cents Only Stores"))
+    top = "date of the latter signature\nAcme Widgets Inc\nterms apply"  # no label written: the top lines' runs
+    for name, ok in [("Acme Widgets Inc", True), ("date of the latter", False), ("date", False)]:
+        assert accepts(tokenizer, schema, top, rec(name)) is ok, name
+    recased = json.loads(json.dumps(schema))
+    recased["properties"]["name"]["x-grounded"]["case"] = "title"  # the text's own case decides, not the recased run's
+    assert accepts(tokenizer, recased, top, rec("Acme Widgets Inc")) and not accepts(tokenizer, recased, top, rec("Date Of The Latter"))
+
+
 def test_cut_before_ends_a_run_of_words_and_starts_none(tokenizer):
     schema = json.loads(json.dumps(PARTY))
     grounded = {"labels": ["from:"], "first_lines": 3, "cut_before": "(?i:tax invoice|invoice|dear)"}
@@ -764,6 +782,53 @@ def test_a_list_of_labelled_names_names_each_once(tokenizer):
     for party in (["Acme Inc.", "Bolt Inc."], ["Bolt Inc.", "Acme Inc."], ["Bolt Inc."]):
         assert accepts(tokenizer, schema, two, {"party": party}), party
     assert not accepts(tokenizer, schema, two, {"party": ["Bolt Inc.", "Bolt Inc."]})
+    runs = json.loads(json.dumps(schema))  # no ending: every run after the label, a run around the first name among them
+    runs["properties"]["party"]["items"]["x-grounded"] = {"labels": ["between"], "most_words": 3}
+    assert accepts(tokenizer, runs, "Made between Mark T. Bobak (Bobak) here.", {"party": ["Mark T. Bobak"]})
+    assert not accepts(tokenizer, runs, "Made between Mark T. Bobak (Bobak) here.", {"party": ["Mark", "Mark T. Bobak"]})
+    pair = json.loads(json.dumps(runs))  # two names asked for where the runs name one: the item's own rule, never no list
+    pair["properties"]["party"]["minItems"] = 2
+    assert accepts(tokenizer, pair, "Made between Mark T. Bobak (Bobak) here.", {"party": ["Mark T. Bobak", "Mark"]})
+
+
+def test_a_list_of_many_labelled_runs_never_names_its_first_item_again(tokenizer):
+    """More runs than ``DISTINCT_MOST``: a first value, then later items that neither hold it nor are runs of its words;
+    where no such run is left, a list of one (never a comma that nothing can follow)."""
+    schema = {
+        "type": "object",
+        "properties": {
+            "party": {
+                "type": "array",
+                "minItems": 1,
+                "maxItems": 2,
+                "items": {"type": "string", "maxLength": 40, "x-grounded": {"labels": ["between"], "most_words": 3}},
+            }
+        },
+        "required": ["party"],
+    }
+    text = "This deal is made between Acme Widgets Inc and between Bolt Tools and more words here."
+    for party, ok in [
+        (["Acme Widgets Inc", "Bolt Tools"], True),
+        (["Bolt", "Acme Widgets"], True),
+        (["Bolt Tools"], True),
+        (["Acme Widgets Inc", "Acme Widgets Inc"], False),  # the first again
+        (["Bolt Tools", "Bolt Tools and"], False),  # a run around it
+        (["Acme Widgets Inc", "Widgets"], False),  # a run of its words
+        (["Bolt Tools", "Acme", "Acme Widgets"], False),  # maxItems
+        ([], False),  # minItems
+    ]:
+        assert accepts(tokenizer, schema, text, {"party": party}) is ok, party
+    unbounded = json.loads(json.dumps(schema))
+    unbounded["properties"]["party"] = {**schema["properties"]["party"], "minItems": 0}
+    del unbounded["properties"]["party"]["maxItems"]
+    for party, ok in [([], True), (["Bolt Tools", "Acme", "Acme Widgets Inc"], True), (["Bolt Tools", "Acme", "Bolt"], False)]:
+        assert accepts(tokenizer, unbounded, text, {"party": party}) is ok, party
+    longer = json.loads(json.dumps(schema))
+    longer["properties"]["party"]["items"]["x-grounded"]["most_words"] = 6
+    alone = "Made between Mark T. Bobak (Bobak) residing here."  # every run after the label names Mark, the first word
+    assert "OTHER" not in grounded_lark(longer, alone)  # no later item can follow any first one
+    assert accepts(tokenizer, longer, alone, {"party": ["Mark T. Bobak (Bobak)"]})
+    assert not accepts(tokenizer, longer, alone, {"party": ["Mark T. Bobak (Bobak)", "Mark T. Bobak"]})
 
 
 def test_a_currency_enum_that_spells_no_member_reads_the_signs_of_its_codes(tokenizer):

@@ -338,6 +338,28 @@ def test_the_last_words_of_gold_names_are_learned_as_where_a_run_ends(tokenizer)
         assert instance_accepted(constraint, tokenizer, {"supplier": name}, separators=(",", ":")) is ok, name
 
 
+SIGNERS = ["Orla Quinn", "Pax Reyes Soto", "Quill Tanaka", "Rue Ueda Vance", "Sol Walsh", "Tam Xu Young"]
+SIGNED = {"type": "object", "properties": {"signer": {"type": "string", "maxLength": 60, "x-grounded": True}}, "required": ["signer"]}
+
+
+def signing(n: int, name: str) -> tuple[str, dict]:
+    """A deed that writes its label twice: before a lower-case run of its prose, and before the signer's name, after a
+    verb no other deed writes (so no longer label marks the names)."""
+    verb = ["signed", "made", "sealed", "agreed", "drawn", "closed"][n % 6]
+    return f"Deed {n}. The cost is shared between the owners. It was {verb} between {name} in {['Ohio', 'Utah'][n % 2]}.", {"signer": name}
+
+
+def test_names_that_start_on_a_capital_are_learned_as_capitalized_runs(tokenizer):
+    cues = by_name(learned_cues.learn(SIGNED, [signing(n, name) for n, name in enumerate(SIGNERS)]))
+    options = cues["signer"].options
+    assert options.get("capitalized") is True, options
+    merged = learned_cues.apply(SIGNED, _entries(cues.values()), "test")
+    text = "Deed 9. The cost is shared between the owners. It was written between Vale Zeno and the bank."
+    for name, ok in (("Vale Zeno", True), ("the owners", False), ("the bank", False)):
+        constraint = Constraint.lark(grounded_lark(merged, text), tokenizer, stop_token=STOP)
+        assert instance_accepted(constraint, tokenizer, {"signer": name}, separators=(",", ":")) is ok, name
+
+
 TENANTS = ["Ann Lee", "Bo Carter Diaz", "Cy Dunn", "Di Evans Ford", "Ed Gray", "Flo Hart Ives"]
 LEASE = {"type": "object", "properties": {"tenant": {"type": "string", "maxLength": 60, "x-grounded": True}}, "required": ["tenant"]}
 
