@@ -762,19 +762,14 @@ def test_a_chunk_leaves_a_labelled_field_to_the_chunk_that_writes_its_label(toke
     assert "Springfield" in grounded_lark(STATE, chunk, whole=chunk + " More text.")
 
 
+def parties(grounded: dict, low: int = 1, high: int | None = 2) -> dict:
+    """A schema of one list of grounded strings, a contract's parties, with ``grounded`` as its items' options."""
+    array = {"type": "array", "minItems": low, "items": {"type": "string", "maxLength": 40, "x-grounded": grounded}}
+    return {"type": "object", "properties": {"party": array | ({"maxItems": high} if high is not None else {})}, "required": ["party"]}
+
+
 def test_a_list_of_labelled_names_names_each_once(tokenizer):
-    schema = {
-        "type": "object",
-        "properties": {
-            "party": {
-                "type": "array",
-                "minItems": 1,
-                "maxItems": 2,
-                "items": {"type": "string", "x-grounded": {"labels": ["between"], "ends_on": "Inc\\."}},
-            }
-        },
-        "required": ["party"],
-    }
+    schema = parties({"labels": ["between"], "ends_on": "Inc\\."})
     one = "This agreement is made between Acme Inc. and its employee."
     assert accepts(tokenizer, schema, one, {"party": ["Acme Inc."]})
     assert not accepts(tokenizer, schema, one, {"party": ["Acme Inc.", "Acme Inc."]})  # the one name the label marks, once
@@ -782,30 +777,17 @@ def test_a_list_of_labelled_names_names_each_once(tokenizer):
     for party in (["Acme Inc.", "Bolt Inc."], ["Bolt Inc.", "Acme Inc."], ["Bolt Inc."]):
         assert accepts(tokenizer, schema, two, {"party": party}), party
     assert not accepts(tokenizer, schema, two, {"party": ["Bolt Inc.", "Bolt Inc."]})
-    runs = json.loads(json.dumps(schema))  # no ending: every run after the label, a run around the first name among them
-    runs["properties"]["party"]["items"]["x-grounded"] = {"labels": ["between"], "most_words": 3}
+    runs = parties({"labels": ["between"], "most_words": 3})  # no ending: every run after the label, one around the first name
     assert accepts(tokenizer, runs, "Made between Mark T. Bobak (Bobak) here.", {"party": ["Mark T. Bobak"]})
     assert not accepts(tokenizer, runs, "Made between Mark T. Bobak (Bobak) here.", {"party": ["Mark", "Mark T. Bobak"]})
-    pair = json.loads(json.dumps(runs))  # two names asked for where the runs name one: the item's own rule, never no list
-    pair["properties"]["party"]["minItems"] = 2
+    pair = parties({"labels": ["between"], "most_words": 3}, low=2)  # two asked for where the runs name one: the item's rule
     assert accepts(tokenizer, pair, "Made between Mark T. Bobak (Bobak) here.", {"party": ["Mark T. Bobak", "Mark"]})
 
 
 def test_a_list_of_many_labelled_runs_never_names_its_first_item_again(tokenizer):
     """More runs than ``DISTINCT_MOST``: a first value, then later items that neither hold it nor are runs of its words;
     where no such run is left, a list of one (never a comma that nothing can follow)."""
-    schema = {
-        "type": "object",
-        "properties": {
-            "party": {
-                "type": "array",
-                "minItems": 1,
-                "maxItems": 2,
-                "items": {"type": "string", "maxLength": 40, "x-grounded": {"labels": ["between"], "most_words": 3}},
-            }
-        },
-        "required": ["party"],
-    }
+    schema = parties({"labels": ["between"], "most_words": 3})
     text = "This deal is made between Acme Widgets Inc and between Bolt Tools and more words here."
     for party, ok in [
         (["Acme Widgets Inc", "Bolt Tools"], True),
@@ -818,13 +800,10 @@ def test_a_list_of_many_labelled_runs_never_names_its_first_item_again(tokenizer
         ([], False),  # minItems
     ]:
         assert accepts(tokenizer, schema, text, {"party": party}) is ok, party
-    unbounded = json.loads(json.dumps(schema))
-    unbounded["properties"]["party"] = {**schema["properties"]["party"], "minItems": 0}
-    del unbounded["properties"]["party"]["maxItems"]
+    unbounded = parties({"labels": ["between"], "most_words": 3}, low=0, high=None)
     for party, ok in [([], True), (["Bolt Tools", "Acme", "Acme Widgets Inc"], True), (["Bolt Tools", "Acme", "Bolt"], False)]:
         assert accepts(tokenizer, unbounded, text, {"party": party}) is ok, party
-    longer = json.loads(json.dumps(schema))
-    longer["properties"]["party"]["items"]["x-grounded"]["most_words"] = 6
+    longer = parties({"labels": ["between"], "most_words": 6})
     alone = "Made between Mark T. Bobak (Bobak) residing here."  # every run after the label names Mark, the first word
     assert "OTHER" not in grounded_lark(longer, alone)  # no later item can follow any first one
     assert accepts(tokenizer, longer, alone, {"party": ["Mark T. Bobak (Bobak)"]})
