@@ -239,7 +239,7 @@ class _Builder:
         span, firsts = self.span(g), []
         for value in values:
             first = _literal(json.dumps(value, ensure_ascii=False))
-            if high == 1 or all(_takes_away(value, v) for v in values):  # no run left to follow it: a list of one
+            if high == 1 or all(map(_takes_away(value), values)):  # no run left to follow it: a list of one
                 firsts += [first] if low <= 1 else []
                 continue
             other = f"OTHER{len(self.rules)}"
@@ -791,16 +791,17 @@ def _same_thing(value: str) -> list[str]:
     return [f"/[\\s\\S]*/ {_literal(whole)} /[\\s\\S]*/", *(f"{_AROUND} {_literal(run)} {_AROUND}" for run in runs)]
 
 
-def _takes_away(value: str, candidate: str) -> bool:
-    """Does ``_same_thing(value)`` take ``candidate`` away: does it hold ``value``, or is it a run of its words?"""
+def _takes_away(value: str) -> Callable[[str], bool]:
+    """What ``_same_thing(value)`` takes away, as a test of a candidate: does it hold ``value``, or is it a run of its
+    words? (One pattern per value, for the many candidates a list of runs tests against it.)"""
     whole, runs = _word_runs(value)
-    spelled = _escaped(candidate)
-    return whole in spelled or any(re.fullmatch(rf"{_AROUND[1:-1]}{re.escape(run)}{_AROUND[1:-1]}", spelled) for run in runs)
+    run = re.compile(rf"{_AROUND[1:-1]}(?:{'|'.join(map(re.escape, runs))}){_AROUND[1:-1]}")
+    return lambda candidate: whole in (spelled := _escaped(candidate)) or run.fullmatch(spelled) is not None
 
 
 def _names_again(items: tuple[str, ...]) -> bool:
     """Does a later item of ``items`` hold an earlier one, or is it a run of its words (``_takes_away``)?"""
-    return any(_takes_away(first, later) for i, first in enumerate(items) for later in items[i + 1 :])
+    return any(any(map(_takes_away(first), items[i + 1 :])) for i, first in enumerate(items))
 
 
 def _word_runs(value: str) -> tuple[str, list[str]]:
