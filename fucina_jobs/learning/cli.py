@@ -2,7 +2,9 @@
 
 The job is composed as ``run`` composes it (Hydra, the same overrides); its dataset gives the
 documents, joined to the gold (``{"id", "label"}`` a line, as ``eval.gold``, the review page and the
-Label Studio import write it) by row id. No model loads. The cues go to ``out`` (by default the file
+Label Studio import write it) by row id. The gold is checked against the schema first (``gold.py``): field
+names that do not match stop it (``allow_mismatch=true`` goes on), values the schema refuses are left out.
+No model loads. The cues go to ``out`` (by default the file
 the job's ``constraint.learned`` names, else ``jobs/NAME/learned.json``), learned from the schema's own
 options, never from cues learned before; beside them (``learned-examples.jsonl``) the gold rows as worked
 examples, for ``prompt.examples_nearest`` to pick the nearest per row.
@@ -18,7 +20,7 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
-USAGE = """usage: python -m fucina_jobs learn conf=NAME [gold=FILE] [out=FILE] [key=value ...]
+USAGE = """usage: python -m fucina_jobs learn conf=NAME [gold=FILE] [out=FILE] [allow_mismatch=true] [key=value ...]
        python -m fucina_jobs learn conf=NAME gold=FILE curve=0,10,20,50 [held_out=20] [out=DIR] [key=value ...]
 
 Learns each field's x-grounded options (labels, day order, span shape, units, ...) from gold rows
@@ -29,12 +31,19 @@ Beside it, FILE-examples.jsonl holds the gold rows as worked examples (long docu
 passages around their values): prompt.examples=THAT prompt.examples_nearest=true gives each row the
 nearest ones.
 
+The gold is checked against the schema before anything is learned: a gold field the schema lacks, or a
+schema field no gold row gives, stops learn (allow_mismatch=true warns and goes on without it); a gold
+value of the wrong type, or one the schema refuses, is left out of learning, one line each. The table
+says why each field that keeps no cue is left to the model.
+
 With curve=: the learning curve. The last held_out gold rows are kept out; for each size n the cues
 are learned from the first n other rows and the job is scored on the held-out ones with eval (the
 model runs). Prints a table per field; the runs go to out (default outputs/NAME/learning-curve).
 """
+#: The argument that goes on past gold field names that do not match the schema's, warning about each.
+ALLOW_MISMATCH = "allow_mismatch"
 #: The arguments ``learn`` takes itself; the rest are the job's Hydra overrides.
-OURS = ("gold", "out", "curve", "held_out")
+OURS = ("gold", "out", "curve", "held_out", ALLOW_MISMATCH)
 #: Gold rows a learning curve keeps out of learning, to score on.
 HELD_OUT = 20
 
@@ -49,23 +58,24 @@ def learn_command(argv: list[str]) -> int:
     rest = [a for a in argv if a.partition("=")[0] not in OURS]
     if "curve" in ours:
         return hydra_command("learn", rest, lambda cfg, resolved: _curve_task(cfg, ours, rest))
-    return hydra_command("learn", rest, lambda cfg, resolved: _learn_task(cfg, ours.get("gold"), ours.get("out")))
+    return hydra_command("learn", rest, lambda cfg, resolved: _learn_task(cfg, ours))
 
 
-def _learn_task(cfg: Any, gold_path: str | None, out: str | None) -> int:
-    from .learned import learn, write
+def _learn_task(cfg: Any, ours: dict[str, str]) -> int:
+    from .learned import kept, learn_fields, write
 
     base = Path.cwd()
-    schema, rows, gold, gold_path = _gold_rows(cfg, gold_path)
+    schema, rows, gold, gold_path = _gold_rows(cfg, ours)
     pairs = [(str(rows[i].get(cfg.dataset.text_field, "")), label) for i, label in gold.items() if i in rows]
-    cues = learn(schema, pairs)
-    target = Path(out or cfg.constraint.learned or f"jobs/{cfg.name}/learned.json")
+    fields = learn_fields(schema, pairs)
+    cues = kept(fields)
+    target = Path(ours.get("out") or cfg.constraint.learned or f"jobs/{cfg.name}/learned.json")
     write(base / target, cues, len(pairs), gold_path)
     examples = examples_path(target)
-    kept = write_examples(base / examples, schema, cues, [(i, str(rows[i].get(cfg.dataset.text_field, "")), label) for i, label in gold.items()])
-    sys.stdout.write(_summary(cues, len(pairs), target, cfg.constraint.learned is None) + "\n")
+    shown = write_examples(base / examples, schema, cues, [(i, str(rows[i].get(cfg.dataset.text_field, "")), label) for i, label in gold.items()])
+    sys.stdout.write(_summary(cues, fields, len(pairs), target, cfg.constraint.learned is None) + "\n")
     sys.stdout.write(
-        f"\n{kept} of {len(pairs)} gold rows as worked examples -> {examples} (prompt.examples={examples} prompt.examples_nearest=true)\n"
+        f"\n{shown} of {len(pairs)} gold rows as worked examples -> {examples} (prompt.examples={examples} prompt.examples_nearest=true)\n"
     )
     return 0
 
@@ -106,7 +116,7 @@ def _curve_task(cfg: Any, ours: dict[str, str], overrides: list[str]) -> int:
         held_out = int(ours.get("held_out", HELD_OUT))
     except ValueError:
         raise ConfigError(f"learn: curve={ours['curve']} held_out={ours.get('held_out', HELD_OUT)}: expected whole numbers, curve=0,10,20") from None
-    schema, rows, gold, _ = _gold_rows(cfg, ours.get("gold"))
+    schema, rows, gold, _ = _gold_rows(cfg, ours)
     out = Path(ours.get("out") or f"outputs/{cfg.name}/learning-curve")
     try:
         table = learning_curve(
@@ -118,12 +128,15 @@ def _curve_task(cfg: Any, ours: dict[str, str], overrides: list[str]) -> int:
     return 0
 
 
-def _gold_rows(cfg: Any, gold_path: str | None) -> tuple[dict[str, Any], dict[str, dict[str, Any]], dict[str, Any], str]:
-    """The job's schema without learned cues, its readable rows by id, the gold labels of those rows, the gold's path."""
+def _gold_rows(cfg: Any, ours: dict[str, str]) -> tuple[dict[str, Any], dict[str, dict[str, Any]], dict[str, Any], str]:
+    """The job's schema without learned cues, its readable rows by id, the gold labels of those rows (checked against
+    the schema: ``_check_names`` stops on names that do not match, ``valid_gold`` leaves out what it refuses), the
+    gold's path."""
     from ..eval.evaluate import load_gold
     from ..config import ConfigError, locate
-    from ..data import read_rows
+    from ..data import json_validator, read_rows
     from ..pipeline import read_constraint
+    from .gold import valid_gold
 
     base = Path.cwd()
     if cfg.constraint.kind != "json_schema":
@@ -133,7 +146,8 @@ def _gold_rows(cfg: Any, gold_path: str | None) -> tuple[dict[str, Any], dict[st
             f"learn: the job {cfg.name} reads its cues at constraint.learned_at={cfg.constraint.learned_at}, from "
             f"{cfg.constraint.learned}: learn them with the job that extracts one such document per row"
         )
-    gold_path = gold_path or cfg.eval.gold
+    allow = _flag(ours, ALLOW_MISMATCH)
+    gold_path = ours.get("gold") or cfg.eval.gold
     if gold_path is None:
         raise ConfigError("learn: say which gold rows to learn from: gold=FILE (a JSONL of {'id': ..., 'label': {...}})")
     constraint = read_constraint(cfg.constraint.model_copy(update={"learned": None}), base)
@@ -144,10 +158,39 @@ def _gold_rows(cfg: Any, gold_path: str | None) -> tuple[dict[str, Any], dict[st
         raise ConfigError(f"learn: none of the {len(gold)} gold ids of {gold_path} is a row of dataset.path={cfg.dataset.path}")
     if len(known) < len(gold):
         log.warning("%d of %d gold rows have no row in %s and are left out", len(gold) - len(known), len(gold), cfg.dataset.path)
-    return constraint.schema, rows, known, gold_path
+    _check_names(constraint.schema, known, gold_path, allow=allow)
+    return constraint.schema, rows, valid_gold(json_validator(constraint.schema), known, gold_path), gold_path
 
 
-def _summary(cues: list, rows: int, target: Path, tell: bool) -> str:
+def _check_names(schema: dict[str, Any], gold: dict[str, Any], source: str, *, allow: bool) -> None:
+    """Stop where the field names of ``gold`` and ``schema`` do not match (``gold.mismatches``), one line each, with
+    what to do: a field learned from no gold row is left empty in every record the job writes. With ``allow``, warn
+    and go on."""
+    from ..config import ConfigError
+    from .gold import mismatches
+
+    lines = mismatches(schema, gold, source)
+    for line in lines:
+        log.log(logging.WARNING if allow else logging.ERROR, "%s", line)
+    if lines and not allow:
+        raise ConfigError(
+            f"learn: the field names of {source} do not match the schema's ({len(lines)} above): rename the gold key or "
+            f"the schema's field, or learn without them with {ALLOW_MISMATCH}=true"
+        )
+
+
+def _flag(ours: dict[str, str], key: str) -> bool:
+    """The learn argument ``key=true|false`` (false where it is not given)."""
+    from ..config import ConfigError
+
+    value = ours.get(key, "false").lower()
+    if value not in ("true", "false"):
+        raise ConfigError(f"learn: {key}={ours[key]}: expected true or false")
+    return value == "true"
+
+
+def _summary(cues: list, fields: list, rows: int, target: Path, tell: bool) -> str:
+    """The ``cues`` kept, a row a field, then a line for each of the other ``fields``, left to the model, saying why."""
     lines = [f"learned from {rows} gold rows -> {target}", "", "| field | written | pick rate | options |", "|---|---|---|---|"]
     for c in cues:
         e = c.evidence
@@ -155,6 +198,9 @@ def _summary(cues: list, rows: int, target: Path, tell: bool) -> str:
         lines.append(f"| {c.name} | {e['written']}/{e['values']} | {e['pick_rate_before']:.3f} -> {e['pick_rate_after']:.3f} | {options} |")
     if not cues:
         lines.append("| (none) | | | the gold rows support no cue |")
+    left = [f"{c.name}: no cue kept, left to the model: {c.left}" for c in fields if c.left is not None]
+    if left:
+        lines += ["", *left]
     if tell:
         lines += ["", f"run the job with them: constraint.learned={target} (or add it to the job's config)"]
     return "\n".join(lines)

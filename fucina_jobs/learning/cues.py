@@ -98,7 +98,7 @@ class Row:
 
 @dataclass
 class FieldCues:
-    """What was learned for one field: its options and the evidence for each."""
+    """What was learned for one field: its options and the evidence for each, or why none is kept (``left``)."""
 
     name: str
     path: tuple[str, ...]
@@ -106,6 +106,7 @@ class FieldCues:
     _: KW_ONLY
     evidence: dict[str, Any] = field(default_factory=dict)
     array: dict[str, int] = field(default_factory=dict)  # an item's array: its minItems and maxItems in the gold
+    left: str | None = None  # why no cue is kept, the field left to the model; None where cues are kept
 
 
 def field_rows(g: Grounded, gold: Sequence[tuple[str, Any]]) -> list[Row]:

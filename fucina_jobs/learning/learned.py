@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from ..grounding.declaration import KEYWORD, GroundingError, grounded_fields
-from .cues import FieldCues, field_rows, learn_field
+from .cues import MIN_GAIN, FieldCues, field_rows, learn_field
 
 #: A gold value that is a count of a unit (``3 years``, ``18 months``, ``55.5 months``).
 COUNT_VALUE = re.compile(r"\d+(?:\.\d+)? ([^\W\d_]+)")
@@ -39,26 +39,61 @@ class LearnedError(ValueError):
 
 
 def learn(schema: dict[str, Any], gold: Sequence[tuple[str, Any]]) -> list[FieldCues]:
-    """The cues for each field of ``schema`` that ``gold`` ((text, label) pairs) supports, in the schema's key order.
+    """The cues for each field of ``schema`` that ``gold`` ((text, label) pairs) supports, in the schema's key order."""
+    return kept(learn_fields(schema, gold))
 
-    Every string, number, integer and date field is tried: one the schema grounds keeps its grounding, one it
-    does not is grounded only where its gold is written in ``GROUNDED_SHARE`` of its rows. A string whose gold
-    values are counts of units (``3 years``) is grounded as one (``units``), since documents write it in words
-    (``three (3) years``)."""
+
+def learn_fields(schema: dict[str, Any], gold: Sequence[tuple[str, Any]]) -> list[FieldCues]:
+    """Every leaf field of ``schema`` with the cues ``gold`` ((text, label) pairs) supports, or, in ``left``, why it
+    keeps none and is left to the model: a user whose field learns nothing is told why, not left to guess.
+
+    Every string, number, integer and date field is tried, and every enum the schema grounds: one the schema grounds
+    keeps its grounding, one it does not is grounded only where its gold is written in ``GROUNDED_SHARE`` of its
+    rows. A string whose gold values are counts of units (``3 years``) is grounded as one (``units``), since
+    documents write it in words (``three (3) years``). The fields never tried come last."""
     probe, probed = _probe(schema, gold)
-    learned = []
+    fields = []
     for g in grounded_fields(probe):
         cues = learn_field(g, field_rows(g, gold))
         if g.path in probed:
             cues.options = {**probed[g.path], **cues.options}
-            given = cues.evidence["values"]
-            if not given or cues.evidence["written"] < GROUNDED_SHARE * given:
-                continue
         if g.path[-1:] == ("[]",):
             cues.array = _item_counts(g.path[:-1], gold)
-        if cues.options or cues.array:
-            learned.append(cues)
-    return learned
+        cues.left = _left(cues, g.path in probed)
+        fields.append(cues)
+    tried = {cues.path for cues in fields}
+    return fields + [FieldCues(field_name(path), path, {}, left=_untried(node)) for path, node in _leaves(schema, ()) if path not in tried]
+
+
+def kept(fields: list[FieldCues]) -> list[FieldCues]:
+    """The fields of ``learn_fields`` that keep cues."""
+    return [cues for cues in fields if cues.left is None]
+
+
+def field_name(path: tuple[str, ...]) -> str:
+    """A field's path as a name, as the learned file and ``Grounded.name`` write it: ``parties[].name``."""
+    return ".".join(path).replace(".[]", "[]")
+
+
+def _left(cues: FieldCues, probed: bool) -> str | None:
+    """Why ``cues`` are not kept, or None where they are; ``probed``: the schema does not ground the field itself."""
+    given, written = cues.evidence["values"], cues.evidence["written"]
+    if not given and (probed or not (cues.options or cues.array)):
+        return "no gold row gives it a value"
+    if probed and written < GROUNDED_SHARE * given:
+        return (
+            f"its gold is written in the text for {written} of {given} values ({written / given:.0%}), under the "
+            f"{GROUNDED_SHARE:.0%} that grounds a field the schema does not"
+        )
+    if not (cues.options or cues.array):
+        return f"no option raised its pick rate ({cues.evidence['pick_rate_before']:.3f}) by {MIN_GAIN} or more"
+    return None
+
+
+def _untried(node: dict[str, Any]) -> str:
+    """Why ``learn`` never tries the leaf field ``node``."""
+    what = "a const" if "const" in node else "an enum the schema does not ground" if "enum" in node else f"type {node.get('type')}"
+    return f"not tried: cues are learned for string, number, integer and date fields and grounded enums, not {what}"
 
 
 def _item_counts(path: tuple[str, ...], gold: Sequence[tuple[str, Any]]) -> dict[str, int]:
@@ -78,6 +113,8 @@ def _probe(schema: dict[str, Any], gold: Sequence[tuple[str, Any]]) -> tuple[dic
     probe = copy.deepcopy(schema)
     probed = {}
     for path, node in _leaves(probe, ()):
+        if not _learnable(node):
+            continue
         values = [v for _, label in gold for v in _values(label, path) if v is not None]
         units = _units(values)
         own = node.get(KEYWORD)
@@ -104,14 +141,19 @@ def _leaves(node: dict[str, Any], path: tuple[str, ...]) -> Iterator[tuple[tuple
 
 
 def _leaf(node: dict[str, Any], path: tuple[str, ...]) -> Iterator[tuple[tuple[str, ...], dict[str, Any]]]:
-    kinds = node.get("type")
-    kinds = [k for k in kinds if k != "null"] if isinstance(kinds, list) else [kinds]
     if "properties" in node:
         yield from _leaves(node, path)
     elif isinstance(node.get("items"), dict):
         yield from _leaf(node["items"], (*path, "[]"))
-    elif len(kinds) == 1 and kinds[0] in _LEAF_TYPES and "enum" not in node and "const" not in node:
+    else:
         yield path, node
+
+
+def _learnable(node: dict[str, Any]) -> bool:
+    """Is the leaf ``node`` one ``learn`` grounds where the schema does not: a string, number or integer, not an enum?"""
+    kinds = node.get("type")
+    kinds = [k for k in kinds if k != "null"] if isinstance(kinds, list) else [kinds]
+    return len(kinds) == 1 and kinds[0] in _LEAF_TYPES and "enum" not in node and "const" not in node
 
 
 def _values(label: Any, path: tuple[str, ...]) -> Iterator[Any]:
