@@ -20,7 +20,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from .models import DEFAULT_MODEL, DEFAULT_MODEL_NAME
+from .models import DEFAULT_MODEL, DEFAULT_MODEL_NAME, EMBEDDED_NAMES
 
 
 class ConfigError(ValueError):
@@ -32,7 +32,10 @@ class _Section(BaseModel):
 
 
 class ModelConfig(_Section):
-    source: str = Field(DEFAULT_MODEL, description=f"{DEFAULT_MODEL!r} (embedded {DEFAULT_MODEL_NAME}), a local directory or a hub id")
+    source: str = Field(
+        DEFAULT_MODEL,
+        description=f"{DEFAULT_MODEL!r} (embedded {DEFAULT_MODEL_NAME}), another embedded model ({', '.join(EMBEDDED_NAMES[1:])}), a local directory or a hub id",
+    )
     dtype: Literal["float32", "bfloat16", "float16", "float64"] = "float32"
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto: CUDA where torch sees it, else the CPU")
 

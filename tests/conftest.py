@@ -43,6 +43,14 @@ def tokenizer():
     return load_tokenizer()
 
 
+@pytest.fixture(scope="session")
+def gemma_tokenizer():
+    """The second embedded model's tokenizer: SentencePiece, 262,144 ids, byte-fallback and control tokens."""
+    from fucina_jobs.models.loading import load_tokenizer
+
+    return load_tokenizer("gemma3-270m")
+
+
 def _tiny_llama(vocab_size: int, seed: int = 0):
     from transformers import LlamaConfig, LlamaForCausalLM
 

@@ -19,6 +19,7 @@ from ..decoding.drafting import DRAFT_SOURCES, NGRAM
 from ..decoding.relaxation import cause as compile_error_cause
 from ..decoding.relaxation import compile_json_schema
 from ..models import DEFAULT_MODEL
+from ..models.families import UnsupportedModel
 from ..models.loading import ModelNotFound, load_model, load_tokenizer, resolve_device, resolve_source
 from ..decoding.sampler import SamplingParams
 from ..config import ENGINES
@@ -54,7 +55,9 @@ __all__ = [
     "SamplingParams",
     "Session",
     "StreamStats",
+    "UnsupportedModel",
     "build",
+    "check_model",
     "compile_constraint",
     "compile_error_cause",
     "compile_json_schema",
@@ -88,6 +91,14 @@ def require(name: str) -> None:
     engine = _engine_class(name)
     if hasattr(engine, "require"):
         engine.require()
+
+
+def check_model(name: str, model_path: str, source: str) -> None:
+    """Raise ``UnsupportedModel``, in one line, where the engine ``name`` would not decode the model at ``model_path``
+    (``model.source`` ``source``) as transformers does; read from its config alone, before any weight loads."""
+    engine = _engine_class(name)
+    if hasattr(engine, "check_model"):
+        engine.check_model(model_path, source)
 
 
 def _engine_class(name: str) -> type:

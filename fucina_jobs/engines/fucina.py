@@ -17,6 +17,7 @@ from ..decoding.constraint import Constraint
 from ..decoding.drafting import document_spans
 from ..decoding.processor import LogitProcessor
 from ..decoding.sampler import SamplingParams
+from ..models import families
 from ..models.hf_runner import HFRunner
 from ..models.loading import LoadedModel, load_model
 from ..config import DecodingConfig, FucinaEngineConfig, ModelConfig, RuntimeConfig, SpeculativeConfig, one_constraint
@@ -45,14 +46,20 @@ def speculation(s: SpeculativeConfig) -> SpecConfig | None:
 
 
 _SYSTEM, _USER = "\x00fucina-system\x00", "\x00fucina-user\x00"
+#: A completion prompt's cue before each answer, for a model without a chat template (a base model).
+_ANSWER = "\nAnswer:\n"
 
 
 def encode_chat(tokenizer: Any, user: str, system: str | None = None, examples: Sequence[tuple[str, str]] = ()) -> list[int]:
-    """Chat-template the messages; message text is encoded with special tokens split.
+    """The prompt's token ids: the model's chat template, or a completion prompt where it has none.
 
-    Only the template's own markers become control tokens, so a document that
-    contains ``<|im_end|>`` cannot end the turn. ``examples`` are (user,
-    assistant) turns between the system message and ``user``.
+    Message text is encoded with special tokens split, so only the template's
+    own markers become control tokens, and a document that contains
+    ``<|im_end|>`` cannot end the turn. ``examples`` are (user, assistant)
+    turns between the system message and ``user``. A base model gets the
+    instructions, then each example's document and answer, then the document
+    and the answer's cue (``_ANSWER``). Both start with the tokens the tokenizer
+    puts before any text (its BOS) unless the template wrote them already.
     """
     turns = [(role, f"\x00fucina-{i}-{role}\x00", content) for i, pair in enumerate(examples) for role, content in zip(("user", "assistant"), pair)]
     contents = {_SYSTEM: system, _USER: user} | {marker: content for _, marker, content in turns}
@@ -60,14 +67,24 @@ def encode_chat(tokenizer: Any, user: str, system: str | None = None, examples: 
         messages = ([{"role": "system", "content": _SYSTEM}] if system else []) + [{"role": role, "content": marker} for role, marker, _ in turns]
         rendered = tokenizer.apply_chat_template(messages + [{"role": "user", "content": _USER}], add_generation_prompt=True, tokenize=False)
     else:
-        rendered = (f"{_SYSTEM}\n\n" if system else "") + "".join(f"{marker}\n" for _, marker, _ in turns) + f"{_USER}\n"
+        shots = "".join(marker + (_ANSWER if role == "user" else "\n\n") for role, marker, _ in turns)
+        rendered = (f"{_SYSTEM}\n\n" if system else "") + shots + _USER + _ANSWER
     ids: list[int] = []
     for piece in re.split("(" + "|".join(map(re.escape, contents)) + ")", rendered):
         if piece in contents:
             ids += tokenizer(contents[piece], add_special_tokens=False, split_special_tokens=True).input_ids
         elif piece:
             ids += tokenizer(piece, add_special_tokens=False).input_ids
-    return ids
+    lead = leading_specials(tokenizer)
+    return ids if ids[: len(lead)] == lead else lead + ids
+
+
+def leading_specials(tokenizer: Any) -> list[int]:
+    """The ids the tokenizer puts before any text (a BOS), as ``tokenizer(text)`` would; none for most chat models."""
+    plain = tokenizer("a", add_special_tokens=False).input_ids
+    full = tokenizer("a").input_ids
+    start = next((i for i in range(len(full) - len(plain) + 1) if full[i : i + len(plain)] == plain), 0)
+    return full[:start]
 
 
 def context_overflow(prompt_tokens: int, max_tokens: int, context: int | None) -> str | None:
@@ -100,13 +117,31 @@ def completion_text(tokenizer: Any, tokens: list[int]) -> tuple[str, list[tuple[
     return decode(tokens), token_spans(tokens, decode)
 
 
-def stop_tokens(tokenizer: Any) -> set[int]:
-    """EOS plus the chat template's end-of-turn marker, where it has one."""
-    stops = {tokenizer.eos_token_id}
-    end_of_turn = tokenizer.convert_tokens_to_ids("<|im_end|>")
-    if isinstance(end_of_turn, int) and end_of_turn != tokenizer.unk_token_id:
-        stops.add(end_of_turn)
+def stop_tokens(tokenizer: Any, model_path: str | None = None) -> set[int]:
+    """The ids that end a row: the tokenizer's EOS, the generation config's (``model_path``'s), and the chat
+    template's end of turn, where each is given."""
+    stops = {tokenizer.eos_token_id, end_of_turn(tokenizer)}
+    if model_path is not None:
+        from transformers import GenerationConfig
+
+        try:
+            eos = GenerationConfig.from_pretrained(model_path).eos_token_id
+        except OSError:  # no generation_config.json
+            eos = None
+        stops |= set(eos) if isinstance(eos, list) else {eos}
     return {t for t in stops if t is not None}
+
+
+def end_of_turn(tokenizer: Any) -> int | None:
+    """The control token the chat template writes after an assistant's answer (``<|im_end|>``, ``<end_of_turn>``,
+    ``<|eot_id|>``...), read off a rendered turn rather than guessed from its spelling; None without a template."""
+    if not tokenizer.chat_template:
+        return None
+    answer = "\x00fucina-answer\x00"
+    turns = [{"role": "user", "content": "?"}, {"role": "assistant", "content": answer}]
+    after = tokenizer.apply_chat_template(turns, tokenize=False).split(answer, 1)[-1]
+    special = {i for i, t in tokenizer.added_tokens_decoder.items() if t.special}
+    return next((i for i in tokenizer(after, add_special_tokens=False).input_ids if i in special), None)
 
 
 def compile_constraint(
@@ -146,11 +181,18 @@ class FucinaEngine:
         self.loaded = loaded
         self.tokenizer = loaded.tokenizer
         self.runner = HFRunner(loaded.model, loaded.device, compile=options.compile)
-        self.stops = stop_tokens(self.tokenizer)
+        self.stops = stop_tokens(self.tokenizer, loaded.path)
         self.decoding, self.streams = decoding, runtime.streams
         self.params, self.spec = sampling_params(decoding), speculation(decoding.speculative)
         self.choice_options = decoding.choice_options
         self.context = getattr(loaded.model.config, "max_position_embeddings", None)
+
+    @staticmethod
+    def check_model(model_path: str, source: str) -> None:
+        """Refuse, from its config alone, a model the runner would not decode as transformers does (``models.families``)."""
+        from transformers import AutoConfig
+
+        families.check(AutoConfig.from_pretrained(model_path), source)
 
     @classmethod
     def load(cls, model: ModelConfig = ModelConfig(), **sections: Any) -> "FucinaEngine":

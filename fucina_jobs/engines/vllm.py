@@ -75,7 +75,7 @@ class VLLMEngine:
 
         model_dir = resolve_source(source)
         self.tokenizer = load_tokenizer(model_dir)
-        self.stops = stop_tokens(self.tokenizer)
+        self.stops = stop_tokens(self.tokenizer, model_dir)
         self.decoding, self.whitespace_flexible = decoding, whitespace_flexible
         self.context = options.max_model_len
         speculative = _ngram_config(decoding.speculative)

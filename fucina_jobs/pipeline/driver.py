@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .. import engines
-from ..engines import EngineUnavailable, GrammarCheck, GrammarError, ModelNotFound, load_tokenizer, resolve_device, resolve_source
+from ..engines import EngineUnavailable, GrammarCheck, GrammarError, ModelNotFound, UnsupportedModel, load_tokenizer, resolve_device, resolve_source
 from ..grounding import alarm
 from ..run_info import file_hash, fingerprint, package_versions, text_hash, utc_now
 from ..config import ConfigError, JobConfig, read_text_option
@@ -124,7 +124,8 @@ class Job:
                 resolve_device(m.device)  # a cluster's GPUs are checked by the replica pool
             model_path = resolve_source(m.source)  # converts the default model once, here
             tokenizer = load_tokenizer(model_path)
-        except ModelNotFound as err:
+            engines.check_model(self.cfg.engine.name, model_path, m.source)
+        except (ModelNotFound, UnsupportedModel) as err:
             raise ConfigError(str(err)) from None
         except (OSError, ValueError) as err:  # transformers: a folder with no usable tokenizer files
             raise ConfigError(f"model.source={m.source!r}: cannot load its tokenizer ({str(err).strip().splitlines()[0]})") from None
