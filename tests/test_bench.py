@@ -103,6 +103,12 @@ def test_decode_json_four_arms_constrained_rows_identical(tiny_model, capsys):
     # Without speculation a forward commits one token; with it, fewer forwards carry the same tokens.
     assert plain["forwards"] == plain["tokens"] and unconstrained["forwards"] == unconstrained["tokens"]
     assert gd["forwards"] < no_gd["forwards"] < plain["forwards"]
+    profile = result["forward_profile"]  # one step at 500 and 2,000 tokens of context, split, on the path that ran
+    assert profile["attention_path"] == "sdpa per sequence, head_dim 8"  # a head dim the CPU kernel is not built for
+    assert [r["context"] for r in profile["rows"]] == [500, 2000]
+    for r in profile["rows"]:
+        assert 0 < r["attention_ms"] < r["ms_per_forward"] and 0 < r["output_layer_ms"] < r["ms_per_forward"]
+        assert r["attention_ms"] + r["output_layer_ms"] + r["rest_ms"] == pytest.approx(r["ms_per_forward"])
     assert unconstrained["processor_us_per_token"]["calls"] == 0
     assert plain["processor_us_per_token"]["calls"] >= plain["tokens"]
     # Grammar drafting must report the forced source; the JSON skeleton has forced spans.

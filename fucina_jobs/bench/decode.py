@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ..decoding.drafting import DRAFT_SOURCES
+from .forward import format_profile, forward_profile
 from .arms import Arm, acceptance, alternate, environment, job_prompts, load_model_for, percentile, same, timed_engine
 from .inputs import Doc, constraint_source, load_docs
 from .tables import format_table, yes_no
@@ -136,6 +137,7 @@ def run_decode(args: argparse.Namespace) -> dict[str, Any]:
         "rows": rows,
         "mask_overhead": overhead,
         "grounded_compile": _grounded_compile(reference.engine, Path(args.schema), args.job, docs, ref_row["wall_s"]),
+        "forward_profile": forward_profile(reference.engine.runner),
     }
 
 
@@ -230,6 +232,8 @@ def format_decode(result: dict[str, Any]) -> str:
             f"(decode forward alone {o['plain_constrained_decode_forward_ms']:.1f} ms); "
             f"processor = {o['plain_constrained_overhead_pct']:.2f}% of plain constrained wall",
         ]
+    if p := result.get("forward_profile"):
+        out += ["", *format_profile(p)]
     if g := result.get("grounded_compile"):
         out += [
             "",

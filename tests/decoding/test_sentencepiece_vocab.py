@@ -1,6 +1,6 @@
 """The design record's tokenizer claims on a real SentencePiece vocabulary: Gemma 3's, 262,144 ids with
-byte-fallback tokens (``<0xF0>``) and control tokens (``<bos>``, ``<end_of_turn>``). SmolLM2's byte-level BPE
-is the other family; ``test_constraint.py`` tests it."""
+byte-fallback tokens (``<0xF0>``) and control tokens (``<bos>``, ``<end_of_turn>``), and vocab padding beyond
+it. SmolLM2's byte-level BPE is the other family; ``test_constraint.py`` tests it."""
 
 from __future__ import annotations
 
@@ -8,8 +8,11 @@ import json
 
 import torch
 
-from tests.helpers import allowed_mask
+from tests.helpers import allowed_mask, decode
+from tests.model_families import tiny_family
+from fucina_jobs.decoding.batch import Request
 from fucina_jobs.decoding.constraint import Constraint
+from fucina_jobs.models.hf_runner import HFRunner
 
 WIDTH = 262_144
 EOS = 1  # <eos>: the stop a base Gemma's grammar forces
@@ -64,3 +67,18 @@ def test_a_lone_continuation_byte_is_refused(gemma_tokenizer):
     lead = gemma_tokenizer.convert_tokens_to_ids("<0xEA>")
     mask = allowed_mask(c, WIDTH)
     assert mask[lead] and not mask[continuation]
+
+
+def test_a_padded_embedding_never_yields_a_padding_id(gemma_tokenizer):
+    """A Gemma model whose embedding has 64 rows more than its tokenizer, the padding rows' logits made the
+    largest of every row: decoded under a grammar, only tokenizer ids come out, and the string is valid JSON."""
+    model = tiny_family("gemma3_text", WIDTH + 64, dtype=torch.float32)
+    with torch.no_grad():
+        model.get_output_embeddings().weight[WIDTH:] = 10 * model.get_output_embeddings().weight[:WIDTH].abs().max()
+    runner = HFRunner(model)
+    assert runner.vocab_size == WIDTH + 64
+    c = Constraint.json_schema({"type": "string", "maxLength": 8}, gemma_tokenizer, vocab_size=runner.vocab_size, stop_token=EOS)
+    prompt = gemma_tokenizer("Say a word:").input_ids
+    gen = decode(runner, [Request("p", prompt, c, max_tokens=16)], stops={EOS})["p"]
+    assert gen.finish_reason == "stop" and gen.tokens and all(t < WIDTH for t in gen.tokens)
+    assert isinstance(json.loads(gemma_tokenizer.decode(gen.tokens)), str)

@@ -1,0 +1,87 @@
+"""``bench decode``'s forward profile: one decode step's milliseconds at a given context, and where they go.
+
+A step at 500 tokens of context and one at 2,000 show what grows with the
+context (attention) against what does not (the output layer, the rest of the
+layers). The attention's share is read off a profiled step (the runner labels
+its calls, ``hf_runner.ATTENTION_LABEL``) and applied to the unprofiled
+median, since a profiler slows what it watches; the output layer is timed on
+its own, one row, as a step computes it.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any, Sequence
+
+import torch
+
+from ..models.hf_runner import ATTENTION_LABEL
+
+#: Contexts a step is timed at: a typical invoice prompt, and a long document's chunk.
+CONTEXTS = (500, 2000)
+#: Timed steps per context; the median is kept.
+STEPS = 7
+
+
+def forward_profile(runner: Any, contexts: Sequence[int] = CONTEXTS, steps: int = STEPS) -> dict[str, Any]:
+    """Per context: the median ms of a one-token step, and its split into attention, output layer and the rest."""
+    g = torch.Generator().manual_seed(0)
+    rows = []
+    for context in contexts:
+        ids = torch.randint(100, runner.vocab_size, (context,), generator=g).tolist()
+        state = runner.new_state()
+        runner.forward([(state, ids[:-1])], logits=False)
+        step = lambda: runner.forward([(state, ids[-1:])]) and runner.trim(state, context - 1)  # noqa: E731
+        step()  # warm
+        ms = 1000 * statistics.median(_timed(step) for _ in range(steps))
+        attention_share = _attention_share(step)
+        output_ms = 1000 * statistics.median(_timed(lambda: _output_layer(runner)) for _ in range(steps))
+        attention_ms = attention_share * ms
+        rows.append(
+            {
+                "context": context,
+                "ms_per_forward": ms,
+                "attention_ms": attention_ms,
+                "output_layer_ms": output_ms,
+                "rest_ms": max(0.0, ms - attention_ms - output_ms),
+            }
+        )
+    return {"attention_path": runner.attention, "rows": rows}
+
+
+def _timed(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def _attention_share(step) -> float:
+    """The labelled attention's share of a profiled step's wall time (CPU events; on CUDA, its launches)."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        start = time.perf_counter()
+        step()
+        wall_us = 1e6 * (time.perf_counter() - start)
+    attention_us = sum(e.cpu_time_total for e in prof.key_averages() if e.key == ATTENTION_LABEL)
+    return min(1.0, attention_us / wall_us) if wall_us else 0.0
+
+
+@torch.no_grad()
+def _output_layer(runner: Any) -> None:
+    head = runner.model.get_output_embeddings()
+    head(torch.zeros(1, 1, head.in_features, dtype=runner.model.dtype, device=runner.device))
+
+
+def format_profile(profile: dict[str, Any]) -> list[str]:
+    from .tables import format_table
+
+    return [
+        f"one decode step (1 token) by context; attention path: {profile['attention_path']}",
+        format_table(
+            ["context", "ms/forward", "attention ms", "output layer ms", "rest ms"],
+            [
+                [r["context"], f"{r['ms_per_forward']:.1f}", f"{r['attention_ms']:.1f}", f"{r['output_layer_ms']:.1f}", f"{r['rest_ms']:.1f}"]
+                for r in profile["rows"]
+            ],
+        ),
+    ]
