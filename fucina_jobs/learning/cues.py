@@ -45,8 +45,11 @@ from .evidence import keyed, label_contexts, occurrences, verbatim
 
 #: The longest label candidate, in words (``laws of the state of``).
 LONGEST_LABEL = 5
-#: A label candidate is written before the gold value in at least this share of the rows (and 2 rows), or is a key (``keyed``).
+#: A label candidate is written before the gold value in at least this share of the rows, or is a key (``keyed``).
 LABEL_SUPPORT = 0.1
+#: Why 2: a wording seen before the gold in one document alone may be that document's own, or its OCR's typo
+#: (``numher``); one seen in two documents is a habit of the kind. A key too must be seen in two.
+LABEL_ROWS = 2
 #: Candidates scored at each greedy step, the most frequent first.
 LABEL_CANDIDATES = 40
 #: Labels a field learns at most.
@@ -639,8 +642,8 @@ def _learn_labels(
                 example.setdefault(label, " ".join(r.text[max(0, start - 60) : end + 20].split()))
                 if keyed(r.text, start):
                     keys.add(label)
-    least = max(2, LABEL_SUPPORT * len(rows))
-    pool = [label for label, n in contexts.most_common() if n >= least or label in keys][:LABEL_CANDIDATES]
+    least = max(LABEL_ROWS, LABEL_SUPPORT * len(rows))
+    pool = [label for label, n in contexts.most_common() if n >= least or (label in keys and n >= LABEL_ROWS)][:LABEL_CANDIDATES]
     if not pool:
         return [], {}
     marks = {label: [_marked(g.with_options({"labels": [label]}), r) for r in rows] for label in pool}

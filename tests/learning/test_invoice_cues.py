@@ -1,5 +1,5 @@
 """Cues learned from invoices made up here: a letterhead under a title or a greeting, keys in several languages
-written once each, dates told apart by their order, identifiers with digits."""
+written in few of them, dates told apart by their order, identifiers with digits."""
 
 import random
 
@@ -23,7 +23,7 @@ SCHEMA = {
     "additionalProperties": False,
 }
 FIRST = ["Brightwater", "Kestrel", "Oxbow", "Maple", "Fernleaf", "Tidewell", "Saltbush", "Copperline"]
-#: The customer's key, in the language of each invoice: English most often, the others once each in eight.
+#: The customer's key, in the language of each invoice: English most often, the others once each in eight (twice in 16).
 KEYS = ["Customer:", "Customer:", "Kunde:", "Customer:", "Klant:", "Customer:", "Cliente:", "Customer:"]
 
 
@@ -68,13 +68,23 @@ def test_a_letterhead_is_learned_as_top_lines_cut_at_titles_and_numbers_each_nam
         assert instance_accepted(constraint, tokenizer, record, separators=(",", ":")) is ok, name
 
 
-def test_a_key_written_once_is_learned_as_a_label_and_a_key_shape_cuts_the_run():
-    """Invoices in several languages write each key once (``Kunde:``, ``Klant:``): a key before the gold value is a
-    label seen once; a wording with no colon must be seen twice (``test_learn.py``, the deposit)."""
+def test_a_key_in_two_invoices_is_learned_as_a_label():
+    """Invoices in several languages write each key in few of them (``Kunde:``, ``Klant:``): a key before the gold
+    value is a label once two invoices write it, under the share a wording with no colon needs (``test_learn.py``,
+    the deposit)."""
     customer = learned()["customer"]
     labels = customer.options["labels"]
     assert {"customer", "kunde", "klant", "cliente"} <= set(labels), labels
     assert customer.evidence["labels"]["kunde"]["marks_gold_in_rows"] == 2  # KEYS repeats after 8 invoices
+
+
+def test_a_key_one_document_writes_is_not_learned():
+    """One scan's OCR typo (``Custorner:``) is a key before the gold value in one row alone: not a label, however
+    well it marks that row."""
+    gold = [(text.replace("Cliente:", "Custorner:") if n == 6 else text, label) for n, (text, label) in enumerate(GOLD[:8])]
+    labels = {c.name: c for c in learned_cues.learn(SCHEMA, gold)}["customer"].options.get("labels", [])
+    assert "custorner" not in labels and "kunde" not in labels, labels
+    assert "customer" in labels, labels
 
 
 def test_an_issue_and_a_due_date_are_learned_as_the_earliest_and_the_latest_labelled():
