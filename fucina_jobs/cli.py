@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return run_command(rest)
     if command == "learn":
-        from .learning.cli import learn_command
+        from .learn_command import learn_command
 
         return learn_command(rest)
     if command == "init":

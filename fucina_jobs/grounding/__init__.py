@@ -3,5 +3,6 @@
 ``declaration`` reads the ``x-grounded`` keyword from a JSON schema, ``values``
 reads the numbers and dates a text writes, ``grammar`` builds the per-row Lark
 grammar that makes other values impossible, ``check`` verifies records after
-decoding, and ``alarm`` measures a whole run for made-up output.
+decoding, ``alarm`` measures a whole run for made-up output, and ``learned_file``
+reads the cues ``learn`` found in gold rows and merges them into a schema.
 """

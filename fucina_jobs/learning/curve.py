@@ -17,7 +17,8 @@ from typing import Any, Sequence
 import pyarrow.parquet as pq
 
 from ..grounding import alarm
-from .learned import learn, write
+from ..grounding.learned_file import write
+from .learned import entries, learn
 
 
 def learning_curve(
@@ -49,7 +50,7 @@ def learning_curve(
             learned = str(out / f"learned-{n}.json")
             write(
                 Path(learned),
-                learn(schema, [(str(rows[i].get(text_field, "")), gold[i]) for i in taught]),
+                entries(learn(schema, [(str(rows[i].get(text_field, "")), gold[i]) for i in taught])),
                 len(taught),
                 f"the first {len(taught)} gold rows",
             )

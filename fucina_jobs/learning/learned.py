@@ -1,23 +1,19 @@
-"""A schema's learned cues: found from gold rows, written as a reviewed file, merged under the schema's own options.
+"""A schema's learned cues: the ``x-grounded`` options a schema's gold rows support, per field, with their evidence.
 
-``learn`` writes one JSON file (``jobs/NAME/learned.json`` by default) that says, per field, the
-``x-grounded`` options its gold rows support and the evidence for each (how many rows write the
-value, which label marked it in how many rows, an example). A job reads it with
-``constraint.learned: PATH``: the options are merged into the schema before anything else reads it,
-under the field's own hand-written options, which win key by key. The merged schema is the job's
-constraint, so its digest (and the run's version) changes when the cues do.
+``learn`` tries each leaf field (``learn_fields``) and keeps the cues that raise its pick rate (``kept``); ``entries``
+gives them as the entries of the learned-cues file, whose format, reading and merging under a schema's own options
+live in ``grounding/learned_file.py``, where a run reads them without the learner.
 """
 
 from __future__ import annotations
 
 import copy
-import json
 import math
 import re
-from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-from ..grounding.declaration import KEYWORD, GroundingError, grounded_fields
+from ..grounding.declaration import KEYWORD, grounded_fields
+from ..grounding.learned_file import entry
 from .cues import MIN_GAIN, FieldCues, field_rows, learn_field
 
 #: A gold value that is a count of a unit (``3 years``, ``18 months``, ``55.5 months``).
@@ -30,12 +26,6 @@ _LEAF_TYPES = ("string", "number", "integer")
 #: An array's learned ``minItems`` is the most items at least this share of its gold lists hold, ``maxItems`` the fewest
 #: that as many hold at most: one odd list in twenty sets neither.
 ITEMS_SHARE = 0.95
-#: The key of an array item's entry that holds the array's own learned keywords (``minItems``, ``maxItems``).
-ARRAY = "array"
-
-
-class LearnedError(ValueError):
-    """A learned-cues file cannot be read or does not fit the job's schema."""
 
 
 def learn(schema: dict[str, Any], gold: Sequence[tuple[str, Any]]) -> list[FieldCues]:
@@ -166,73 +156,7 @@ def _values(label: Any, path: tuple[str, ...]) -> Iterator[Any]:
         yield from _values(label[path[0]], path[1:])
 
 
-def write(path: Path, cues: list[FieldCues], rows: int, source: str) -> None:
-    """Write the learned-cues file: per field its options and their evidence, readable and diffable in git."""
-    document = {
-        "about": (
-            f"x-grounded options that `fucina_jobs learn` found in {rows} gold rows ({source}). A job reads them with "
-            "constraint.learned; a field's own x-grounded options in the schema win over these, key by key."
-        ),
-        "rows": rows,
-        "fields": {c.name: {**entry, "evidence": c.evidence} for c, entry in zip(cues, entries(cues).values())},
-    }
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(document, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-
-
 def entries(cues: list[FieldCues]) -> dict[str, dict[str, Any]]:
-    """The cues as ``read`` gives a file's fields back: per field its path, its options and its array's counts."""
-    return {c.name: {"path": list(c.path), KEYWORD: c.options, **({ARRAY: c.array} if c.array else {})} for c in cues}
-
-
-def read(path: Path) -> dict[str, dict[str, Any]]:
-    """The learned options per field path (a JSON pointer of property names and ``[]``), checked for shape."""
-    try:
-        document = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as err:
-        raise LearnedError(f"{path}: cannot be read as JSON ({err})") from None
-    fields = document.get("fields") if isinstance(document, dict) else None
-    if not isinstance(fields, dict) or not all(
-        isinstance(f, dict) and isinstance(f.get("path"), list) and isinstance(f.get(KEYWORD), dict) for f in fields.values()
-    ):
-        raise LearnedError(f'{path}: expected {{"fields": {{NAME: {{"path": [...], "{KEYWORD}": {{...}}}}}}}}, as `fucina_jobs learn` writes it')
-    return {name: f for name, f in fields.items()}
-
-
-def under(learned: dict[str, dict[str, Any]], at: str | None, schema: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """``learned`` with each field's path moved under ``at`` (``receipts/[]``), less the fields ``schema`` has not
-    there: cues learned from single receipts, for the items of a report that lists receipts (with fewer fields)."""
-    if not at:
-        return learned
-    prefix = at.strip("/").split("/")
-    moved = {name: {**entry, "path": [*prefix, *entry["path"]]} for name, entry in learned.items()}
-    return {name: entry for name, entry in moved.items() if _node(schema, entry["path"]) is not None}
-
-
-def apply(schema: dict[str, Any], learned: dict[str, dict[str, Any]], where: str) -> dict[str, Any]:
-    """``schema`` with the learned options merged in under each field's own; ``LearnedError`` names a field the
-    schema has no longer, or options it cannot take."""
-    merged = copy.deepcopy(schema)
-    for name, entry in learned.items():
-        node = _node(merged, entry["path"])
-        if node is None:
-            raise LearnedError(f"{where}: field {name} is not in the schema; run `fucina_jobs learn` for this schema, or set constraint.learned=null")
-        own = node.get(KEYWORD)
-        node[KEYWORD] = {**entry[KEYWORD], **(own if isinstance(own, dict) else {})}
-        array = _node(merged, entry["path"][:-1]) if entry.get(ARRAY) else None
-        if array is not None:
-            array.update({k: v for k, v in entry[ARRAY].items() if k not in array})
-    try:
-        grounded_fields(merged)
-    except GroundingError as err:
-        raise LearnedError(f"{where}: {err}") from None
-    return merged
-
-
-def _node(schema: dict[str, Any], path: list[str]) -> dict[str, Any] | None:
-    node: Any = schema
-    for part in path:
-        node = node.get("items") if part == "[]" else (node.get("properties") or {}).get(part)
-        if not isinstance(node, dict):
-            return None
-    return node
+    """The cues as the learned-cues file's entries by field name (``grounding.learned_file``): what ``write`` writes,
+    ``read`` gives back and ``apply`` merges into a schema."""
+    return {c.name: entry(c.path, c.options, c.array, c.evidence) for c in cues}

@@ -6,7 +6,7 @@ loads, plans its shards and counts their summaries; ``ray_pool`` holds the repli
 ``voting``), decodes them through one engine session (``decode_loop``) and writes the shard
 (``shard_writer``: judged, merged (``merging``), flagged (``flags``), committed).
 
-The other layers (``eval``, ``review``, ``learning``'s command, ``bench``, the command line) import
+The other layers (``eval``, ``review``, the ``learn`` command, ``bench``, the command line) import
 the names below from here, never one of the modules (``tests/test_layers.py``). Each loads on first
 use: the run's modules bring in torch and Ray, which a config error or ``learn`` should not wait for.
 """

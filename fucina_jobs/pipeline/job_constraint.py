@@ -21,8 +21,8 @@ from typing import Any
 import jsonschema
 
 from ..engines import Engine, compile_json_schema
-from ..learning import learned as learned_cues
 from ..config import ConfigError, ConstraintConfig, locate
+from ..grounding import learned_file
 
 log = logging.getLogger(__name__)
 
@@ -110,15 +110,15 @@ def read_constraint(c: ConstraintConfig, base: Path) -> JobConstraint | None:
 
 
 def _with_learned(constraint: JobConstraint, c: ConstraintConfig, base: Path) -> JobConstraint:
-    """The schema with the cues of ``constraint.learned`` merged in under its own options (``learning.learned``),
+    """The schema with the cues of ``constraint.learned`` merged in under its own options (``grounding.learned_file``),
     at ``constraint.learned_at``."""
     path = locate(c.learned, base)
     if not path.is_file():
         raise ConfigError(f"constraint.learned: {path} does not exist; `python -m fucina_jobs learn conf=NAME gold=FILE` writes it")
     try:
-        learned = learned_cues.under(learned_cues.read(path), c.learned_at, constraint.schema)
-        merged = learned_cues.apply(constraint.schema, learned, f"constraint.learned: {c.learned}")
-    except learned_cues.LearnedError as err:
+        learned = learned_file.under(learned_file.read(path), c.learned_at, constraint.schema)
+        merged = learned_file.apply(constraint.schema, learned, f"constraint.learned: {c.learned}")
+    except learned_file.LearnedError as err:
         raise ConfigError(str(err)) from None
     return JobConstraint(constraint.kind, json.dumps(merged, ensure_ascii=False, indent=1), constraint.name)
 

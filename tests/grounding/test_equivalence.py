@@ -9,6 +9,7 @@ from fucina_jobs.decoding.constraint import Constraint
 from fucina_jobs.decoding.drafting import document_spans
 from fucina_jobs.grounding.declaration import grounded_fields
 from fucina_jobs.grounding.grammar import grounded_lark
+from fucina_jobs.grounding import learned_file
 from fucina_jobs.learning import learned as learned_cues
 
 from tests.helpers import GREEDY, SPEC, STOP, decode, Recorder
@@ -62,7 +63,7 @@ TRAIN = [
     for name, amount, day in [("Alder Mills", 12, 3), ("Birch & Co", 340, 14), ("Cedar Works GmbH", 77, 21), ("Dune Ltd", 5, 28)]
     for label in [{"name": name, "amount": amount, "date": f"2025-04-{day:02d}", "kind": "a"}]
 ]
-LEARNED = learned_cues.apply(PARTY, {c.name: {"path": list(c.path), "x-grounded": c.options} for c in learned_cues.learn(PARTY, TRAIN)}, "test")
+LEARNED = learned_file.apply(PARTY, {c.name: {"path": list(c.path), "x-grounded": c.options} for c in learned_cues.learn(PARTY, TRAIN)}, "test")
 
 
 def test_the_learned_schema_narrows_by_learned_labels():

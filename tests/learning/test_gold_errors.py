@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from fucina_jobs.learning.cli import learn_command
+from fucina_jobs.learn_command import learn_command
 from fucina_jobs.learning.gold import SHOWN, mismatches
 from tests.learning.test_learn import GOLD, SCHEMA, _job_folder
 

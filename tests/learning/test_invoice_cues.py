@@ -5,6 +5,7 @@ import random
 
 from fucina_jobs.decoding.constraint import Constraint
 from fucina_jobs.grounding.grammar import grounded_lark
+from fucina_jobs.grounding import learned_file
 from fucina_jobs.learning import learned as learned_cues
 from fucina_jobs.grounding.declaration import whole_words
 from fucina_jobs.learning.cues import DIGIT_WORD, _any_of, _shape
@@ -60,7 +61,7 @@ def test_a_letterhead_is_learned_as_top_lines_cut_at_titles_and_numbers_each_nam
     cut = whole_words(options["cut_before"])
     assert cut.search("TAX INVOICE INV-2231"), cuts  # a title's number, in a row no gold row writes
     assert not any(cut.search(label["vendor"]) for _, label in GOLD), cuts
-    merged = learned_cues.apply(SCHEMA, learned_cues.entries(list(learned().values())), "test")
+    merged = learned_file.apply(SCHEMA, learned_cues.entries(list(learned().values())), "test")
     text = "INVOICE\nSaltbush Plumbing\n9 Wattle Crescent\n\nOrder of 2025-01-02, invoice INV-1045 issued 2025-01-05\nKunde: Liam Ng"
     for name, ok in [("Saltbush Plumbing", True), ("INVOICE", False), ("Saltbush Plumbing 9 Wattle", False)]:
         record = {"number": "INV-1045", "issued": "2025-01-05", "due": "2025-01-05", "vendor": name, "customer": "Liam Ng"}

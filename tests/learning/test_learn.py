@@ -10,8 +10,9 @@ from fucina_jobs.decoding.constraint import Constraint
 from fucina_jobs.grounding.check import ungrounded_values
 from fucina_jobs.grounding.declaration import grounded_fields
 from fucina_jobs.grounding.grammar import candidates, grounded_lark
+from fucina_jobs.grounding import learned_file
 from fucina_jobs.learning import learned as learned_cues
-from fucina_jobs.learning.cli import learn_command
+from fucina_jobs.learn_command import learn_command
 from fucina_jobs.learning.evidence import keyed, label_contexts, word_runs
 from fucina_jobs.learning.excerpts import excerpt
 from fucina_jobs.pipeline.examples import load_examples
@@ -73,7 +74,7 @@ def test_learn_finds_each_fields_label_units_and_case_from_gold_alone():
 
 
 def test_learned_labels_narrow_the_grammar_to_the_gold_value():
-    merged = learned_cues.apply(SCHEMA, _entries(learned_cues.learn(SCHEMA, GOLD)), "test")
+    merged = learned_file.apply(SCHEMA, _entries(learned_cues.learn(SCHEMA, GOLD)), "test")
     fields = {g.name: g for g in grounded_fields(merged)}
     text, label = notice(99)  # a notice no cue was learned from
     assert candidates(fields["shipped_on"], text) == [json.dumps(label["shipped_on"])]
@@ -88,7 +89,7 @@ def test_hand_written_options_win_over_learned_ones():
     own["properties"]["shipped_on"]["x-grounded"] = {"labels": ["ordered on"]}
     entries = _entries(learned_cues.learn(SCHEMA, GOLD))
     entries["shipped_on"]["x-grounded"]["day_first"] = True
-    merged = learned_cues.apply(own, entries, "test")
+    merged = learned_file.apply(own, entries, "test")
     assert merged["properties"]["shipped_on"]["x-grounded"] == {**entries["shipped_on"]["x-grounded"], "labels": ["ordered on"]}
 
 
@@ -96,13 +97,13 @@ def test_a_learned_field_the_schema_lost_is_an_error_naming_it():
     entries = _entries(learned_cues.learn(SCHEMA, GOLD))
     smaller = json.loads(json.dumps(SCHEMA))
     del smaller["properties"]["weight"]
-    with pytest.raises(learned_cues.LearnedError, match="field weight is not in the schema"):
-        learned_cues.apply(smaller, entries, "constraint.learned: x.json")
+    with pytest.raises(learned_file.LearnedError, match="field weight is not in the schema"):
+        learned_file.apply(smaller, entries, "constraint.learned: x.json")
 
 
 def test_no_gold_learns_nothing_and_the_schema_is_unchanged():
     assert learned_cues.learn(SCHEMA, []) == []
-    assert learned_cues.apply(SCHEMA, {}, "test") == SCHEMA
+    assert learned_file.apply(SCHEMA, {}, "test") == SCHEMA
 
 
 def test_learn_command_writes_the_file_that_run_reads(tmp_path, monkeypatch, capsys):
@@ -136,7 +137,7 @@ def test_learn_command_writes_the_file_that_run_reads(tmp_path, monkeypatch, cap
 def test_a_long_document_is_cut_to_the_passages_that_write_its_values():
     text, label = notice(3)
     long = "Preamble words. " * 200 + text.replace("\n", " filler words here. " * 40 + "\n")
-    fields = grounded_fields(learned_cues.apply(SCHEMA, _entries(learned_cues.learn(SCHEMA, GOLD)), "test"))
+    fields = grounded_fields(learned_file.apply(SCHEMA, _entries(learned_cues.learn(SCHEMA, GOLD)), "test"))
     cut = excerpt(long, label, fields)
     assert len(cut) < len(long) / 2 and "[...]" in cut and "Preamble" not in cut
     assert not ungrounded_values(label, fields, cut)[1]  # every value is written in the passages kept
@@ -183,7 +184,7 @@ def test_an_array_the_gold_never_leaves_empty_is_held_to_the_golds_item_counts(t
     cues = by_name(learned_cues.learn(schema, gold))
     assert cues["party[]"].array == {"minItems": 1, "maxItems": 2}
     entries = {c.name: {"path": list(c.path), "x-grounded": c.options, "array": c.array} for c in cues.values()}
-    merged = learned_cues.apply(schema, entries, "test")
+    merged = learned_file.apply(schema, entries, "test")
     assert (merged["properties"]["party"]["minItems"], merged["properties"]["party"]["maxItems"]) == (1, 2)
     text = "Agreement between Kestrel Cargo Lines and Pelican Express."
     constraint = lambda s: Constraint.lark(grounded_lark(s, text), tokenizer, stop_token=STOP)  # noqa: E731
@@ -191,7 +192,7 @@ def test_an_array_the_gold_never_leaves_empty_is_held_to_the_golds_item_counts(t
     assert not instance_accepted(constraint(merged), tokenizer, {"party": []}, separators=(",", ":"))
     assert instance_accepted(constraint(merged), tokenizer, {"party": ["Kestrel Cargo Lines"]}, separators=(",", ":"))
     own = {**schema, "properties": {"party": {**schema["properties"]["party"], "minItems": 0}}}
-    assert learned_cues.apply(own, entries, "test")["properties"]["party"]["minItems"] == 0  # the schema's own wins
+    assert learned_file.apply(own, entries, "test")["properties"]["party"]["minItems"] == 0  # the schema's own wins
 
 
 def test_a_gold_normal_form_is_learned_marks_left_out_and_recased(tokenizer):
@@ -201,7 +202,7 @@ def test_a_gold_normal_form_is_learned_marks_left_out_and_recased(tokenizer):
     cues = by_name(learned_cues.learn(schema, gold))["seller"]
     assert (cues.options["drop_marks"], cues.options["case"]) == (",", "title")  # the commas a gold value never holds
     assert cues.evidence["recased"]["title"] == len(names)
-    merged = learned_cues.apply(schema, {"seller": {"path": ["seller"], "x-grounded": cues.options}}, "test")
+    merged = learned_file.apply(schema, {"seller": {"path": ["seller"], "x-grounded": cues.options}}, "test")
     text = "Sold by PELICAN EXPRESS, INC., of Utah."
     constraint = lambda: Constraint.lark(grounded_lark(merged, text), tokenizer, stop_token=STOP)  # noqa: E731
     assert instance_accepted(constraint(), tokenizer, {"seller": "Pelican Express Inc."}, separators=(",", ":"))
@@ -241,7 +242,7 @@ def test_the_close_of_a_defined_name_is_learned_as_the_label_of_the_value_after_
     gold = [deed(n, name) for n, name in enumerate(TENANTS)]
     cues = by_name(learned_cues.learn(COUNTERPARTY, gold))["counterparty"]
     assert cues.options["labels"] == ["), and"], cues.options
-    merged = learned_cues.apply(COUNTERPARTY, _entries([cues]), "test")
+    merged = learned_file.apply(COUNTERPARTY, _entries([cues]), "test")
     text, _ = deed(9, "Gus Lee")
     for name, ok in (("Gus Lee", True), ("Provo", False), ("Ogden", False)):
         constraint = Constraint.lark(grounded_lark(merged, text), tokenizer, stop_token=STOP)
@@ -310,7 +311,7 @@ def test_values_that_repeat_across_rows_are_learned_as_known_values_and_narrow_t
     assert set(cues["port"].options["known_values"]) == set(PORTS)  # a closed class, given again and again
     assert cues["port"].evidence["known_values"]["pick_rate_left_out"] > cues["port"].evidence["pick_rate_before"]
     assert "known_values" not in cues.get("clerk", learned_cues.FieldCues("clerk", ("clerk",), {})).options  # each name once
-    merged = learned_cues.apply(MOVES, _entries(learned_cues.learn(MOVES, gold)), "test")
+    merged = learned_file.apply(MOVES, _entries(learned_cues.learn(MOVES, gold)), "test")
     text = "Crate 77 left Cork on Monday. Signed Max Holm. The crate drifts towards La Spezia by Friday."  # a new row
     for port, ok in (("La Spezia", True), ("Spezia", False), ("Cork", False), ("Monday", False)):
         constraint = Constraint.lark(grounded_lark(merged, text), tokenizer, stop_token=STOP)
@@ -331,7 +332,7 @@ def test_the_last_words_of_gold_names_are_learned_as_where_a_run_ends(tokenizer)
     options, evidence = cues["supplier"].options, cues["supplier"].evidence
     assert options["labels"] == ["by"] and options["ends_on"] == "(?i:inc\\.|llc)", options  # the shortest label that marks them all
     assert evidence["endings"] == {"llc": 3, "inc.": 3}
-    merged = learned_cues.apply(SUPPLY, _entries(learned_cues.learn(SUPPLY, [supply(n, name) for n, name in enumerate(SUPPLIERS)])), "test")
+    merged = learned_file.apply(SUPPLY, _entries(learned_cues.learn(SUPPLY, [supply(n, name) for n, name in enumerate(SUPPLIERS)])), "test")
     text, _ = supply(9, "Gorse Textiles LLC")  # a supplier no row gave
     for name, ok in (("Gorse Textiles LLC", True), ("Gorse Textiles", False), ("Gorse Textiles LLC a", False)):
         constraint = Constraint.lark(grounded_lark(merged, text), tokenizer, stop_token=STOP)
@@ -353,7 +354,7 @@ def test_names_that_start_on_a_capital_are_learned_as_capitalized_runs(tokenizer
     cues = by_name(learned_cues.learn(SIGNED, [signing(n, name) for n, name in enumerate(SIGNERS)]))
     options = cues["signer"].options
     assert options.get("capitalized") is True, options
-    merged = learned_cues.apply(SIGNED, _entries(cues.values()), "test")
+    merged = learned_file.apply(SIGNED, _entries(cues.values()), "test")
     text = "Deed 9. The cost is shared between the owners. It was written between Vale Zeno and the bank."
     for name, ok in (("Vale Zeno", True), ("the owners", False), ("the bank", False)):
         constraint = Constraint.lark(grounded_lark(merged, text), tokenizer, stop_token=STOP)
@@ -375,7 +376,7 @@ def test_the_word_written_after_gold_names_is_learned_as_where_a_run_stops(token
     options, evidence = cues["tenant"].options, cues["tenant"].evidence
     assert options["labels"] == ["by"] and options["cut_before"] == "(?i:a)", options
     assert evidence["cuts"] == {"a": 6}
-    merged = learned_cues.apply(LEASE, _entries(cues.values()), "test")
+    merged = learned_file.apply(LEASE, _entries(cues.values()), "test")
     text, _ = lease(9, "Gus Lee")  # a tenant no row gave, whose run after the label would reach "a" within three words
     for name, ok in (("Gus Lee", True), ("Gus", True), ("Gus Lee, a", False)):
         constraint = Constraint.lark(grounded_lark(merged, text), tokenizer, stop_token=STOP)
@@ -402,7 +403,7 @@ def test_a_field_mostly_null_is_null_unless_a_label_marks_its_value_well(tokeniz
     unlabelled = by_name(learned_cues.learn(DEPOSIT, [order(n, worded[n // 4 % 4]) for n in range(12)]))["deposit"]
     assert "labels" not in unlabelled.options and unlabelled.options["only_labelled"] is True, unlabelled.options
     assert unlabelled.evidence["pick_rate_after"] > unlabelled.evidence["pick_rate_before"]
-    merged = learned_cues.apply(DEPOSIT, _entries([unlabelled]), "test")
+    merged = learned_file.apply(DEPOSIT, _entries([unlabelled]), "test")
     text, _ = order(20, "Down payment")  # a new order: its amounts are no deposit the gold ever showed
     for deposit, ok in ((None, True), (45.5, False), (20, False)):
         constraint = Constraint.lark(grounded_lark(merged, text), tokenizer, stop_token=STOP)

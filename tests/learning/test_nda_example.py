@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from fucina_jobs.learning.cli import learn_command
+from fucina_jobs.learn_command import learn_command
 
 REPO = Path(__file__).resolve().parents[2]
 NDA = REPO.parent / "shared/data/nda-train"

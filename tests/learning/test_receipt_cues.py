@@ -8,6 +8,7 @@ import random
 from fucina_jobs.grounding.choices import line_runs
 from fucina_jobs.grounding.declaration import grounded_fields, whole_words
 from fucina_jobs.grounding.grammar import candidates, preferred, text_lines
+from fucina_jobs.grounding import learned_file
 from fucina_jobs.learning import learned as learned_cues
 
 SCHEMA = {
@@ -54,7 +55,7 @@ GOLD = [receipt(n) for n in range(40)]
 
 
 def fields() -> dict:
-    schema = learned_cues.apply(SCHEMA, learned_cues.entries(learned_cues.learn(SCHEMA, GOLD)), "learned")
+    schema = learned_file.apply(SCHEMA, learned_cues.entries(learned_cues.learn(SCHEMA, GOLD)), "learned")
     return {g.name: g for g in grounded_fields(schema)}
 
 
@@ -123,7 +124,7 @@ def test_a_number_in_brackets_is_learned_as_a_cut_where_its_bare_shape_is_a_stre
     cut = whole_words(address.options["cut_before"])
     assert cut.search("(8110-A)") and cut.search("(1074617-K)"), address.options
     assert not any(cut.search(label["address"]) for _, label in gold), address.options
-    (g,) = [g for g in grounded_fields(learned_cues.apply(SCHEMA, learned_cues.entries([address]), "learned")) if g.name == "address"]
+    (g,) = [g for g in grounded_fields(learned_file.apply(SCHEMA, learned_cues.entries([address]), "learned")) if g.name == "address"]
     for n in range(100, 110):
         text, label = bracketed(n)
         assert [json.loads(run) for run in line_runs(g, text)][:1] == [label["address"]], text
@@ -168,7 +169,7 @@ def test_a_registered_name_below_a_brand_line_is_offered_first():
         "additionalProperties": False,
     }
     (company,) = learned_cues.learn(schema, [branded(n) for n in range(36)])
-    (g,) = grounded_fields(learned_cues.apply(schema, learned_cues.entries([company]), "learned"))
+    (g,) = grounded_fields(learned_file.apply(schema, learned_cues.entries([company]), "learned"))
     for n in range(100, 112):
         text, label = branded(n)
         assert [json.loads(run) for run in line_runs(g, text)][:1] == [label["company"]], (company.options, text)

@@ -2,7 +2,7 @@
 
 The job is composed as ``run`` composes it (Hydra, the same overrides); its dataset gives the
 documents, joined to the gold (``{"id", "label"}`` a line, as ``eval.gold``, the review page and the
-Label Studio import write it) by row id. The gold is checked against the schema first (``gold.py``): field
+Label Studio import write it) by row id. The gold is checked against the schema first (``learning/gold.py``): field
 names that do not match stop it (``allow_mismatch=true`` goes on), values the schema refuses are left out.
 No model loads. The cues go to ``out`` (by default the file
 the job's ``constraint.learned`` names, else ``jobs/NAME/learned.json``), learned from the schema's own
@@ -49,7 +49,7 @@ HELD_OUT = 20
 
 
 def learn_command(argv: list[str]) -> int:
-    from ..pipeline import hydra_command
+    from .pipeline import hydra_command
 
     if {"-h", "--help"} & set(argv):
         sys.stdout.write(USAGE)
@@ -62,7 +62,8 @@ def learn_command(argv: list[str]) -> int:
 
 
 def _learn_task(cfg: Any, ours: dict[str, str]) -> int:
-    from .learned import kept, learn_fields, write
+    from .grounding.learned_file import write
+    from .learning.learned import entries, kept, learn_fields
 
     base = Path.cwd()
     schema, rows, gold, gold_path = _gold_rows(cfg, ours)
@@ -70,7 +71,7 @@ def _learn_task(cfg: Any, ours: dict[str, str]) -> int:
     fields = learn_fields(schema, pairs)
     cues = kept(fields)
     target = Path(ours.get("out") or cfg.constraint.learned or f"jobs/{cfg.name}/learned.json")
-    write(base / target, cues, len(pairs), gold_path)
+    write(base / target, entries(cues), len(pairs), gold_path)
     examples = examples_path(target)
     shown = write_examples(base / examples, schema, cues, [(i, str(rows[i].get(cfg.dataset.text_field, "")), label) for i, label in gold.items()])
     sys.stdout.write(_summary(cues, fields, len(pairs), target, cfg.constraint.learned is None) + "\n")
@@ -89,11 +90,12 @@ def write_examples(path: Path, schema: dict[str, Any], cues: list, gold: list[tu
     """The gold rows ((id, text, label)) as worked examples in ``path``, each text cut to the passages that write its
     values; a row whose label the job would refuse as an example (it breaks the schema with the cues merged in, or
     its passages do not write a value) is left out. Returns how many were written."""
-    from ..grounding.check import ungrounded_values
-    from ..grounding.declaration import grounded_fields
-    from ..data import json_validator, schema_failure
-    from .excerpts import excerpt
-    from .learned import apply, entries
+    from .data import json_validator, schema_failure
+    from .grounding.check import ungrounded_values
+    from .grounding.declaration import grounded_fields
+    from .grounding.learned_file import apply
+    from .learning.excerpts import excerpt
+    from .learning.learned import entries
 
     merged = apply(schema, entries(cues), str(path))
     fields, validator = grounded_fields(merged), json_validator(merged)
@@ -108,8 +110,8 @@ def write_examples(path: Path, schema: dict[str, Any], cues: list, gold: list[tu
 
 
 def _curve_task(cfg: Any, ours: dict[str, str], overrides: list[str]) -> int:
-    from ..config import ConfigError
-    from .curve import learning_curve
+    from .config import ConfigError
+    from .learning.curve import learning_curve
 
     try:
         sizes = [int(n) for n in ours["curve"].split(",")]
@@ -132,11 +134,11 @@ def _gold_rows(cfg: Any, ours: dict[str, str]) -> tuple[dict[str, Any], dict[str
     """The job's schema without learned cues, its readable rows by id, the gold labels of those rows (checked against
     the schema: ``_check_names`` stops on names that do not match, ``valid_gold`` leaves out what it refuses), the
     gold's path."""
-    from ..eval.evaluate import load_gold
-    from ..config import ConfigError, locate
-    from ..data import json_validator, read_rows
-    from ..pipeline import read_constraint
-    from .gold import valid_gold
+    from .config import ConfigError, locate
+    from .data import json_validator, read_rows
+    from .eval.evaluate import load_gold
+    from .learning.gold import valid_gold
+    from .pipeline import read_constraint
 
     base = Path.cwd()
     if cfg.constraint.kind != "json_schema":
@@ -166,8 +168,8 @@ def _check_names(schema: dict[str, Any], gold: dict[str, Any], source: str, *, a
     """Stop where the field names of ``gold`` and ``schema`` do not match (``gold.mismatches``), one line each, with
     what to do: a field learned from no gold row is left empty in every record the job writes. With ``allow``, warn
     and go on."""
-    from ..config import ConfigError
-    from .gold import mismatches
+    from .config import ConfigError
+    from .learning.gold import mismatches
 
     lines = mismatches(schema, gold, source)
     for line in lines:
@@ -181,7 +183,7 @@ def _check_names(schema: dict[str, Any], gold: dict[str, Any], source: str, *, a
 
 def _flag(ours: dict[str, str], key: str) -> bool:
     """The learn argument ``key=true|false`` (false where it is not given)."""
-    from ..config import ConfigError
+    from .config import ConfigError
 
     value = ours.get(key, "false").lower()
     if value not in ("true", "false"):
