@@ -18,13 +18,14 @@ import json
 import re
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Iterable, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from .check import ungrounded_values
 from .declaration import GroundingError, grounded_fields
+from .paths import leaves
 from .values import dates_in, normalize_whitespace, numbers_in
 
 #: Above these shares the run warns. Any ungrounded or copied value is suspect, but a few can be
@@ -135,7 +136,7 @@ class _PromptCopies:
         exempt = self.exempt(out.schema)
         source, numbers, dates = _norm(out.text), None, None
         copied = considered = 0
-        for value in _leaf_values(out.value):
+        for _, value in leaves(out.value):
             if value in exempt:
                 continue
             if isinstance(value, str) and len(_norm(value)) >= 3:
@@ -154,17 +155,6 @@ class _PromptCopies:
 
 def _norm(text: str) -> str:
     return normalize_whitespace(text).casefold()
-
-
-def _leaf_values(value: Any) -> Iterator[Any]:
-    if isinstance(value, dict):
-        for v in value.values():
-            yield from _leaf_values(v)
-    elif isinstance(value, list):
-        for v in value:
-            yield from _leaf_values(v)
-    else:
-        yield value
 
 
 def _schema_values(schema: Any) -> list[Any]:

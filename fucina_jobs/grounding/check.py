@@ -12,7 +12,8 @@ from __future__ import annotations
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from .declaration import Grounded, leaves
+from .declaration import Grounded
+from .paths import values_at
 from .values import dates_in, normalize_whitespace, numbers_in, quantities_in, written
 
 
@@ -21,7 +22,7 @@ def ungrounded_values(record: Any, fields: list[Grounded], text: str) -> tuple[i
     source = _Source(text)
     checked, misses = 0, []
     for g in fields:
-        for value in leaves(record, g.path):
+        for value in values_at(record, g.path):
             if value is None:
                 continue  # nothing claimed
             checked += 1

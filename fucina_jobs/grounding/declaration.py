@@ -16,6 +16,7 @@ from typing import Any, Callable, Iterator, Mapping, NamedTuple
 
 from .currencies import SIGNS
 from .options import ARRAY, ARRAY_OPTIONS, ITEM_UNITS, KEYWORD, OPTIONS, RECASINGS, Declared, GroundingError, read
+from .paths import field_name
 
 
 class _GroundedField:
@@ -54,7 +55,7 @@ class _GroundedField:
 
     @property
     def name(self) -> str:
-        return ".".join(self.path).replace(".[]", "[]")
+        return field_name(self.path)
 
     @property
     def declared(self) -> Declared:
@@ -229,16 +230,3 @@ def _kind(node: dict[str, Any], where: str) -> str:
 def _where(path: tuple[str, ...]) -> str:
     """A walk path as the JSON pointer into the schema, e.g. ``properties/lines/items/properties/sku``."""
     return "/".join(part for p in path for part in (("items",) if p == "[]" else ("properties", p))) or "<root>"
-
-
-def leaves(value: Any, path: tuple[str, ...]) -> Iterator[Any]:
-    """The values a record holds at a grounded ``path`` (arrays fan out)."""
-    if not path:
-        yield value
-        return
-    head, rest = path[0], path[1:]
-    if head == "[]":
-        for item in value if isinstance(value, list) else []:
-            yield from leaves(item, rest)
-    elif isinstance(value, dict) and head in value:
-        yield from leaves(value[head], rest)

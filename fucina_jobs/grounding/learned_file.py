@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from .declaration import KEYWORD, GroundingError, grounded_fields
+from .paths import schema_node
 
 #: The key of a field's entry that holds the learned keywords of the array the field is an item of (``minItems``, ``maxItems``).
 ARRAY = "array"
@@ -73,7 +74,7 @@ def under(learned: dict[str, dict[str, Any]], at: str | None, schema: dict[str, 
         return learned
     prefix = at.strip("/").split("/")
     moved = {name: {**field, "path": [*prefix, *field["path"]]} for name, field in learned.items()}
-    return {name: field for name, field in moved.items() if _node(schema, field["path"]) is not None}
+    return {name: field for name, field in moved.items() if schema_node(schema, field["path"]) is not None}
 
 
 def apply(schema: dict[str, Any], learned: dict[str, dict[str, Any]], where: str) -> dict[str, Any]:
@@ -81,12 +82,12 @@ def apply(schema: dict[str, Any], learned: dict[str, dict[str, Any]], where: str
     schema has no longer, or options it cannot take."""
     merged = copy.deepcopy(schema)
     for name, field in learned.items():
-        node = _node(merged, field["path"])
+        node = schema_node(merged, field["path"])
         if node is None:
             raise LearnedError(f"{where}: field {name} is not in the schema; run `fucina_jobs learn` for this schema, or set constraint.learned=null")
         own = node.get(KEYWORD)
         node[KEYWORD] = {**field[KEYWORD], **(own if isinstance(own, dict) else {})}
-        array = _node(merged, field["path"][:-1]) if field.get(ARRAY) else None
+        array = schema_node(merged, field["path"][:-1]) if field.get(ARRAY) else None
         if array is not None:
             array.update({k: v for k, v in field[ARRAY].items() if k not in array})
     try:
@@ -94,12 +95,3 @@ def apply(schema: dict[str, Any], learned: dict[str, dict[str, Any]], where: str
     except GroundingError as err:
         raise LearnedError(f"{where}: {err}") from None
     return merged
-
-
-def _node(schema: dict[str, Any], path: list[str]) -> dict[str, Any] | None:
-    node: Any = schema
-    for part in path:
-        node = node.get("items") if part == "[]" else (node.get("properties") or {}).get(part)
-        if not isinstance(node, dict):
-            return None
-    return node

@@ -44,6 +44,7 @@ from typing import Any, Iterator, Mapping
 
 from .declaration import Grounded, Units, unit_spans
 from .grammar import written_values
+from .paths import indexed_at, leaves
 from .values import dates_in, number_spans, numbers_in, quantities_in, spellings_written
 
 Span = tuple[int, int]
@@ -68,21 +69,9 @@ class SpanCheck:
 def grounded_leaves(record: Any, fields: list[Grounded]) -> Iterator[tuple[str, Grounded, Any]]:
     """(path, field, value) for every non-null grounded leaf of ``record``; paths as the confidence maps spell them."""
     for g in fields:
-        for path, value in _indexed(record, g.path, ""):
+        for path, value in indexed_at(record, g.path):
             if value is not None:
                 yield path, g, value
-
-
-def _indexed(value: Any, path: tuple[str, ...], prefix: str) -> Iterator[tuple[str, Any]]:
-    if not path:
-        yield prefix, value
-        return
-    head, rest = path[0], path[1:]
-    if head == "[]":
-        for i, item in enumerate(value if isinstance(value, list) else []):
-            yield from _indexed(item, rest, f"{prefix}[{i}]")
-    elif isinstance(value, dict) and head in value:
-        yield from _indexed(value[head], rest, f"{prefix}.{head}" if prefix else head)
 
 
 def value_spans(record: Any, fields: list[Grounded], text: str, arrays: Mapping[tuple[str, ...], Units] | None = None) -> dict[str, Span]:
@@ -124,8 +113,8 @@ class _Locator:
         units = [(window[0] + a, window[0] + b) for a, b in unit_spans(text, self.arrays[schema_path].unit)]
         at = 0
         for i, item in enumerate(items):
-            leaves = [(p, v) for p, v in _leaves(item, (*schema_path, "[]")) if p in self.fields and v is not None]
-            k = next((k for k in range(at, len(units)) if all(self.within(units[k], p, v) for p, v in leaves)), None)
+            inside = [(p, v) for p, v in leaves(item, (*schema_path, "[]")) if p in self.fields and v is not None]
+            k = next((k for k in range(at, len(units)) if all(self.within(units[k], p, v) for p, v in inside)), None)
             unit = units[k] if k is not None else window
             self.cursor = unit[0]
             self.walk(item, f"{path}[{i}]", (*schema_path, "[]"), unit)
@@ -275,15 +264,3 @@ def _whole_words(text: str, start: int, end: int) -> bool:
 
 def _word(char: str) -> bool:
     return char.isalnum() or char == "_"
-
-
-def _leaves(value: Any, schema_path: tuple[str, ...]) -> Iterator[tuple[tuple[str, ...], Any]]:
-    """(path as ``Grounded`` names it, value) per leaf below ``value``."""
-    if isinstance(value, dict):
-        for key, sub in value.items():
-            yield from _leaves(sub, (*schema_path, key))
-    elif isinstance(value, list):
-        for sub in value:
-            yield from _leaves(sub, (*schema_path, "[]"))
-    else:
-        yield schema_path, value

@@ -37,9 +37,10 @@ from decimal import Decimal
 from typing import Any, Callable, Sequence
 
 from ..grounding.choices import line_runs
-from ..grounding.declaration import Grounded, leaves
+from ..grounding.declaration import Grounded
 from ..grounding.grammar import candidates, known_spans, labelled_runs, labelled_values, line_starts, members, preferred, words, written_values
 from ..grounding.options import OPTIONS, RECASINGS
+from ..grounding.paths import values_at
 from ..grounding.values import after_labels, json_number, labelled
 from .evidence import keyed, label_contexts, occurrences, verbatim
 
@@ -114,7 +115,7 @@ class FieldCues:
 
 def field_rows(g: Grounded, gold: Sequence[tuple[str, Any]]) -> list[Row]:
     """The rows of ``gold`` ((text, label) pairs) as one field's rows: its gold values at its path."""
-    return [Row(text, [v for v in leaves(label, g.path)]) for text, label in gold if _has_path(label, g.path)]
+    return [Row(text, list(values_at(label, g.path))) for text, label in gold if _has_path(label, g.path)]
 
 
 def _has_path(label: Any, path: tuple[str, ...]) -> bool:

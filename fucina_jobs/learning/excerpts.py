@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from ..grounding.declaration import Grounded, leaves
+from ..grounding.declaration import Grounded
+from ..grounding.paths import values_at
 from .evidence import occurrences
 
 #: A document at most this long is an example whole; a longer one is cut to the passages around its values.
@@ -26,7 +27,7 @@ def excerpt(text: str, label: Any, fields: Sequence[Grounded]) -> str:
     """``text`` cut to the passages that write ``label``'s values of the grounded ``fields`` (whole where it is short)."""
     if len(text) <= EXCERPT_CHARS:
         return text
-    spans = sorted(s for g in fields for value in leaves(label, g.path) for s in occurrences(g, value, text)[:1])
+    spans = sorted(s for g in fields for value in values_at(label, g.path) for s in occurrences(g, value, text)[:1])
     windows: list[list[int]] = []
     for start, end in spans:
         low, high = max(0, start - CONTEXT_CHARS), min(len(text), end + CONTEXT_CHARS)

@@ -17,7 +17,7 @@ from typing import Any, Iterable, Iterator, Mapping
 
 from jsonschema.exceptions import ValidationError, best_match
 
-from .learned import field_name
+from ..grounding.paths import field_name
 
 log = logging.getLogger(__name__)
 

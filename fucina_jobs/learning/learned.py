@@ -10,10 +10,11 @@ from __future__ import annotations
 import copy
 import math
 import re
-from typing import Any, Iterator, Sequence
+from typing import Any, Sequence
 
 from ..grounding.declaration import KEYWORD, grounded_fields
 from ..grounding.learned_file import entry
+from ..grounding.paths import field_name, schema_leaves, values_at
 from .cues import MIN_GAIN, FieldCues, field_rows, learn_field
 
 #: A gold value that is a count of a unit (``3 years``, ``18 months``, ``55.5 months``).
@@ -52,17 +53,12 @@ def learn_fields(schema: dict[str, Any], gold: Sequence[tuple[str, Any]]) -> lis
         cues.left = _left(cues, g.path in probed)
         fields.append(cues)
     tried = {cues.path for cues in fields}
-    return fields + [FieldCues(field_name(path), path, {}, left=_untried(node)) for path, node in _leaves(schema, ()) if path not in tried]
+    return fields + [FieldCues(field_name(path), path, {}, left=_untried(node)) for path, node in schema_leaves(schema) if path not in tried]
 
 
 def kept(fields: list[FieldCues]) -> list[FieldCues]:
     """The fields of ``learn_fields`` that keep cues."""
     return [cues for cues in fields if cues.left is None]
-
-
-def field_name(path: tuple[str, ...]) -> str:
-    """A field's path as a name, as the learned file and ``Grounded.name`` write it: ``parties[].name``."""
-    return ".".join(path).replace(".[]", "[]")
 
 
 def _left(cues: FieldCues, probed: bool) -> str | None:
@@ -91,7 +87,7 @@ def _item_counts(path: tuple[str, ...], gold: Sequence[tuple[str, Any]]) -> dict
     ``ITEMS_SHARE`` of the lists hold at least, and the fewest that as many hold at most. A small model writes an
     empty list where the gold nearly never has one, and, given room, repeats an item to the end of it; held to
     the gold's counts, it picks among the spans its grounding allows."""
-    counts = sorted(len(v) for _, label in gold for v in _values(label, path) if isinstance(v, list))
+    counts = sorted(len(v) for _, label in gold for v in values_at(label, path) if isinstance(v, list))
     if not counts:
         return {}
     least, most = counts[int(len(counts) * (1 - ITEMS_SHARE))], counts[min(len(counts) - 1, math.ceil(len(counts) * ITEMS_SHARE) - 1)]
@@ -102,10 +98,10 @@ def _probe(schema: dict[str, Any], gold: Sequence[tuple[str, Any]]) -> tuple[dic
     """``schema`` with every leaf field grounded (units on counts), and the options given to those it did not ground."""
     probe = copy.deepcopy(schema)
     probed = {}
-    for path, node in _leaves(probe, ()):
+    for path, node in schema_leaves(probe):
         if not _learnable(node):
             continue
-        values = [v for _, label in gold for v in _values(label, path) if v is not None]
+        values = [v for _, label in gold for v in values_at(label, path) if v is not None]
         units = _units(values)
         own = node.get(KEYWORD)
         if own in (None, False):
@@ -124,36 +120,11 @@ def _units(values: list[Any]) -> list[str]:
     return sorted({m.group(1).lower().removesuffix("s") for m in counts if m})
 
 
-def _leaves(node: dict[str, Any], path: tuple[str, ...]) -> Iterator[tuple[tuple[str, ...], dict[str, Any]]]:
-    for key, sub in (node.get("properties") or {}).items():
-        if isinstance(sub, dict):
-            yield from _leaf(sub, (*path, key))
-
-
-def _leaf(node: dict[str, Any], path: tuple[str, ...]) -> Iterator[tuple[tuple[str, ...], dict[str, Any]]]:
-    if "properties" in node:
-        yield from _leaves(node, path)
-    elif isinstance(node.get("items"), dict):
-        yield from _leaf(node["items"], (*path, "[]"))
-    else:
-        yield path, node
-
-
 def _learnable(node: dict[str, Any]) -> bool:
     """Is the leaf ``node`` one ``learn`` grounds where the schema does not: a string, number or integer, not an enum?"""
     kinds = node.get("type")
     kinds = [k for k in kinds if k != "null"] if isinstance(kinds, list) else [kinds]
     return len(kinds) == 1 and kinds[0] in _LEAF_TYPES and "enum" not in node and "const" not in node
-
-
-def _values(label: Any, path: tuple[str, ...]) -> Iterator[Any]:
-    if not path:
-        yield label
-    elif path[0] == "[]":
-        for item in label if isinstance(label, list) else []:
-            yield from _values(item, path[1:])
-    elif isinstance(label, dict) and path[0] in label:
-        yield from _values(label[path[0]], path[1:])
 
 
 def entries(cues: list[FieldCues]) -> dict[str, dict[str, Any]]:
