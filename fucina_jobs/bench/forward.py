@@ -10,6 +10,7 @@ its own, one row, as a step computes it.
 
 from __future__ import annotations
 
+import functools
 import statistics
 import time
 from typing import Any, Sequence
@@ -17,6 +18,7 @@ from typing import Any, Sequence
 import torch
 
 from ..models.hf_runner import ATTENTION_LABEL
+from .arms import alternate
 
 #: Contexts a step is timed at: a typical invoice prompt, and a long document's chunk.
 CONTEXTS = (500, 2000)
@@ -25,19 +27,25 @@ STEPS = 7
 
 
 def forward_profile(runner: Any, contexts: Sequence[int] = CONTEXTS, steps: int = STEPS) -> dict[str, Any]:
-    """Per context: the median ms of a one-token step, and its split into attention, output layer and the rest."""
+    """Per context: the median ms of a one-token step, and its split into attention, output layer and the rest.
+
+    The contexts' steps alternate (``arms.alternate``), so a slow spell of a shared machine falls on all alike."""
     g = torch.Generator().manual_seed(0)
-    rows = []
+    step = {}
     for context in contexts:
         ids = torch.randint(100, runner.vocab_size, (context,), generator=g).tolist()
         state = runner.new_state()
         runner.forward([(state, ids[:-1])], logits=False)
-        step = lambda: runner.forward([(state, ids[-1:])]) and runner.trim(state, context - 1)  # noqa: E731
-        step()  # warm
-        ms = 1000 * statistics.median(_timed(step) for _ in range(steps))
-        attention_share = _attention_share(step)
-        output_ms = 1000 * statistics.median(_timed(lambda: _output_layer(runner)) for _ in range(steps))
-        attention_ms = attention_share * ms
+        step[context] = functools.partial(_step, runner, state, ids[-1], context - 1)
+        step[context]()  # warm
+    times: dict[int, list[float]] = {context: [] for context in contexts}
+    for _, context in alternate(contexts, steps):
+        times[context].append(_timed(step[context]))
+    output_ms = 1000 * statistics.median(_timed(lambda: _output_layer(runner)) for _ in range(steps))
+    rows = []
+    for context in contexts:
+        ms = 1000 * statistics.median(times[context])
+        attention_ms = _attention_share(step[context]) * ms
         rows.append(
             {
                 "context": context,
@@ -48,6 +56,12 @@ def forward_profile(runner: Any, contexts: Sequence[int] = CONTEXTS, steps: int 
             }
         )
     return {"attention_path": runner.attention, "rows": rows}
+
+
+def _step(runner: Any, state: Any, token: int, cached: int) -> None:
+    """One decode step after ``cached`` positions, then back to them: every timed step sees the same context."""
+    runner.forward([(state, [token])])
+    runner.trim(state, cached)
 
 
 def _timed(fn) -> float:
