@@ -12,17 +12,20 @@ wrong format or encoding) are errors that name the file and say what to set;
 The driver never holds the rows. ``scan`` streams the dataset once and keeps
 an index of about 80 bytes a row, whatever the rows' size: the row's id, its
 content digest (what "the same row" means across runs, so an edited row is
-decoded again) and its ``Loc``: file, byte range (jsonl, csv) or row number
-(parquet), line and position. The driver ships shards as ``Slice``s of that
-index, and each replica reads its own rows back with ``read_slice``, which
-checks each against the id and digest the scan found there: a file replaced or
-moved during the run raises ``DatasetChanged`` rather than decode a row the
-plan does not hold. The scan hashes the bytes it parses: the manifest's
-dataset hash. A jsonl, csv or parquet file's ``Stamp`` (size, modification
-time) is taken before the scan reads it: one that changed by the end of its
-read is an error naming it, and a replica refuses one that is shorter now
-(``dataset_files.py``), so an object cut short or replaced between the listing
-and a read is never read as a file of fewer rows.
+decoded again; a ``documents`` file's is of its bytes) and its ``Loc``: file,
+byte range (jsonl, csv) or row number (parquet), line and position. The driver
+ships shards as ``Slice``s of that index, and each replica reads its own rows
+back with ``read_slice``, which checks each against the id and digest the scan
+found there: a file replaced or moved during the run raises ``DatasetChanged``
+rather than decode a row the plan does not hold. The scan hashes the bytes it
+reads: the manifest's dataset hash. A ``documents`` file is parsed once, by
+the replica that decodes it: the scan hashes its bytes and parses nothing (a
+scanned page's OCR takes seconds), and the replica parses the bytes it hashes,
+so the check proves it parsed the file the scan saw. A jsonl, csv or parquet
+file's ``Stamp`` (size, modification time) is taken before the scan reads it:
+one that changed by the end of its read is an error naming it, and a replica
+refuses one that is shorter now (``dataset_files.py``), so an object cut short
+or replaced between the listing and a read is never read as a file of fewer rows.
 ``dataset.path`` is a local path or a ``pyarrow.fs`` URI (``storage.py``):
 every read goes through the filesystem, and a replica's byte ranges are
 ranged reads, so an ``s3://`` dataset is never copied whole.
@@ -40,7 +43,7 @@ import io
 import json
 import os
 import re
-from dataclasses import KW_ONLY, dataclass, field
+from dataclasses import KW_ONLY, dataclass, field, replace
 from pathlib import Path, PurePosixPath
 from typing import Any, Callable, Iterator, NamedTuple, Union
 
@@ -66,7 +69,7 @@ from .dataset_files import (
     walk,
     wide_encoding,
 )
-from .documents import Unreadable, is_document, read as read_document
+from .documents import Unreadable, is_document, read as read_document, unread
 from .s3_retries import RetriesExhausted
 from .storage import is_local, list_files, open_input, read_bytes, resolve, resolve_input
 
@@ -81,18 +84,45 @@ class Row:
     index: int  # position in the input, for messages
     fields: dict[str, Any] = field(default_factory=dict)
     problem: str | None = None  # why this row cannot be decoded
+    source_digest: str | None = None  # a documents file's row: its file's bytes, hashed, which the scan knows unparsed
 
     @property
     def digest(self) -> str:
-        """The row's content (every field, or its problem), hashed: what "the same row" means across runs."""
+        """The row's content (every field, or its problem), hashed, or its file's bytes (``source_digest``): what "the
+        same row" means across runs."""
+        if self.source_digest is not None:
+            return self.source_digest
         content = {str(k): v for k, v in self.fields.items()} if self.fields else {"problem": self.problem}
-        return hashlib.sha256(json.dumps(content, sort_keys=True, default=str).encode()).hexdigest()[:16]
+        return _hex(hashlib.sha256(json.dumps(content, sort_keys=True, default=str).encode()))
 
 
-#: What a reader yields per row: its fields, a problem with no fields, or fields it could read plus a problem.
-Item = Union[dict[str, Any], str, tuple[dict[str, Any], str]]
-#: Where a reader hands the bytes it parsed, for the dataset's hash (None: nobody asks).
+def _hex(hashed: Any) -> str:
+    """A sha256 as rows' digests are: its first 16 hex digits."""
+    return hashed.hexdigest()[:16]
+
+
+class Unparsed(NamedTuple):
+    """A documents file as the scan indexes it: its row's fields by name (``documents.unread``, values empty) and the
+    digest of its bytes. Its parse (OCR: seconds a page) is the replica's, which decodes it."""
+
+    fields: dict[str, Any]
+    digest: str
+
+
+class Parsed(NamedTuple):
+    """A documents file's row as parsed from its bytes, with their digest: the scan's ``Unparsed`` one for the same file."""
+
+    item: Item
+    digest: str
+
+
+#: What a reader yields per row: its fields, a problem with no fields, or fields it could read plus a problem; for a
+#: documents file, whose row's digest is of its bytes, ``Unparsed`` (the scan) or ``Parsed``.
+Item = Union[dict[str, Any], str, tuple[dict[str, Any], str], Unparsed, Parsed]
+#: Where a reader hands the bytes it read, for the dataset's hash (None: nobody asks).
 Seen = Union[Callable[[bytes], Any], None]
+#: A format's reader of one file: each row's byte range or row number (start, end), line and item.
+Reader = Callable[[pafs.FileSystem, str, str, DatasetConfig, Seen], Iterator[tuple[int, int, int, Item]]]
 
 
 class Loc(NamedTuple):
@@ -172,7 +202,7 @@ def scan(cfg: DatasetConfig, base: Path) -> RowIndex:
     listed = _listed(cfg, fs, files)
     batches, pending, first_usable = [], [], None
     digest = hashlib.sha256()
-    for loc, row in _located(cfg, fs, root, files, problems, digest.update, listed):
+    for loc, row in _located(cfg, fs, root, files, problems, digest.update, listed, _SCANNERS[cfg.format]):
         if first_usable is None and row.problem is None:
             first_usable = row
         pending.append((row.id, row.digest, *loc))
@@ -189,7 +219,7 @@ def read_rows(cfg: DatasetConfig, base: Path) -> list[Row]:
     """Every row, in memory: for small datasets and tests; jobs use ``scan`` and ``read_slice``."""
     fs, root = _resolve(cfg, base)
     root, files, problems = _files(cfg, fs, root)
-    located = list(_located(cfg, fs, root, files, problems, None, _listed(cfg, fs, files)))
+    located = list(_located(cfg, fs, root, files, problems, None, _listed(cfg, fs, files), _READERS[cfg.format]))
     rows = [row for _, row in located]
     table = pa.table(
         {
@@ -236,11 +266,14 @@ def read_slice(cfg: DatasetConfig, piece: Slice) -> list[Row]:
 
 
 def failed_rows(cfg: DatasetConfig, piece: Slice) -> list[Row]:
-    """A failed shard's rows, for its rejects: read back, or named by the plan alone when the dataset no longer reads back."""
-    try:
-        return read_slice(cfg, piece)
-    except (DatasetChanged, *READ_ERRORS):
-        return [Row(row_id, loc.index) for row_id, loc in zip(piece.table.column("id").to_pylist(), piece.locs)]
+    """A failed shard's rows, for its rejects: read back, or named by the plan alone when the dataset no longer reads
+    back, or holds documents: the driver parses none (their OCR is the replicas', and a file that failed them may fail it)."""
+    if cfg.format != "documents":
+        try:
+            return read_slice(cfg, piece)
+        except (DatasetChanged, *READ_ERRORS):
+            pass
+    return [Row(row_id, loc.index) for row_id, loc in zip(piece.table.column("id").to_pylist(), piece.locs)]
 
 
 def check_output_outside(cfg: DatasetConfig, output_dir: str, base: Path) -> None:
@@ -459,9 +492,15 @@ def _document_id(file: str) -> str:
 
 
 def _located(
-    cfg: DatasetConfig, fs: pafs.FileSystem, root: str, files: list[str], problems: dict[str, str], seen: Seen, listed: dict[str, Stamp]
+    cfg: DatasetConfig,
+    fs: pafs.FileSystem,
+    root: str,
+    files: list[str],
+    problems: dict[str, str],
+    seen: Seen,
+    listed: dict[str, Stamp],
+    reader: Reader,
 ) -> Iterator[tuple[Loc, Row]]:
-    reader = _READERS[cfg.format]
     index = 0
     for file_no, file in enumerate(files):
         where, nameless = _where(cfg, root, file), _nameless(cfg, root, file)
@@ -691,50 +730,63 @@ def _csv_record(raw: bytes, header: list[str]) -> dict[str, Any]:
 
 def _text_dir(fs: pafs.FileSystem, root: str, file: str, cfg: DatasetConfig, seen: Seen) -> Iterator[tuple[int, int, int, Item]]:
     """One row per file, subdirectories included; a row's id is its path below ``root`` without the suffix."""
+    yield 0, 0, 0, _text_item(cfg, file, read_bytes(fs, f"{root}/{file}"), seen)
+
+
+def _text_item(cfg: DatasetConfig, file: str, raw: bytes, seen: Seen) -> Item:
+    """A text file's row from its bytes as stored (compressed or not), or its reject: not UTF-8, binary."""
     where = PurePosixPath(file)
     row_id = _document_id(file)
-    raw = read_bytes(fs, f"{root}/{file}")
     try:
         data = decompress(raw)
     except READ_ERRORS as err:
-        yield 0, 0, 0, ({cfg.id_field: row_id}, f"{where}: cannot decompress it ({str(err).splitlines()[0]})")
-        return
+        return {cfg.id_field: row_id}, f"{where}: cannot decompress it ({str(err).splitlines()[0]})"
     if seen:
         seen(data)
     wide = wide_encoding(data[:1024])
     if wide:
-        yield 0, 0, 0, ({cfg.id_field: row_id}, f"{where}: {wide} text, not UTF-8; save it as UTF-8")
-        return
+        return {cfg.id_field: row_id}, f"{where}: {wide} text, not UTF-8; save it as UTF-8"
     document = "; dataset.format=documents reads it" if is_document(file) else ""  # a PDF in a text_dir
     if b"\x00" in data:
-        yield 0, 0, 0, ({cfg.id_field: row_id}, f"{where}: a binary file, not text (it holds NUL bytes){document}")
-        return
+        return {cfg.id_field: row_id}, f"{where}: a binary file, not text (it holds NUL bytes){document}"
     try:
-        yield 0, 0, 0, {cfg.id_field: row_id, cfg.text_field: data.decode("utf-8-sig")}
+        return {cfg.id_field: row_id, cfg.text_field: data.decode("utf-8-sig")}
     except UnicodeDecodeError as err:
         why = f"byte 0x{data[err.start]:02x} at offset {err.start} is not UTF-8"
-        yield 0, 0, 0, ({cfg.id_field: row_id}, f"{where}: a binary file, not text ({why}){document}")
+        return {cfg.id_field: row_id}, f"{where}: a binary file, not text ({why}){document}"
 
 
 def _documents(fs: pafs.FileSystem, root: str, file: str, cfg: DatasetConfig, seen: Seen) -> Iterator[tuple[int, int, int, Item]]:
     """One row per file, as text_dir reads them; a PDF, Word or HTML file's text is ``documents.read``'s, or its reject
-    that reason (a PDF's row also says which pages OCR read: ``ocr_pages``). The file is read through its handle,
-    as PDFium asks for its pages, not whole into memory."""
+    that reason (a PDF's row also says which pages OCR read: ``ocr_pages``). The file's bytes are read once, into
+    memory: hashed for the row's digest, then parsed, so the digest the scan found (``_unparsed``) is of what was parsed."""
+    data = read_bytes(fs, f"{root}/{file}")
+    if seen:
+        seen(data)
+    yield 0, 0, 0, Parsed(_document_item(cfg, file, data), _hex(hashlib.sha256(data)))
+
+
+def _document_item(cfg: DatasetConfig, file: str, data: bytes) -> Item:
     if not is_document(file):
-        yield from _text_dir(fs, root, file, cfg, seen)
-        return
-    row_id = _document_id(file)
+        return _text_item(cfg, file, data, None)
+    try:
+        document = read_document(io.BytesIO(data), file, cfg.ocr)
+    except Unreadable as err:
+        return {cfg.id_field: _document_id(file)}, str(err)
+    return {cfg.id_field: _document_id(file), cfg.text_field: document.text, **document.fields}
+
+
+def _unparsed(fs: pafs.FileSystem, root: str, file: str, cfg: DatasetConfig, seen: Seen) -> Iterator[tuple[int, int, int, Item]]:
+    """A documents file as the scan indexes it: its bytes, streamed through the digest (a file of any size in a MB),
+    and its row's fields by name. Nothing parses it here: the replica that decodes the row does, once."""
+    digest = hashlib.sha256()
     with open_input(fs, f"{root}/{file}") as f:
-        if seen:
-            for chunk in iter(lambda: f.read(1 << 20), b""):
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+            if seen:
                 seen(chunk)
-            f.seek(0)
-        try:
-            document = read_document(f, file, cfg.ocr)
-        except Unreadable as err:
-            yield 0, 0, 0, ({cfg.id_field: row_id}, str(err))
-            return
-    yield 0, 0, 0, {cfg.id_field: row_id, cfg.text_field: document.text, **document.fields}
+    blank = unread(file)
+    yield 0, 0, 0, Unparsed({cfg.id_field: _document_id(file), cfg.text_field: blank.text, **blank.fields}, _hex(digest))
 
 
 MASKBENCH_PROMPT = "Reply with one JSON value that validates against the JSON schema below, and nothing else.\n\nJSON schema:\n{schema}"
@@ -768,12 +820,25 @@ def _maskbench(fs: pafs.FileSystem, root: str, file: str, cfg: DatasetConfig, se
     )
 
 
-_READERS = {"jsonl": _jsonl, "parquet": _parquet, "csv": _csv, "text_dir": _text_dir, "documents": _documents, "maskbench": _maskbench}
+_READERS: dict[str, Reader] = {
+    "jsonl": _jsonl,
+    "parquet": _parquet,
+    "csv": _csv,
+    "text_dir": _text_dir,
+    "documents": _documents,
+    "maskbench": _maskbench,
+}
+#: What the scan reads: each format's reader, but a documents file's bytes alone, which the replica parses.
+_SCANNERS: dict[str, Reader] = _READERS | {"documents": _unparsed}
 #: The formats that read one row from each file, whose id is the file's path below the dataset's folder.
 _ONE_A_FILE = ("text_dir", "documents", "maskbench")
 
 
 def _checked(cfg: DatasetConfig, path: PurePosixPath, fallback_id: str, index: int, item: Item) -> Row:
+    if isinstance(item, Unparsed):  # nothing to check before its parse, the replica's, which checks its digest too
+        return Row(item.fields[cfg.id_field], index, item.fields, source_digest=item.digest)
+    if isinstance(item, Parsed):
+        return replace(_checked(cfg, path, fallback_id, index, item.item), source_digest=item.digest)
     if isinstance(item, str):
         return Row(fallback_id, index, problem=item)
     fields, problem = item if isinstance(item, tuple) else (item, None)

@@ -3,14 +3,15 @@
 ``read`` gives a file's text, or raises ``Unreadable`` with a one-line reason that names the file (an
 encrypted, damaged or empty PDF, a Word file that is not one, HTML that is not in its charset, a file that
 holds no text): the dataset makes that reason the row's reject, so a document never stops a run and never
-becomes a silently empty row.
+becomes a silently empty row. A job's scan reads none: it hashes each file's bytes and knows its row's fields by
+name (``unread``), and the replica that decodes the row reads it.
 
 - **PDF** through pypdfium2, the bindings of PDFium (Chrome's PDF engine): Apache-2.0/BSD like this
   package, wheels that carry the library (no system package), maintained, and fast (C++: 1,100 pages of
   text a second on one core here; pdfminer.six is pure Python and slower, PyMuPDF is AGPL). The text layer is
   read page by page in the order PDFium gives it, pages joined by form feeds (``\\f``): page k is
-  ``text.split("\\f")[k - 1]``. PDFium reads the file through its handle as it needs, and each page is
-  closed before the next loads, so a document of hundreds of pages is held one page at a time.
+  ``text.split("\\f")[k - 1]``. PDFium reads the file's bytes through its handle as it needs, and each page
+  is closed before the next loads, so a document of hundreds of pages is parsed and rendered one page at a time.
 - **Scanned pages**: a page whose text layer holds no text is rendered in grayscale at 300 dpi (fewer
   dots on a page too large for ``MAX_PIXELS``) and read by Tesseract, the ``tesseract`` command of
   Debian's ``tesseract-ocr``, when ``dataset.ocr=auto``; the row's ``ocr_pages`` field lists those pages
@@ -69,6 +70,12 @@ class Document:
 def is_document(name: str) -> bool:
     """Whether ``read`` reads the file ``name`` (by its suffix); any other file of a folder of documents is text."""
     return PurePosixPath(name).suffix.lower() in _READERS
+
+
+def unread(name: str) -> Document:
+    """The row ``read`` gives the file ``name`` before any of it is read: its fields by name, their values empty
+    (a PDF's ``ocr_pages`` too), so that the scan checks the prompt template against a document it does not read."""
+    return Document("", {"ocr_pages": []} if PurePosixPath(name).suffix.lower() == ".pdf" else {})
 
 
 def read(f: BinaryIO, name: str, ocr: Ocr = "auto") -> Document:

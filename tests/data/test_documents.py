@@ -3,22 +3,25 @@
 A scanned page is an image-only page (text drawn by Pillow); its OCR needs the
 ``tesseract`` command (scripts/setup.sh installs it), and those tests skip
 without it. Everything else decodes nothing: the end-to-end runs use the canned
-engine.
+engine. A job's scan hashes a document's bytes and parses nothing; the replica
+that reads the row's slice parses it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
 import logging
 import shutil
+import sys
 import zlib
 from pathlib import Path
 
 import pytest
 
 from fucina_jobs.config import ConfigError, DatasetConfig, validate
-from fucina_jobs.data import documents
-from fucina_jobs.data.dataset import DatasetChanged, read_rows, read_slice, scan
+from fucina_jobs.data import dataset, documents
+from fucina_jobs.data.dataset import DatasetChanged, failed_rows, read_rows, read_slice, scan
 
 from tests.helpers import REPO, assert_exactly_once, canned_job, read_dir
 
@@ -112,19 +115,59 @@ def test_one_file_a_glob_and_a_folder_name_the_rows_below_their_folder(tmp_path)
     assert as_text["a"].startswith("a.pdf: a binary file, not text") and as_text["a"].endswith("; dataset.format=documents reads it")
 
 
-def test_the_digest_is_the_documents_text_and_an_edited_file_is_found_by_it(tmp_path):
+def _digests(index) -> dict[str, str]:
+    return dict(zip(index.table.column("id").to_pylist(), index.table.column("digest").to_pylist()))
+
+
+def test_the_scan_parses_no_document_and_the_replica_parses_each_once_finding_its_rejects(tmp_path, monkeypatch):
+    docs = _folder(tmp_path)
+    (docs / "scan.pdf").write_bytes(pdf_bytes([scan_of("INVOICE 4711")]))
+    (docs / "locked.pdf").write_bytes(pdf_bytes(["secret"], encrypt=True))
+    (docs / "page.html").write_text("<p>Invoice H-5</p>")
+    cfg = DatasetConfig(path=str(docs), format="documents", ocr="off")
+    parsed: list[str] = []
+    parse = dataset.read_document
+    monkeypatch.setattr(dataset, "read_document", lambda f, name, ocr: parsed.append(name) or parse(f, name, ocr))
+    with monkeypatch.context() as scanning:
+        scanning.setitem(sys.modules, "pypdfium2", None)  # an import of PDFium fails: the scan must not need it
+        index = scan(cfg, tmp_path)
+    assert parsed == [] and index.first_usable.fields == {"id": "2024/b", "text": "", "ocr_pages": []}  # the fields by name
+    piece = index.slice(index.table)
+    assert [r.id for r in failed_rows(cfg, piece)] == ["2024/b", "a", "locked", "page", "scan"] and parsed == []  # nor does the driver
+
+    rows = read_slice(cfg, piece)  # checked against the scan's digests, of the bytes it parsed
+    assert parsed == ["2024/b.pdf", "a.pdf", "locked.pdf", "page.html", "scan.pdf"]
+    assert {r.id: r.problem for r in rows if r.problem} == {
+        "locked": "locked.pdf: an encrypted PDF that needs a password; save a copy without one",
+        "scan": "scan.pdf: no text on any of its 1 pages; it may be a scan: dataset.ocr=auto reads it by OCR",
+    }
+    assert {r.id: sorted(r.fields) for r in rows if not r.problem} == {
+        "2024/b": sorted(index.first_usable.fields),
+        "a": ["id", "ocr_pages", "text"],
+        "page": ["id", "text"],
+    }
+
+
+def test_the_digest_is_the_files_bytes_so_an_edit_is_found_even_where_the_text_stays(tmp_path):
     docs = _folder(tmp_path)
     cfg = DatasetConfig(path=str(docs), format="documents")
     index = scan(cfg, tmp_path)
-    first = dict(zip(index.table.column("id").to_pylist(), index.table.column("digest").to_pylist()))
-    assert [r.fields for r in read_slice(cfg, index.slice(index.table))] == [r.fields for r in read_rows(cfg, tmp_path)]
+    first = _digests(index)
+    assert first["a"] == hashlib.sha256((docs / "a.pdf").read_bytes()).hexdigest()[:16]
+    texts = [r.fields for r in read_rows(cfg, tmp_path)]
+    assert [r.fields for r in read_slice(cfg, index.slice(index.table))] == texts
 
-    (docs / "a.pdf").write_bytes(pdf_bytes(["Invoice A-1\nAcme GmbH", "Total 13.50 EUR"]))  # the replica would decode another row
+    (docs / "a.pdf").write_bytes((docs / "a.pdf").read_bytes() + b"% saved again\n")  # a comment after %%EOF: the same text
+    assert [r.fields for r in read_rows(cfg, tmp_path)] == texts
     with pytest.raises(DatasetChanged, match="its content is not what the scan read"):
         read_slice(cfg, index.slice(index.table))
     again = scan(cfg, tmp_path)
-    now = dict(zip(again.table.column("id").to_pylist(), again.table.column("digest").to_pylist()))
+    now = _digests(again)
     assert now["2024/b"] == first["2024/b"] and now["a"] != first["a"] and again.hash != index.hash
+
+    (docs / "a.pdf").write_bytes(pdf_bytes(["Invoice A-1\nAcme GmbH", "Total 13.50 EUR"]))  # the replica would decode another row
+    with pytest.raises(DatasetChanged, match="its content is not what the scan read"):
+        read_slice(cfg, again.slice(again.table))
 
 
 @pytest.mark.parametrize(
