@@ -84,6 +84,7 @@ class Row:
     index: int  # position in the input, for messages
     fields: dict[str, Any] = field(default_factory=dict)
     problem: str | None = None  # why this row cannot be decoded
+    _: KW_ONLY
     source_digest: str | None = None  # a documents file's row: its file's bytes, hashed, which the scan knows unparsed
 
     @property

@@ -22,6 +22,11 @@ of three ways, all over views of the store, so no cache is ever copied:
   masked to each sequence's own keys. A GPU needs it: a loop over 128 streams
   is 128 kernel launches per layer. A sequence with many new tokens (a prompt
   chunk) attends on its own, so the grid is never padded to its length.
+
+Each way honours what transformers' attention interface passes a layer: its
+scaling, its sliding window and Gemma 2's logit soft-cap (``_Shape``). An
+argument it does not know is refused, at load, not dropped; which families
+that proves right is ``families``'.
 """
 
 from __future__ import annotations
