@@ -69,7 +69,7 @@ from .dataset_files import (
     walk,
     wide_encoding,
 )
-from .documents import Unreadable, is_document, read as read_document, unread
+from .documents import Layout, Unreadable, is_document, read as read_document, unread
 from .s3_retries import RetriesExhausted
 from .storage import is_local, list_files, open_input, read_bytes, resolve, resolve_input
 
@@ -86,6 +86,7 @@ class Row:
     problem: str | None = None  # why this row cannot be decoded
     _: KW_ONLY
     source_digest: str | None = None  # a documents file's row: its file's bytes, hashed, which the scan knows unparsed
+    layout: Layout | None = field(default=None, compare=False, repr=False)  # a PDF's row: where its text is on its pages
 
     @property
     def digest(self) -> str:
@@ -115,6 +116,7 @@ class Parsed(NamedTuple):
 
     item: Item
     digest: str
+    layout: Layout | None = None  # a PDF's: where its text is on its pages, for its values' boxes
 
 
 #: What a reader yields per row: its fields, a problem with no fields, or fields it could read plus a problem; for a
@@ -764,17 +766,18 @@ def _documents(fs: pafs.FileSystem, root: str, file: str, cfg: DatasetConfig, se
     data = read_bytes(fs, f"{root}/{file}")
     if seen:
         seen(data)
-    yield 0, 0, 0, Parsed(_document_item(cfg, file, data), _hex(hashlib.sha256(data)))
+    item, layout = _document_item(cfg, file, data)
+    yield 0, 0, 0, Parsed(item, _hex(hashlib.sha256(data)), layout)
 
 
-def _document_item(cfg: DatasetConfig, file: str, data: bytes) -> Item:
+def _document_item(cfg: DatasetConfig, file: str, data: bytes) -> tuple[Item, Layout | None]:
     if not is_document(file):
-        return _text_item(cfg, file, data, None)
+        return _text_item(cfg, file, data, None), None
     try:
         document = read_document(io.BytesIO(data), file, cfg.ocr)
     except Unreadable as err:
-        return {cfg.id_field: _document_id(file)}, str(err)
-    return {cfg.id_field: _document_id(file), cfg.text_field: document.text, **document.fields}
+        return ({cfg.id_field: _document_id(file)}, str(err)), None
+    return {cfg.id_field: _document_id(file), cfg.text_field: document.text, **document.fields}, document.layout
 
 
 def _unparsed(fs: pafs.FileSystem, root: str, file: str, cfg: DatasetConfig, seen: Seen) -> Iterator[tuple[int, int, int, Item]]:
@@ -839,7 +842,7 @@ def _checked(cfg: DatasetConfig, path: PurePosixPath, fallback_id: str, index: i
     if isinstance(item, Unparsed):  # nothing to check before its parse, the replica's, which checks its digest too
         return Row(item.fields[cfg.id_field], index, item.fields, source_digest=item.digest)
     if isinstance(item, Parsed):
-        return replace(_checked(cfg, path, fallback_id, index, item.item), source_digest=item.digest)
+        return replace(_checked(cfg, path, fallback_id, index, item.item), source_digest=item.digest, layout=item.layout)
     if isinstance(item, str):
         return Row(fallback_id, index, problem=item)
     fields, problem = item if isinstance(item, tuple) else (item, None)

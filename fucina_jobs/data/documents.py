@@ -24,6 +24,15 @@ name (``unread``), and the replica that decodes the row reads it.
   shows, blocks on lines of their own, without scripts, styles and the title; UTF-8, or the charset its
   ``<meta>`` declares.
 
+**Where on the page.** A PDF's ``Document`` carries a ``Layout``: the file's bytes (already in memory, read once),
+the offset where each page starts in the text, and each OCR'd page's words with their boxes. ``Layout.boxes`` finds the
+boxes of a record's spans when its shard is written, on the replica that parsed the row: PDFium computes a text-layer
+span's rectangles, a line each (``FPDFText_CountRects``), from the one page the span is on, so nothing per character
+is kept for a document of hundreds of pages; an OCR'd span's boxes are the union, per line, of the words it covers.
+Boxes are fractions of the page as rendered (top left 0, 0): what an image of the page at any resolution, CSS and
+Label Studio's percentages take as they are, where a PDF's points would need each page's size, origin (bottom left),
+crop box and rotation to be drawn.
+
 The libraries are imported at the first document: a job on JSON Lines never loads PDFium.
 """
 
@@ -39,9 +48,11 @@ import re
 import shutil
 import subprocess
 import threading
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
+from itertools import accumulate
 from pathlib import PurePosixPath
-from typing import Any, BinaryIO, Callable, Literal, NamedTuple
+from typing import Any, BinaryIO, Callable, Iterator, Literal, Mapping, NamedTuple
 
 log = logging.getLogger(__name__)
 
@@ -61,10 +72,30 @@ class Unreadable(ValueError):
     """A document that cannot be read: the one-line reason, naming the file, that is its row's reject."""
 
 
+class Box(NamedTuple):
+    """One line of a value on its page: the page (from 1), and the box in fractions of the page as rendered."""
+
+    page: int
+    left: float
+    top: float
+    right: float
+    bottom: float
+
+
+class Word(NamedTuple):
+    """A word Tesseract read: where it is in its page's text (``start``, ``end``), its line on the page, its box."""
+
+    start: int
+    end: int
+    line: int
+    box: tuple[float, float, float, float]  # left, top, right, bottom, fractions of the page
+
+
 @dataclass(frozen=True)
 class Document:
     text: str
     fields: dict[str, Any] = field(default_factory=dict)  # what else its row carries: a PDF's ocr_pages
+    layout: Layout | None = None  # a PDF's: where its text lies on its pages
 
 
 def is_document(name: str) -> bool:
@@ -103,22 +134,23 @@ def _pdf(f: BinaryIO, name: str, ocr: Ocr) -> Document:
     with _PDFIUM:
         pdf = _open(f, name)
         count = len(pdf)
-    pages, scanned = [], []
+    pages, words = [], {}
     try:
         for number in range(1, count + 1):
             with _PDFIUM:
                 text, image = _page(pdf, number, name, ocr)
             if image is not None:
-                text = _ocr(image, number, name)
-                scanned.append(number)
+                text, words[number] = _ocr(image, number, name)
             pages.append(text)
     finally:
         with _PDFIUM:
             pdf.close()
     if not any(page.strip() for page in pages):
-        why = " (OCR found none either)" if scanned else "; it may be a scan: dataset.ocr=auto reads it by OCR"
+        why = " (OCR found none either)" if words else "; it may be a scan: dataset.ocr=auto reads it by OCR"
         raise Unreadable(f"{name}: no text on any of its {len(pages)} pages{why}")
-    return Document("\f".join(pages), {"ocr_pages": scanned})
+    f.seek(0)
+    starts = tuple(accumulate((len(page) + 1 for page in pages[:-1]), initial=0))
+    return Document("\f".join(pages), {"ocr_pages": sorted(words)}, Layout(f.read(), starts, words))
 
 
 def _open(f: BinaryIO, name: str) -> Any:
@@ -164,10 +196,11 @@ def _page(pdf: Any, number: int, name: str, ocr: Ocr) -> tuple[str, Scan | None]
 
 
 class Scan(NamedTuple):
-    """A page to read by OCR: its pixels as PGM (no encoding to pay for) and their dots per inch."""
+    """A page to read by OCR: its pixels as PGM (no encoding to pay for), their dots per inch, its width and height."""
 
     image: bytes
     dpi: int
+    size: tuple[int, int]
 
 
 def _image(page: Any) -> Scan:
@@ -177,7 +210,8 @@ def _image(page: Any) -> Scan:
     bitmap = page.render(scale=scale, grayscale=True)
     try:
         pixels = bitmap.to_numpy()
-        return Scan(b"P5\n%d %d\n255\n" % (pixels.shape[1], pixels.shape[0]) + pixels.tobytes(), round(scale * 72))
+        height, width = pixels.shape
+        return Scan(b"P5\n%d %d\n255\n" % (width, height) + pixels.tobytes(), round(scale * 72), (width, height))
     finally:
         bitmap.close()
 
@@ -196,8 +230,8 @@ def _plain(text: str) -> str:
 # -- OCR ------------------------------------------------------------------------
 
 
-def _ocr(scan: Scan, number: int, name: str) -> str:
-    """Page ``number``'s image, read by Tesseract."""
+def _ocr(scan: Scan, number: int, name: str) -> tuple[str, tuple[Word, ...]]:
+    """Page ``number``'s image, read by Tesseract: its text, and each word's place in that text and box."""
     tesseract = _tesseract()
     if tesseract is None:
         raise Unreadable(
@@ -205,7 +239,7 @@ def _ocr(scan: Scan, number: int, name: str) -> str:
             f"{INSTALL_TESSERACT} (or dataset.ocr=off reads such pages as empty)"
         )
     # One thread a page: Tesseract's OpenMP threads slow it down where replicas already share the cores.
-    command = [tesseract, "stdin", "stdout", "--dpi", str(scan.dpi)]
+    command = [tesseract, "stdin", "stdout", "--dpi", str(scan.dpi), "tsv"]
     try:
         done = subprocess.run(command, input=scan.image, capture_output=True, timeout=OCR_TIMEOUT, env={**os.environ, "OMP_THREAD_LIMIT": "1"})
     except subprocess.TimeoutExpired:
@@ -213,7 +247,34 @@ def _ocr(scan: Scan, number: int, name: str) -> str:
     if done.returncode != 0:
         said = done.stderr.decode("utf-8", "replace").strip().splitlines()
         raise Unreadable(f"{name}: OCR of page {number} failed ({said[-1] if said else f'tesseract exited with {done.returncode}'})")
-    return _plain(done.stdout.decode("utf-8", "replace"))
+    return _words_text(done.stdout.decode("utf-8", "replace"), scan.size)
+
+
+def _words_text(tsv: str, size: tuple[int, int]) -> tuple[str, tuple[Word, ...]]:
+    """The text of Tesseract's words (its ``tsv`` output, a row a word) as its own text output writes them (a space
+    between words, a line end between lines, an empty line between paragraphs), with each word's place in it."""
+    width, height = size
+    parts: list[str] = []
+    words: list[Word] = []
+    at, last, line = 0, None, -1
+    for row in tsv.splitlines()[1:]:
+        cells = row.split("\t")
+        if len(cells) < 12 or cells[0] != "5" or not cells[11].strip():  # level 5: a word
+            continue
+        block, paragraph, line_number = (int(c) for c in cells[2:5])
+        left, top, w, h = (int(c) for c in cells[6:10])
+        word = _plain(cells[11].strip())
+        if last is not None:
+            gap = " " if (block, paragraph, line_number) == last else "\n" if (block, paragraph) == last[:2] else "\n\n"
+            parts.append(gap)
+            at += len(gap)
+        if (block, paragraph, line_number) != last:
+            line += 1
+        last = (block, paragraph, line_number)
+        words.append(Word(at, at + len(word), line, (left / width, top / height, (left + w) / width, (top + h) / height)))
+        parts.append(word)
+        at += len(word)
+    return "".join(parts), tuple(words)
 
 
 @functools.cache
@@ -313,6 +374,136 @@ class _Visible(html.parser.HTMLParser):
     def text(self) -> str:
         lines = (line.strip(" \t") for line in "".join(self._parts).split("\n"))
         return re.sub(r"\n{3,}", "\n\n", "\n".join(lines)).strip("\n")
+
+
+# -- Where on the page ------------------------------------------------------------
+
+#: Device units of a page's side in ``FPDF_PageToDevice``, which counts in integers: boxes to a millionth of the page.
+_UNITS = 1_000_000
+
+
+@dataclass(frozen=True, eq=False)
+class Layout:
+    """Where a PDF row's text lies on its pages: the file's bytes, the offset in the text where each page starts
+    (page k at ``starts[k - 1]``), and each OCR'd page's words."""
+
+    data: bytes
+    starts: tuple[int, ...]
+    words: Mapping[int, tuple[Word, ...]]
+
+    def boxes(self, text: str, spans: Mapping[str, tuple[int, int]]) -> dict[str, list[Box]]:
+        """Each span's boxes, a line each, by path; ``text`` is the row's, which the spans index. A span across a page
+        break has boxes on both pages."""
+        pieces: dict[int, list[tuple[str, int, int]]] = {}
+        for path, (start, end) in spans.items():
+            for number, a, b in self._pieces(start, end):
+                pieces.setdefault(number, []).append((path, a, b))
+        found: dict[str, list[Box]] = {path: [] for path in spans}
+        if any(number not in self.words for number in pieces):
+            import pypdfium2 as pdfium
+
+            with _PDFIUM:
+                pdf = pdfium.PdfDocument(self.data)
+                try:
+                    for number in sorted(n for n in pieces if n not in self.words):
+                        for path, box in _text_layer_boxes(pdf, number, self.page_text(text, number), pieces[number]):
+                            found[path].append(box)
+                finally:
+                    pdf.close()
+        for number in sorted(n for n in pieces if n in self.words):
+            for path, a, b in pieces[number]:
+                found[path] += _word_boxes(self.words[number], number, a, b)
+        return {path: sorted(boxes, key=lambda b: (b.page, b.top, b.left)) for path, boxes in found.items() if boxes}
+
+    def page_text(self, text: str, number: int) -> str:
+        start = self.starts[number - 1]
+        end = self.starts[number] - 1 if number < len(self.starts) else len(text)
+        return text[start:end]
+
+    def _pieces(self, start: int, end: int) -> Iterator[tuple[int, int, int]]:
+        """(page, start, end) of each page's part of the span ``[start, end)``, in that page's text."""
+        first, last = bisect_right(self.starts, start), bisect_right(self.starts, max(end - 1, start))
+        for number in range(first, last + 1):
+            base = self.starts[number - 1]
+            a, b = max(start - base, 0), end - base
+            if number < len(self.starts):
+                b = min(b, self.starts[number] - 1 - base)
+            if b > a:
+                yield number, a, b
+
+    def render(self, number: int, dpi: int) -> bytes:
+        """Page ``number`` as a PNG at ``dpi`` dots per inch: the image the boxes' fractions are of."""
+        import pypdfium2 as pdfium
+
+        with _PDFIUM:
+            pdf = pdfium.PdfDocument(self.data)
+            try:
+                page = pdf[number - 1]
+                bitmap = page.render(scale=dpi / 72)
+                image = bitmap.to_pil()
+                bitmap.close()
+                page.close()
+            finally:
+                pdf.close()
+        out = io.BytesIO()
+        image.save(out, format="PNG", optimize=True)
+        return out.getvalue()
+
+
+def _text_layer_boxes(pdf: Any, number: int, page_text: str, pieces: list[tuple[str, int, int]]) -> Iterator[tuple[str, Box]]:
+    """The boxes PDFium gives each piece of page ``number``'s text: a rectangle per line it spans, in page fractions."""
+    import ctypes
+
+    import pypdfium2.raw as raw
+
+    page = pdf[number - 1]
+    textpage = page.get_textpage()
+    try:
+        layer = textpage.get_text_range()
+        if _plain(layer) != page_text:  # the same bytes parse the same: anything else is a bug, said rather than drawn wrong
+            log.warning("page %d's text layer reads differently now; its values get no boxes", number)
+            return
+        index = _char_index(layer)
+        edges = [ctypes.c_double() for _ in range(4)]
+        x, y = ctypes.c_int(), ctypes.c_int()
+        for path, a, b in pieces:
+            first, last = raw.FPDFText_GetCharIndexFromTextIndex(textpage, index(a)), raw.FPDFText_GetCharIndexFromTextIndex(textpage, index(b - 1))
+            if first < 0 or last < first:
+                continue
+            for i in range(raw.FPDFText_CountRects(textpage, first, last - first + 1)):
+                raw.FPDFText_GetRect(textpage, i, *(ctypes.byref(e) for e in edges))
+                left, top, right, bottom = (e.value for e in edges)
+                corners = []
+                for px, py in ((left, top), (right, bottom)):
+                    raw.FPDF_PageToDevice(page, 0, 0, _UNITS, _UNITS, 0, px, py, ctypes.byref(x), ctypes.byref(y))
+                    corners.append((x.value / _UNITS, y.value / _UNITS))
+                (x0, y0), (x1, y1) = corners
+                yield path, Box(number, min(x0, x1), min(y0, y1), max(x0, x1), max(y0, y1))
+    finally:
+        textpage.close()
+        page.close()
+
+
+def _char_index(layer: str) -> Callable[[int], int]:
+    """Offset in the page's text (``_plain(layer)``) -> index in PDFium's text (UTF-16 units, its ``\\r\\n`` line ends)."""
+    breaks = [m.start() - k for k, m in enumerate(re.finditer("\r\n", layer))]  # where each \r\n became one \n, in the page's text
+    wide = [i for i, c in enumerate(layer) if ord(c) > 0xFFFF]  # two UTF-16 units each
+
+    def index(offset: int) -> int:
+        at = offset + bisect_left(breaks, offset)
+        return at + bisect_left(wide, at)
+
+    return index
+
+
+def _word_boxes(words: tuple[Word, ...], number: int, start: int, end: int) -> list[Box]:
+    """The union, per line, of the OCR words that ``[start, end)`` of their page's text covers."""
+    lines: dict[int, list[float]] = {}
+    for word in words:
+        if word.start < end and word.end > start:
+            box = lines.setdefault(word.line, list(word.box))
+            box[:] = [min(box[0], word.box[0]), min(box[1], word.box[1]), max(box[2], word.box[2]), max(box[3], word.box[3])]
+    return [Box(number, *box) for box in lines.values()]
 
 
 _READERS: dict[str, Callable[[BinaryIO, str, Ocr], Document]] = {".pdf": _pdf, ".docx": _docx, ".html": _html, ".htm": _html}

@@ -30,6 +30,11 @@ CONFLICT = pa.struct(
         ),
     ]
 )
+#: One line of a value on its page: the page (from 1) and the box, in fractions of the page as rendered (documents.py).
+BOX = pa.struct([pa.field("page", pa.int32()), *(pa.field(edge, pa.float32()) for edge in ("left", "top", "right", "bottom"))])
+#: A PDF row's grounded values on its pages, keyed as ``field_spans``: the column only ``dataset.format=documents``
+#: jobs' records have, so every other job's records are as they were.
+BOXES = pa.field("field_boxes", pa.map_(pa.string(), pa.list_(BOX)))
 META_FIELDS = [
     pa.field("record_id", pa.string()),
     pa.field("row_id", pa.string()),
@@ -57,6 +62,7 @@ META_FIELDS = [
     pa.field("chunk_count", pa.int64()),
     pa.field("field_chunks", pa.map_(pa.string(), pa.int64())),
     pa.field("merge_conflicts", pa.list_(CONFLICT)),
+    BOXES,
 ]
 REJECT_SCHEMA = pa.schema(
     [
@@ -93,6 +99,7 @@ class Outcome:
     repair_attempts: int = 0
     agreement: dict[str, float] | None = None  # voting: each field's share of the samples
     spans: dict[str, tuple[int, int]] = field(default_factory=dict)  # grounded values in the source text, by path
+    boxes: dict[str, list[tuple]] | None = None  # a PDF row's values on its pages, by path: (page, left, top, right, bottom)
     chunk_count: int = 1
     field_chunks: dict[str, int] | None = None
     merge_conflicts: list[dict[str, Any]] | None = None
@@ -125,12 +132,13 @@ def arrow_type(schema: dict[str, Any]) -> pa.DataType | None:
     return None
 
 
-def record_schema(fields: list[pa.Field]) -> pa.Schema:
+def record_schema(fields: list[pa.Field], boxes: bool = False) -> pa.Schema:
+    """The records' columns: the meta columns, ``field_boxes`` only where ``boxes`` (a documents job), then ``fields``."""
     taken = {f.name for f in META_FIELDS}
     clashes = [f.name for f in fields if f.name in taken]
     if clashes:
         raise ValueError(f"schema properties {clashes} clash with the record columns {sorted(taken)}; rename them")
-    return pa.schema(META_FIELDS + fields)
+    return pa.schema([f for f in META_FIELDS if boxes or f != BOXES] + fields)
 
 
 def json_schema_fields(schema: dict[str, Any]) -> list[pa.Field]:
@@ -259,6 +267,7 @@ def outcome_tables(outcomes: Iterable[Outcome], schema: pa.Schema, record_id: Ca
                 "chunk_count": o.chunk_count,
                 "field_chunks": o.field_chunks,
                 "merge_conflicts": o.merge_conflicts,
+                "field_boxes": o.boxes and {path: [dict(zip(BOX.names, box)) for box in boxes] for path, boxes in o.boxes.items()},
             }
             records.append(meta | _typed(o.record, typed_fields))
         else:

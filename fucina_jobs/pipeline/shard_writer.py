@@ -132,7 +132,7 @@ class ShardWriter:
         else:
             fields = []
         try:
-            return record_schema(fields)
+            return record_schema(fields, boxes=self.cfg.dataset.format == "documents")
         except ValueError as err:
             raise ConfigError(f"constraint.{c.kind}: {err}") from None
 
@@ -213,6 +213,7 @@ class ShardWriter:
                     repair_attempts=c.get("repair_attempts", 0),
                     agreement=c.get("agreement"),
                     spans=spans,
+                    boxes=self._boxes(row, spans),
                 )
             )
         return outcomes
@@ -233,6 +234,10 @@ class ShardWriter:
         row_schema = self._row_schema(row)
         fields = grounded_fields(row_schema) if row_schema else self.grounded
         return value_spans(record, fields, self._source(row) if source is None else source, grounded_arrays(row_schema or self.schema_source))
+
+    def _boxes(self, row: Row, spans: dict[str, tuple[int, int]]) -> dict[str, list[tuple]] | None:
+        """A PDF row's values on its pages (``documents.Layout``), found from its spans on the replica that parsed it."""
+        return row.layout.boxes(self._source(row), spans) if row.layout is not None and spans else None
 
     def rules_for(self, row: Row) -> list[Rule]:
         """The rules a row's record must keep: its own schema's, or the job's; ``RuleError`` for a bad row schema."""
@@ -304,6 +309,7 @@ class ShardWriter:
             example_ids=c.get("example_ids") or [],
             confidence=merged.confidence,
             spans=merged.spans if record is not None else {},
+            boxes=self._boxes(row, merged.spans) if record is not None else None,
             chunk_count=len(chunks),
             field_chunks=merged.chunks,
             merge_conflicts=[k.as_row() for k in merged.conflicts],

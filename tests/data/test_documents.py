@@ -10,6 +10,7 @@ that reads the row's slice parses it.
 from __future__ import annotations
 
 import hashlib
+import json
 import io
 import logging
 import shutil
@@ -287,3 +288,98 @@ def test_a_folder_of_pdfs_runs_exactly_once_and_a_rerun_decodes_the_edited_and_a
     assert again.shards_resumed == 1 and again.shards_redone == 1  # a.pdf is as it was; b.pdf's shard holds a row it no longer has
     assert_exactly_once(out, {"a", "b", "c"})
     assert not read_dir(out, "rejects") and sorted(r["row_id"] for r in read_dir(out, "records")) == ["a", "b", "c"]
+
+
+# -- where on the page ------------------------------------------------------------------
+
+#: pdf_bytes' pages: US Letter (612 x 792 points), 12-point Helvetica, the first line's baseline 720 points up, 14 between lines.
+LETTER, BASELINE, LEADING = (612, 792), 720, 14
+CAP = 0.718 * 12  # Helvetica's capital height at 12 points
+
+
+def _spanned(text: str, *values: str) -> dict[str, tuple[int, int]]:
+    return {v: (text.index(v), text.index(v) + len(v)) for v in values}
+
+
+def test_a_text_layer_value_s_box_is_where_the_pdf_draws_it_a_box_per_line_and_page(tmp_path):
+    (tmp_path / "a.pdf").write_bytes(pdf_bytes(["Invoice A-1\nAcme GmbH", "Total 12.50 EUR"]))
+    (row,) = _rows(tmp_path / "a.pdf")
+    text = row.fields["text"]
+    boxes = row.layout.boxes(text, _spanned(text, "Acme GmbH", "12.50 EUR", "A-1\nAcme", "GmbH\fTotal", "Total"))
+    (acme,) = boxes["Acme GmbH"]
+    baseline = BASELINE - LEADING  # the second line
+    assert acme.page == 1 and acme.left == pytest.approx(72 / LETTER[0], abs=0.002)
+    assert acme.top == pytest.approx((LETTER[1] - baseline - CAP) / LETTER[1], abs=0.002)
+    assert acme.bottom == pytest.approx((LETTER[1] - baseline) / LETTER[1], abs=0.002)
+    (total,), (amount,) = boxes["Total"], boxes["12.50 EUR"]
+    assert amount.page == 2 and amount.left > total.right and amount.top == pytest.approx(total.top, abs=0.002)
+    first, second = boxes["A-1\nAcme"]  # two lines: a box each, in reading order
+    assert first.bottom < second.top and second.left == pytest.approx(acme.left) and first.left > acme.left
+    assert [b.page for b in boxes["GmbH\fTotal"]] == [1, 2]
+
+    image = _page_image(row.layout, 1, 144)  # the ink is inside the box
+    width, height = image.size
+    inside = image.crop((int(acme.left * width), int(acme.top * height), int(acme.right * width) + 1, int(acme.bottom * height) + 1))
+    left_of = image.crop((0, int(acme.top * height), int(acme.left * width) - 2, int(acme.bottom * height) + 1))
+    assert inside.getextrema()[0] < 64 and left_of.getextrema()[0] == 255
+
+
+def _page_image(layout, page: int, dpi: int):
+    from PIL import Image
+
+    return Image.open(io.BytesIO(layout.render(page, dpi))).convert("L")
+
+
+@needs_tesseract
+def test_an_ocr_value_s_box_is_its_words_on_the_scan(tmp_path):
+    (tmp_path / "scan.pdf").write_bytes(pdf_bytes([scan_of("INVOICE 4711"), "Total 12.50 EUR"]))
+    (row,) = _rows(tmp_path / "scan.pdf")
+    text = row.fields["text"]
+    boxes = row.layout.boxes(text, _spanned(text, "INVOICE", "4711", "INVOICE 4711", "12.50"))
+    (invoice,), (number,), (both,) = boxes["INVOICE"], boxes["4711"], boxes["INVOICE 4711"]
+    # scan_of draws at (60, 100) of a 1200 x 300 image in a 64-pixel font
+    assert invoice.page == 1 and invoice.left == pytest.approx(60 / 1200, abs=0.02) and 100 / 300 < invoice.bottom < 200 / 300
+    assert number.left > invoice.right and (both.left, both.right) == (invoice.left, number.right)
+    assert boxes["12.50"][0].page == 2
+
+
+def test_word_and_html_rows_have_no_layout(tmp_path):
+    (tmp_path / "h.html").write_text("<p>Invoice H-4</p>")
+    (row,) = _rows(tmp_path / "h.html")
+    assert row.problem is None and row.layout is None
+
+
+GROUNDED = {
+    "type": "object",
+    "properties": {"vendor": {"type": "string", "x-grounded": True}, "total": {"type": "number", "x-grounded": {"amount": True}}},
+    "required": ["vendor", "total"],
+}
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("local_ray")
+def test_a_pdf_row_s_record_carries_its_values_boxes_and_other_rows_records_are_as_they_were(tmp_path):
+    from fucina_jobs.pipeline.driver import Job
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.pdf").write_bytes(pdf_bytes(["Invoice from Acme GmbH", "Total 12.50 EUR"]))
+    (docs / "b.html").write_text("<p>Invoice from Acme GmbH</p><p>Total 12.50 EUR</p>")
+    (tmp_path / "rows.jsonl").write_text('{"id": "b", "text": "Invoice from Acme GmbH\\n\\nTotal 12.50 EUR"}\n')
+    (tmp_path / "schema.json").write_text(json.dumps(GROUNDED))
+    answer, constraint = '{"vendor": "Acme GmbH", "total": 12.5}', {"json_schema": str(tmp_path / "schema.json")}
+    as_documents = canned_job(tmp_path / "docs-out", docs, answer, constraint=constraint, dataset={"format": "documents"})
+    as_text = canned_job(tmp_path / "text-out", tmp_path / "rows.jsonl", answer, constraint=constraint)
+    assert Job(validate(as_documents), REPO).run().ok and Job(validate(as_text), REPO).run().ok
+
+    records = {r["row_id"]: r for r in read_dir(tmp_path / "docs-out", "records")}
+    boxes = dict(records["a"]["field_boxes"])
+    assert sorted(boxes) == ["total", "vendor"] and [b["page"] for b in boxes["vendor"]] == [1] and [b["page"] for b in boxes["total"]] == [2]
+    (vendor,) = boxes["vendor"]
+    assert 0 < vendor["left"] < vendor["right"] < 1 and 0 < vendor["top"] < vendor["bottom"] < 1
+    assert records["b"]["field_boxes"] is None  # an HTML file has no pages
+
+    (text_record,) = read_dir(tmp_path / "text-out", "records")
+    assert "field_boxes" not in text_record  # a job on anything but documents writes the columns it always wrote
+    html = {k: v for k, v in records["b"].items() if k not in ("field_boxes", "run")}
+    assert html == {k: v for k, v in text_record.items() if k != "run"}  # and the same row read from HTML is the same record
