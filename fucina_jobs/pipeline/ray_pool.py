@@ -108,13 +108,17 @@ class ReplicaPool:
     def map(
         self, shards: deque[int], payload: Callable[[int], tuple], max_retries: int, on_dispatch: Callable[[int, Any], None] | None = None
     ) -> Iterator[tuple[int, ShardSummary | None, str | None]]:
-        """Run ``ShardWorker.run(shard, *payload(shard))``; yield (shard, summary, None) or, after its retries, (shard, None, error)."""
+        """Run ``ShardWorker.run(shard, *payload(shard))``; yield (shard, summary, None) or, after its retries, (shard, None, error).
+
+        A failed shard goes back to the queue at once, for any replica with a free slot: the job never
+        waits on a replica Ray is restarting (on a lost node, that is until ``runtime.replica_timeout_s``)."""
         # A slot per shard a replica may hold; round-robin, so every replica gets its first shard before any its second.
         queue, free = deque(shards), deque(r for _ in range(self.cfg.runtime.shards_in_flight) for r in range(len(self.actors)))
         attempts: Counter[int] = Counter()
         pending: dict[Any, tuple[int, int]] = {}
+        restarts = Restarts(self.actors, self.cfg.runtime.replica_timeout_s, self.gone)
         while queue or pending:
-            if not (free or pending):
+            if not (free or pending or restarts):
                 yield from ((shard, None, "no replica is left alive") for shard in queue)
                 return
             while queue and free:
@@ -122,16 +126,18 @@ class ReplicaPool:
                 pending[self.actors[replica].run.remote(shard, *payload(shard))] = (shard, replica)
                 if on_dispatch is not None:
                     on_dispatch(shard, self.actors[replica])
-            [ref], _ = ray.wait(list(pending), num_returns=1)
-            shard, replica = pending.pop(ref)
+            ready, _ = ray.wait(list(pending) + restarts.probes(), num_returns=1, timeout=_POLL_S)
+            if not ready or ready[0] not in pending:
+                free.extend(restarts.settle(ready))
+                continue
+            shard, replica = pending.pop(ready[0])
             try:
-                result = ray.get(ref)
+                result = ray.get(ready[0])
             except RayError as err:
                 attempts[shard] += 1
                 reason = failure_reason(err)
-                if self._await_restart(replica):
-                    free.append(replica)
-                if attempts[shard] > max_retries or not (free or pending):
+                restarts.lost_slot(replica)
+                if attempts[shard] > max_retries or not (free or pending or restarts):
                     log.error("shard %d failed %d times, its rows become rejects: %s", shard, attempts[shard], reason)
                     yield shard, None, reason
                 else:
@@ -142,23 +148,74 @@ class ReplicaPool:
             free.append(replica)
             yield shard, result, None
 
-    def _await_restart(self, replica: int) -> bool:
-        """Wait until Ray has restarted a failed replica; False if it is gone for good. A replica found gone once
-        is not waited for again: its other shards in flight fail with it, and are retried at once."""
+
+#: Why 1 s: how often the dispatch loop looks at replicas Ray is restarting, and how long it waits
+#: before asking again one that answered "unavailable" (it is on its way up).
+_POLL_S = 1.0
+
+
+class Restarts:
+    """Replicas whose shard failed, while Ray restarts them: each gets a ping, and its slots come back when it answers.
+
+    A replica that Ray reports dead, or that has not answered within ``timeout_s`` (its node is gone
+    and no other has room for it), joins ``gone`` and gets no more shards. A replica found gone once
+    is not waited for again: its other shards in flight fail with it, and are retried at once."""
+
+    def __init__(self, actors: list[Any], timeout_s: float, gone: set[int]):
+        self.actors, self.timeout_s, self.gone = actors, timeout_s, gone
+        self.slots: Counter[int] = Counter()  # a replica's slots that wait for it
+        self.deadline: dict[int, float] = {}
+        self.pings: dict[Any, int] = {}
+        self.later: dict[int, float] = {}  # replicas to ask again, and when
+
+    def __bool__(self) -> bool:
+        return bool(self.slots)
+
+    def lost_slot(self, replica: int) -> None:
         if replica in self.gone:
-            return False
-        deadline = time.monotonic() + self.cfg.runtime.replica_timeout_s
-        while time.monotonic() < deadline:
+            return
+        self.slots[replica] += 1
+        if replica not in self.deadline:
+            self.deadline[replica] = time.monotonic() + self.timeout_s
+            self._ping(replica)
+
+    def probes(self) -> list[Any]:
+        """The pings in flight, after asking again those whose turn came."""
+        now = time.monotonic()
+        for replica, when in list(self.later.items()):
+            if when <= now:
+                del self.later[replica]
+                self._ping(replica)
+        return list(self.pings)
+
+    def settle(self, ready: list[Any]) -> list[int]:
+        """The slots that came back: one per slot of each replica that answered. Gives up those past their deadline."""
+        back: list[int] = []
+        for ref in ready:
+            replica = self.pings.pop(ref)
             try:
-                ray.get(self.actors[replica].ping.remote(), timeout=max(1.0, deadline - time.monotonic()))
-                return True
-            except (ActorDiedError, GetTimeoutError):
-                break
-            except RayError:  # unavailable while it restarts, or killed again on its way up (Ray's out-of-memory killer): wait
-                time.sleep(1.0)
+                ray.get(ref)
+            except ActorDiedError:
+                self._give_up(replica)
+            except RayError:  # unavailable while it restarts, or killed again on its way up (Ray's out-of-memory killer)
+                self.later[replica] = time.monotonic() + _POLL_S
+            else:
+                back += [replica] * self.slots.pop(replica)
+                del self.deadline[replica]
+        now = time.monotonic()
+        for replica in [r for r, deadline in self.deadline.items() if deadline <= now]:
+            self._give_up(replica)
+        return back
+
+    def _ping(self, replica: int) -> None:
+        self.pings[self.actors[replica].ping.remote()] = replica
+
+    def _give_up(self, replica: int) -> None:
         log.error("replica %d is gone and will get no more shards", replica)
         self.gone.add(replica)
-        return False
+        del self.slots[replica], self.deadline[replica]
+        self.later.pop(replica, None)
+        self.pings = {ref: r for ref, r in self.pings.items() if r != replica}
 
 
 class RayReplica(ShardWorker):

@@ -44,8 +44,9 @@ def test_two_nodes_write_to_one_s3_output(two_nodes, s3, tmp_path):
     assert {s["replica"] for s in read_dir(out, "stats")} == {0, 1}
 
 
-def test_losing_a_node_mid_run_loses_no_row(two_nodes, tmp_path):
-    """The worker node dies while its replica holds shards: they are retried on the head's replica, exactly once."""
+def test_losing_a_node_mid_run_loses_no_row(two_nodes, tmp_path, caplog):
+    """The worker node dies while its replica holds shards: they are retried on the head's replica, exactly once,
+    without waiting for the lost replica, which Ray cannot restart (no other node has room for it)."""
     worker = next(n for n in two_nodes.worker_nodes)
     lost = []
 
@@ -60,3 +61,4 @@ def test_losing_a_node_mid_run_loses_no_row(two_nodes, tmp_path):
     assert lost and summary.ok and summary.retries >= 1
     assert_exactly_once(out, {"inv-001", "inv-002", "inv-003", "inv-004"})
     assert {s["replica"] for s in read_dir(out, "stats")} <= {0, 1}
+    assert "is gone" not in caplog.text, "the job finished before the lost replica's runtime.replica_timeout_s ran out"
