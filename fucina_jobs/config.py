@@ -38,6 +38,7 @@ class ModelConfig(_Section):
     )
     dtype: Literal["float32", "bfloat16", "float16", "float64"] = "float32"
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto: CUDA where torch sees it, else the CPU")
+    adapter: str | None = Field(None, description="a LoRA adapter folder `learn adapter=true` wrote, merged into the model at load; null: none")
 
 
 class FucinaEngineConfig(_Section):

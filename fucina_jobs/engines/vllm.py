@@ -27,6 +27,7 @@ from . import (
     EngineUnavailable,
     Prompt,
     StreamStats,
+    adapters,
     compile_constraint,
     completion_text,
     constraint_kind,
@@ -79,7 +80,9 @@ class VLLMEngine:
         self.decoding, self.whitespace_flexible = decoding, whitespace_flexible
         self.context = options.max_model_len
         speculative = _ngram_config(decoding.speculative)
+        self.lora, lora = _lora(model.adapter, model_dir)
         self.llm = LLM(
+            **lora,
             model=model_dir,
             dtype=model.dtype,
             seed=decoding.seed,
@@ -145,7 +148,7 @@ class VLLMEngine:
         for greedy in (True, False):
             group = [(p, i) for p, i in fits if (params[p.id].temperature == 0) == greedy]
             if group:
-                outputs = self.llm.generate([i for _, i in group], [params[p.id] for p, _ in group], use_tqdm=False)
+                outputs = self.llm.generate([i for _, i in group], [params[p.id] for p, _ in group], use_tqdm=False, lora_request=self.lora)
                 done |= {p.id: self._completion(p.id, output) for (p, _), output in zip(group, outputs)}
         yield from (done[p.id] for p, _ in fits)
 
@@ -187,6 +190,17 @@ class VLLMEngine:
         error = None if finish != "error" else f"vLLM finished with {out.finish_reason}"
         probs = [math.exp(entry[token].logprob) for entry, token in zip(out.logprobs or [], tokens)]
         return Completion(row_id, text, tokens, finish, stats=stats, error=error, token_probs=probs, token_spans=spans)
+
+
+def _lora(adapter: str | None, model_dir: str) -> tuple[Any, dict[str, Any]]:
+    """The LoRA request of ``model.adapter`` (checked against the model at ``model_dir``) and the ``LLM`` options that
+    serve it; (None, {}) without one. vLLM applies it beside the weights rather than merged into them."""
+    if adapter is None:
+        return None, {}
+    from vllm.lora.request import LoRARequest
+
+    folder = adapters.check(adapter, model_dir)
+    return LoRARequest("adapter", 1, str(folder.resolve())), {"enable_lora": True, "max_loras": 1, "max_lora_rank": adapters.rank(folder)}
 
 
 def _ngram_config(s: SpeculativeConfig) -> dict[str, Any] | None:

@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from ..cache import cache_dir
-from . import DEFAULT_MODEL, DEFAULT_MODEL_NAME, EMBEDDED_NAMES
+from . import DEFAULT_MODEL, DEFAULT_MODEL_NAME, EMBEDDED_NAMES, adapters
 
 log = logging.getLogger(__name__)
 
@@ -164,8 +164,9 @@ def load_tokenizer(source: str = DEFAULT_MODEL):
     return AutoTokenizer.from_pretrained(path)
 
 
-def load_model(source: str, device: str, dtype: str) -> LoadedModel:
-    """The model and tokenizer of ``source`` on ``device`` in ``dtype``; their defaults are a job's (``config.py``)."""
+def load_model(source: str, device: str, dtype: str, adapter: str | None = None) -> LoadedModel:
+    """The model and tokenizer of ``source`` on ``device`` in ``dtype``, with the LoRA ``adapter`` (a folder) merged
+    in where one is given (``adapters``); their defaults are a job's (``config.py``)."""
     from transformers import AutoModelForCausalLM
 
     path = resolve_source(source)
@@ -174,5 +175,7 @@ def load_model(source: str, device: str, dtype: str) -> LoadedModel:
         model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype))
     except OSError as err:
         raise ModelNotFound(f"cannot load model.source={source!r}: {err}") from err
+    if adapter is not None:
+        model = adapters.merge(model, adapters.check(adapter, path))
     model.to(dev).eval()
     return LoadedModel(model=model, tokenizer=load_tokenizer(path), path=path, device=dev)

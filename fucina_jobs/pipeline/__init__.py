@@ -20,6 +20,7 @@ from typing import Any
 _PUBLIC = {
     "Chunker": "chunking",
     "Job": "driver",
+    "compact_json": "examples",
     "compose": "cli",
     "connect": "ray_pool",
     "hydra_command": "cli",

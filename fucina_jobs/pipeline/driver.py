@@ -97,7 +97,14 @@ class Job:
         p = self.cfg.prompt
         prompts = {key: text_hash(read_text_option(getattr(p, key), self.base)) for key in ("system", "template")}
         examples = {"examples": text_hash(json.dumps([e.turn for e in self.examples]))} if self.examples else {}
-        return prompts | examples | ({"constraint": self.constraint.digest} if self.constraint else {})
+        return prompts | examples | ({"constraint": self.constraint.digest} if self.constraint else {}) | self._adapter()
+
+    def _adapter(self) -> dict[str, str]:
+        """The digest of the LoRA adapter merged into the model (``model.adapter``), where there is one."""
+        try:
+            return {"adapter": engines.adapters.digest(self.cfg.model.adapter)} if self.cfg.model.adapter else {}
+        except engines.adapters.AdapterError as err:
+            raise ConfigError(str(err)) from None
 
     def _check_template(self) -> None:
         """Fill the template from the first usable row, so a field the dataset lacks stops the run here."""
@@ -125,7 +132,9 @@ class Job:
             model_path = resolve_source(m.source)  # converts the default model once, here
             tokenizer = load_tokenizer(model_path)
             engines.check_model(self.cfg.engine.name, model_path, m.source)
-        except (ModelNotFound, UnsupportedModel) as err:
+            if m.adapter:
+                engines.adapters.check(m.adapter, model_path)
+        except (ModelNotFound, UnsupportedModel, engines.adapters.AdapterError) as err:
             raise ConfigError(str(err)) from None
         except (OSError, ValueError) as err:  # transformers: a folder with no usable tokenizer files
             raise ConfigError(f"model.source={m.source!r}: cannot load its tokenizer ({str(err).strip().splitlines()[0]})") from None

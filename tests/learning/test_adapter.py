@@ -1,0 +1,238 @@
+"""A LoRA adapter fine-tuned from gold rows (``learn adapter=true``) and merged into the model at load (``model.adapter``).
+
+A tiny random Llama with the real vocab, saved to a folder as a job's ``model.source``, learns a made-up extraction
+task: order notes that write a code (``code: GGA365``) and always bill in euros.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import random
+from pathlib import Path
+
+import pytest
+import torch
+
+from fucina_jobs.config import ConfigError, validate
+from fucina_jobs.engines import build, encode_chat, stop_tokens
+from fucina_jobs.learn_command import adapter_path, learn_command
+from fucina_jobs.learning.adapter import Training, train
+from fucina_jobs.learning.adapter_samples import Window, samples, value_spans, window_label
+from fucina_jobs.grounding.declaration import grounded_fields
+from fucina_jobs.models import adapters
+from fucina_jobs.models.hf_runner import HFRunner
+from fucina_jobs.models.loading import load_model, load_tokenizer
+from fucina_jobs.pipeline import Job, compact_json
+from tests.conftest import LOGIT_SCALE
+from tests.decoding.test_equivalence import RECORD, accepted, assert_same, make_requests
+from tests.helpers import GREEDY, SPEC, STOP, VOCAB, decode, write_jsonl
+
+SCHEMA = {
+    "type": "object",
+    "properties": {"code": {"type": ["string", "null"], "maxLength": 12, "x-grounded": True}, "currency": {"type": "string"}},
+    "required": ["code", "currency"],
+    "additionalProperties": False,
+}
+SYSTEM, TEMPLATE = "Extract the order's code and currency as JSON.", "Order note:\n{text}"
+
+
+def note(n: int) -> tuple[dict, dict]:
+    rng = random.Random(n)
+    code = "".join(rng.choice("ABCDEFGHJK") for _ in range(3)) + str(rng.randint(100, 999))
+    return {"id": f"o{n}", "text": f"Order {n} from dock {rng.randint(1, 9)}. code: {code}. Paid by card."}, {"code": code, "currency": "EUR"}
+
+
+NOTES = [note(n) for n in range(16)]
+
+
+def tiny_model_dir(folder: Path, seed: int, sharp: bool = True) -> Path:
+    """A random 2-layer Llama with SmolLM2's vocab and tokenizer, saved as a model folder; ``sharp``: its logits
+    scaled as the decoding tests' are, so that n-gram drafts are accepted sometimes."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=VOCAB,
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=128,
+        max_position_embeddings=1024,
+        tie_word_embeddings=True,
+        bos_token_id=1,
+        eos_token_id=STOP,
+        pad_token_id=STOP,
+    )
+    model = LlamaForCausalLM(config)
+    with torch.no_grad():
+        model.model.norm.weight.fill_(LOGIT_SCALE if sharp else 1.0)
+    model.save_pretrained(folder)
+    load_tokenizer().save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def job(tmp_path_factory) -> Path:
+    """A job folder: the notes, their gold, the tiny model, ``conf/codes.yaml``, and the adapter ``learn`` trained."""
+    root = tmp_path_factory.mktemp("codes")
+    for folder in ("conf", "data", "schemas"):
+        (root / folder).mkdir()
+    write_jsonl(root / "data/inputs.jsonl", [row for row, _ in NOTES])
+    write_jsonl(root / "data/gold.jsonl", [{"id": row["id"], "label": label} for row, label in NOTES])
+    (root / "schemas/codes.json").write_text(json.dumps(SCHEMA))
+    tiny_model_dir(root / "model", seed=0)
+    prompt = {"system": SYSTEM, "template": TEMPLATE}
+    conf = {"defaults": ["base", "_self_"], "name": "codes", "model": {"source": str(root / "model"), "device": "cpu"}}
+    conf |= {"constraint": {"json_schema": "schemas/codes.json"}, "dataset": {"path": "data/inputs.jsonl"}, "prompt": prompt}
+    (root / "conf/codes.yaml").write_text(json.dumps(conf))
+    return root
+
+
+@pytest.fixture(scope="module")
+def learned(job) -> dict:
+    """``learn adapter=true`` on the job: its printout and the adapter's evidence."""
+    mp = pytest.MonkeyPatch()
+    mp.chdir(job)
+    try:
+        assert learn_command(["conf=codes", "gold=data/gold.jsonl", "adapter=true"]) == 0
+    finally:
+        mp.undo()
+    return json.loads((job / adapter_path(Path("jobs/codes/learned.json")) / adapters.EVIDENCE).read_text())
+
+
+def adapter_dir(job: Path) -> Path:
+    return job / adapter_path(Path("jobs/codes/learned.json"))
+
+
+def job_config(job: Path, **model) -> object:
+    raw = {
+        "name": "codes",
+        "model": {"source": str(job / "model"), "device": "cpu", **model},
+        "constraint": {"json_schema": str(job / "schemas/codes.json")},
+        "dataset": {"path": str(job / "data/inputs.jsonl")},
+        "prompt": {"system": SYSTEM, "template": TEMPLATE},
+        "output": {"dir": str(job / "out")},
+    }
+    return validate(raw)
+
+
+def windows(tokenizer) -> Window:
+    """The notes' side of a sample, as ``learn`` builds it for a job: one window a note, the chat prompt, compact JSON."""
+
+    def prompt(row: dict, text: str) -> list[int]:
+        return encode_chat(tokenizer, TEMPLATE.format(text=text), SYSTEM)
+
+    answer = lambda label: compact_json(label, SCHEMA)  # noqa: E731
+    return Window(cut=lambda row: [row["text"]], prompt=prompt, answer=answer, tokenizer=tokenizer, stop=min(stop_tokens(tokenizer)))
+
+
+# -- samples ---------------------------------------------------------------------------
+
+
+def test_each_window_answers_with_the_values_it_writes_and_null_for_the_others(tokenizer):
+    fields = grounded_fields(SCHEMA)
+    row, label = NOTES[0]
+    assert window_label(SCHEMA, fields, label, row["text"], whole=True) == label
+    assert window_label(SCHEMA, fields, label, "Paid by card.", whole=False) == {"code": None, "currency": "EUR"}
+    long = {**row, "text": "Preamble. " * 3 + row["text"] + " Terms apply." * 3}
+    cut = lambda r: [r["text"][:30], r["text"][30:90], r["text"][90:]]  # noqa: E731
+    job = dataclasses.replace(windows(tokenizer), cut=cut)
+    picked = samples(SCHEMA, [(row["id"], long, label)], "text", job, seed=0)
+    answers = [tokenizer.decode(s.target[:-1]) for s in picked]
+    assert json.dumps(label["code"]) in answers[1] and any('"code":null' in a for a in answers)  # a window with the code, one without
+    assert all(s.target[-1] == STOP for s in picked)
+
+
+def test_field_spans_cover_each_value_of_the_answer():
+    answer = compact_json({"code": "AB1", "currency": "EUR"}, SCHEMA)
+    spans = value_spans(answer)
+    assert {key: answer[a:b] for key, (a, b) in spans.items()} == {"code": '"AB1"', "currency": '"EUR"'}
+
+
+# -- training ---------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_the_adapters_loss_falls_and_held_out_field_accuracy_rises(tmp_path, tokenizer):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir(tmp_path, seed=2, sharp=False))
+    rows = [(row["id"], row, label) for row, label in NOTES]
+    train_set, held_out = samples(SCHEMA, rows[:12], "text", windows(tokenizer), 0), samples(SCHEMA, rows[12:], "text", windows(tokenizer), 0)
+    _, evidence = train(model, train_set, held_out, Training(epochs=5, learning_rate=1e-2), report=lambda line: None)
+    losses = [e["loss"] for e in evidence["epochs"]]
+    assert losses == sorted(losses, reverse=True) and losses[-1] < losses[0]
+    assert evidence["held_out_loss"]["after"] < evidence["held_out_loss"]["before"]
+    assert evidence["held_out_accuracy"]["after"] > evidence["held_out_accuracy"]["before"]
+    assert evidence["rows"] == {"train": 12, "held_out": 4}
+
+
+@pytest.mark.slow
+def test_learn_saves_the_adapter_beside_the_cues_with_its_evidence(job, learned):
+    folder = adapter_dir(job)
+    assert (folder / adapters.WEIGHTS).is_file() and (job / "jobs/codes/learned.json").is_file()
+    assert learned["base_model"]["digest"] == adapters.weights_digest(job / "model")
+    assert learned["rows"]["train"] + learned["rows"]["held_out"] == len(NOTES)
+    assert learned["epochs"] and set(learned["held_out_accuracy"]) == {"before", "after"}
+    assert learned["training"]["rank"] == 8
+
+
+# -- at load ------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_the_merged_adapter_gives_the_unmerged_models_logits(job, learned):
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    ids = torch.tensor([encode_chat(load_tokenizer(str(job / "model")), TEMPLATE.format(text=NOTES[3][0]["text"]), SYSTEM)])
+    merged = load_model(str(job / "model"), "cpu", "float64", str(adapter_dir(job))).model
+    base = AutoModelForCausalLM.from_pretrained(job / "model", dtype=torch.float64).eval()
+    with torch.no_grad():
+        plain = base(ids).logits
+        unmerged = PeftModel.from_pretrained(base, adapter_dir(job)).eval()(ids).logits
+        logits = merged(ids).logits
+    assert not any("lora" in name for name, _ in merged.named_parameters())  # a plain model again
+    assert torch.allclose(logits, unmerged, atol=1e-9)
+    assert (logits - plain).abs().max() > 1e-4  # and the adapter does change it
+
+
+@pytest.mark.slow
+def test_plain_equals_speculative_with_the_merged_adapter(job, learned, tokenizer):
+    from fucina_jobs.decoding.constraint import Constraint
+
+    runner = HFRunner(load_model(str(job / "model"), "cpu", "float64", str(adapter_dir(job))).model)
+    record = Constraint.json_schema(RECORD, tokenizer, stop_token=STOP)
+    plain_requests, spec_requests = make_requests(tokenizer, "grammar", record), make_requests(tokenizer, "grammar", record)
+    plain = decode(runner, plain_requests, params=GREEDY)
+    spec = decode(runner, spec_requests, params=GREEDY, spec=SPEC)
+    assert_same(plain, spec)
+    assert accepted(spec) > 0
+
+
+@pytest.mark.slow
+def test_run_merges_the_adapter_and_its_version_changes_with_it(job, learned):
+    plain, adapted = job_config(job), job_config(job, adapter=str(adapter_dir(job)))
+    assert Job(plain, job).fingerprint != Job(adapted, job).fingerprint
+    engine = build(adapted, str(job / "model"))
+    assert not any("lora" in name for name, _ in engine.loaded.model.named_parameters())
+    ids = torch.tensor([[1, 2, 3, 4]])
+    with torch.no_grad():
+        ours = engine.loaded.model(ids).logits
+        base = build(plain, str(job / "model")).loaded.model(ids).logits
+    assert (ours - base).abs().max() > 1e-4
+
+
+@pytest.mark.slow
+def test_an_adapter_of_another_model_or_none_at_all_is_a_one_line_error(job, learned, tmp_path):
+    other = tiny_model_dir(tmp_path / "other", seed=1)
+    cfg = job_config(job, adapter=str(adapter_dir(job)))
+    mismatched = Job(cfg.model_copy(update={"model": cfg.model.model_copy(update={"source": str(other)})}), job)
+    with pytest.raises(ConfigError, match="trained on another model than model.source") as err:
+        mismatched._check_model()
+    assert "\n" not in str(err.value)
+    with pytest.raises(ConfigError, match="not an adapter folder") as err:
+        Job(job_config(job, adapter=str(tmp_path / "missing")), job)
+    assert "\n" not in str(err.value)
