@@ -320,3 +320,11 @@ def make_run(path: Path, records: list[dict], rejects: list[dict], stats: list[d
         write_table(path / "stats" / f"shard-{k:05d}.parquet", pa.Table.from_pylist([row]))
     write_json(path / "manifest.json", manifest or {"name": "hand", "status": "complete", "fingerprint": "f"})
     return path
+
+
+def no_ray() -> None:
+    """Shut down the Ray that the ``local_ray`` fixture keeps up between modules, for a test that must start without one."""
+    import ray
+
+    if ray.is_initialized():
+        ray.shutdown()

@@ -34,6 +34,7 @@ class Sources:
     _: KW_ONLY
     texts: dict[str, str] = field(default_factory=dict)
     changed: set[str] = field(default_factory=set)  # rows whose content differs from what the run decoded
+    layouts: dict[str, Any] = field(default_factory=dict)  # a PDF row's pages (``documents.Layout``), by row id
 
 
 def read_sources(run: Run, base: Path, cfg: JobConfig | None = None) -> Sources:
@@ -65,6 +66,8 @@ def read_sources(run: Run, base: Path, cfg: JobConfig | None = None) -> Sources:
     sources = Sources(cfg, schema, fields)
     for row in rows:
         sources.texts[row.id] = str(row.fields.get(cfg.dataset.text_field, ""))
+        if row.layout is not None:
+            sources.layouts[row.id] = row.layout
         if row.id in digests and digests[row.id] != row.digest:
             sources.changed.add(row.id)
     if sources.changed:

@@ -7,6 +7,10 @@ its reason and raw output. The data is embedded once (gzipped JSON); a small scr
 (``page.html``) filters it and renders one page of cards at a time, so
 10,000 records open as fast as 20 (``docs/REVIEW.md``).
 
+A PDF row's card carries the pages its values are on, rendered at ``PAGE_DPI``
+as PNG, and each value's boxes (``field_boxes``: fractions of the page), which
+the script draws over its page beside the text.
+
 Spans are stored as Python (code point) offsets; the page's script slices
 JavaScript strings, which count UTF-16 units, so offsets are converted here
 for texts with characters beyond the Basic Multilingual Plane.
@@ -31,6 +35,11 @@ from ..eval.sources import Sources, read_sources
 
 _TEMPLATE = "page.html"
 _DATA = "/*REVIEW_DATA*/"
+#: Dots per inch of a page shown beside its text: a page's own size on a screen (10-point text stays legible), at
+#: tens of KB a page of PNG (an office page at 150 dpi is 200 KB, and each card of a PDF row carries its pages).
+PAGE_DPI = 72
+#: The edges of a box as ``field_boxes`` holds them.
+_EDGES = ("left", "top", "right", "bottom")
 #: True in the page once its data is read and the first cards are drawn (for a driven browser).
 READY = "document.documentElement.dataset.ready === 'true'"
 
@@ -62,13 +71,17 @@ def _record_card(record: Mapping[str, Any], sources: Sources) -> dict[str, Any]:
     units = _utf16_offsets(text)
     confidence = dict(record.get("field_confidence_mean") or [])
     spans = {} if row_id in sources.changed else dict(record.get("field_spans") or [])
+    layout = None if row_id in sources.changed else sources.layouts.get(row_id)
+    boxes = dict(record.get("field_boxes") or []) if layout is not None else {}
     values = []
     for path, literal in _literals(record["text"]).items():
         value = {"f": path, "v": _shown(literal), "c": _rounded(confidence.get(path, record.get("record_confidence") if path == "" else None))}
         if path in spans and spans[path][1] <= len(text):
             value["s"], value["e"] = (units[i] for i in spans[path]) if units else spans[path]
+        if path in boxes:
+            value["b"] = [[box["page"], *(round(box[edge], 4) for edge in _EDGES)] for box in boxes[path]]
         values.append(value)
-    return {
+    card = {
         "id": row_id,
         "conf": _rounded(record.get("record_confidence")),
         "flags": list(record.get("flags") or []),
@@ -76,6 +89,16 @@ def _record_card(record: Mapping[str, Any], sources: Sources) -> dict[str, Any]:
         "values": values,
         "changed": row_id in sources.changed,
     }
+    if boxes:
+        card["pages"] = [_page(layout, number) for number in sorted({box["page"] for found in boxes.values() for box in found})]
+    return card
+
+
+def _page(layout: Any, number: int) -> dict[str, Any]:
+    """Page ``number`` of a PDF row as the card shows it: its PNG in base64, and its size in pixels."""
+    png = layout.render(number, PAGE_DPI)
+    width, height = (int.from_bytes(png[k : k + 4], "big") for k in (16, 20))  # the PNG header's IHDR chunk
+    return {"n": number, "w": width, "h": height, "png": base64.b64encode(png).decode("ascii")}
 
 
 def _reject_card(reject: Mapping[str, Any], sources: Sources) -> dict[str, Any]:

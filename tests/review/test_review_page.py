@@ -1,5 +1,7 @@
 """``review RUN --html``: the page's data from a run and its documents, then the page in a real headless Chromium."""
 
+import base64
+import io
 import json
 import subprocess
 import sys
@@ -8,12 +10,15 @@ import pytest
 
 from fucina_jobs.review.browser import BrowserError, Chromium, find_chromium
 from fucina_jobs.review.cli import review_command
-from fucina_jobs.review.page import READY, embedded, page_data, render
+from fucina_jobs.config import DatasetConfig
+from fucina_jobs.data import read_rows
+from fucina_jobs.review.page import PAGE_DPI, READY, embedded, page_data, render
 from fucina_jobs.eval.runs import read_run
 from fucina_jobs.eval.sources import read_sources
 from fucina_jobs.grounding.declaration import grounded_fields
 from fucina_jobs.grounding.spans import value_spans
 
+from tests.data.test_documents import pdf_bytes
 from tests.helpers import REPO, make_run
 
 SCHEMA = {
@@ -191,3 +196,98 @@ def test_the_page_in_headless_chromium(tmp_path):
         choose("kind", "")
         browser.evaluate("document.getElementById('next').click()")
         assert shown() == [c["id"] for c in data["cards"][20:]] and browser.evaluate("document.getElementById('pageno').textContent") == "page 2 of 2"
+
+
+# -- a PDF row: its page beside its text, each value's boxes on it ---------------------------------------
+
+PDF_PAGE = "Invoice from ACME Tools GmbH\nTotal: 1.234,50 EUR\nTax: 0.00"
+PDF_VALUE = {"vendor": "ACME Tools GmbH", "total": 1234.5, "tax": 0}
+PDF_CONFIDENCE = {"vendor": 0.3, "total": 0.7, "tax": 0.97}
+
+
+def pdf_run(tmp_path):
+    """A run of one PDF row, its values' spans and boxes as the shard writer finds them; the layout the review reads back."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "inv.pdf").write_bytes(pdf_bytes([PDF_PAGE]))
+    (tmp_path / "schema.json").write_text(json.dumps(SCHEMA))
+    (row,) = read_rows(DatasetConfig(path=str(docs), format="documents"), tmp_path)
+    text = row.fields["text"]
+    spans = value_spans(PDF_VALUE, grounded_fields(SCHEMA), text)
+    boxes = row.layout.boxes(text, spans)
+    record = {
+        "row_id": "inv",
+        "text": json.dumps(PDF_VALUE, separators=(",", ":")),
+        "record_confidence": 0.3,
+        "field_confidence_min": PDF_CONFIDENCE,
+        "field_confidence_mean": PDF_CONFIDENCE,
+        "field_spans": {p: list(s) for p, s in spans.items()},
+        "field_boxes": {p: [b._asdict() for b in found] for p, found in boxes.items()},
+    }
+    config = {
+        "name": "pdf",
+        "constraint": {"json_schema": str(tmp_path / "schema.json")},
+        "dataset": {"path": str(docs), "format": "documents"},
+        "output": {"dir": str(tmp_path / "run")},
+    }
+    make_run(tmp_path / "run", [record], [], manifest={"name": "pdf", "status": "complete", "version": "v1", "config": config})
+    return read_run(tmp_path / "run"), boxes
+
+
+def test_a_pdf_row_s_card_carries_the_pages_its_values_are_on_and_their_boxes(tmp_path):
+    from PIL import Image
+
+    run, boxes = pdf_run(tmp_path)
+    (card,) = page_data(run, read_sources(run, tmp_path))["cards"]
+    (page,) = card["pages"]
+    image = Image.open(io.BytesIO(base64.b64decode(page["png"])))
+    assert page["n"] == 1 and image.size == (page["w"], page["h"]) == (round(612 * PAGE_DPI / 72), round(792 * PAGE_DPI / 72))
+    assert {v["f"]: v["b"] for v in card["values"]} == {
+        path: [[b.page, *(round(e, 4) for e in (b.left, b.top, b.right, b.bottom))] for b in found] for path, found in boxes.items()
+    }
+
+
+def test_a_text_row_s_card_has_no_pages(tmp_path):
+    run, _ = hand_run(tmp_path)
+    assert not any("pages" in c or any("b" in v for v in c["values"]) for c in page_data(run, read_sources(run, tmp_path))["cards"])
+
+
+@pytest.mark.slow
+def test_the_page_of_a_pdf_row_in_headless_chromium_shows_each_box_on_its_page(tmp_path):
+    from PIL import Image
+
+    if find_chromium() is None:
+        pytest.skip("no Chromium on this machine: apt-get install chromium (scripts/setup.sh does where apt is available)")
+    run, boxes = pdf_run(tmp_path)
+    page = tmp_path / "page.html"
+    page.write_text(render(page_data(run, read_sources(run, tmp_path))), encoding="utf-8")
+    try:
+        browser = Chromium(width=1400, height=900)
+    except BrowserError as err:
+        pytest.skip(f"Chromium does not start here: {err}")
+    with browser:
+        browser.open(page.as_uri(), READY)
+        drawn = browser.evaluate("""(() => { const pg = document.querySelector('.pg[data-page="1"]').getBoundingClientRect();
+            return [[pg.x, pg.y, pg.width, pg.height], [...document.querySelectorAll('.pg .box')].map(b => {
+              const r = b.getBoundingClientRect(); return [Number(b.dataset.v), r.x, r.y, r.width, r.height]; })]; })()""")
+        (x, y, width, height), shown = drawn
+        order = list(PDF_VALUE)
+        expected = sorted((order.index(path), b) for path, found in boxes.items() for b in found)
+        assert [i for i, *_ in shown] == [i for i, _ in expected] == [0, 1, 2]  # one box a value: each on one line
+        border = 2  # drawn around the value's box, outside it
+        for (_, bx, by, bw, bh), (_, b) in zip(shown, expected):  # at their place on the page, to a pixel
+            assert (bx + border - x, by + border - y) == pytest.approx((b.left * width, b.top * height), abs=1)
+            assert (bw - 2 * border, bh - 2 * border) == pytest.approx(((b.right - b.left) * width, (b.bottom - b.top) * height), abs=1)
+            assert bx + bw < 1400 and by + bh < 900  # in view
+
+        shot = Image.open(browser.screenshot(tmp_path / "review-page-pdf.png")).convert("RGB")
+        colours = {0: (0xC0, 0x39, 0x2B), 1: (0xD6, 0x89, 0x10), 2: (0x2E, 0x8B, 0x57)}  # confidence < 0.5, 0.5-0.8, >= 0.95
+        for i, bx, by, bw, bh in shown:  # the box's colour is on the screen along its left edge, and the page's ink inside it
+            edge = [shot.getpixel((round(bx) + 1, round(by + k))) for k in range(border, round(bh) - border)]
+            assert all(max(abs(p - c) for p, c in zip(pixel, colours[i])) < 24 for pixel in edge), (i, edge[:3])
+            inside = shot.crop((round(bx) + border, round(by) + border, round(bx + bw) - border, round(by + bh) - border)).convert("L")
+            assert inside.getextrema()[0] < 128
+
+        browser.mouse("click", shown[0][1] + shown[0][3] / 2, shown[0][2] + 1)  # a box selects its value
+        assert browser.evaluate("document.querySelector('.card tr.sel').dataset.field") == "vendor"
+        assert "page 1" in browser.evaluate("document.querySelector('.card .detail').textContent")
