@@ -11,8 +11,9 @@ of three ways, all over views of the store, so no cache is ever copied:
   call per layer for every sequence of the step, prompt chunks and token trees included, each
   row's result independent of the batch. The CPU default where it builds:
   SDPA's calls per sequence took a fifth of a decode step. With it, in
-  float32 and bfloat16, a Llama layer's element-wise ops run fused too
-  (``layer_ops``: RMSNorm with its residual add, RoPE, SiLU-and-multiply);
+  float32 and bfloat16, a Llama or Gemma layer's element-wise ops run fused too
+  (``layer_ops``: RMSNorm with its residual add, RoPE, the MLP's activation and
+  multiply);
 - per sequence: one SDPA call per sequence over its own slot. Exact (no
   padding). In bfloat16 and float16, the query heads that share a kv head are
   folded into the query axis of a decode step's short sequences: CPU SDPA runs
@@ -42,6 +43,8 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from transformers import AttentionInterface
+from transformers.models.gemma2.modeling_gemma2 import Gemma2Attention, Gemma2DecoderLayer, Gemma2MLP
+from transformers.models.gemma3.modeling_gemma3 import Gemma3Attention, Gemma3DecoderLayer, Gemma3MLP
 from transformers.models.llama.modeling_llama import LlamaAttention, LlamaDecoderLayer, LlamaMLP, apply_rotary_pos_emb
 
 from .. import native
@@ -195,7 +198,7 @@ class _Step:
     grid: _Grid | None  # the others, in one call
     kernel: torch.Tensor | None  # or every sequence through the CPU kernel: ``decode_attention.attend``'s spans
     parents: torch.Tensor | None = None  # and its trees' parents
-    fused: bool = False  # a Llama layer's element-wise ops run on the CPU kernels (``layer_ops``)
+    fused: bool = False  # a Llama or Gemma layer's element-wise ops run on the CPU kernels (``layer_ops``)
 
 
 #: What transformers' attention interface passes that the slotted attention honours, beside the query, keys,
@@ -356,11 +359,13 @@ def _fused_linear(parts: list[torch.nn.Linear]) -> torch.nn.Linear:
     return fused
 
 
-class _FusedAttention(LlamaAttention):
-    """Llama attention with q, k and v in one linear, in the runner's forwards.
+class _FusedAttention:
+    """Attention with q, k and v in one linear, in the runner's forwards; mixed into Llama's, Gemma 2's and
+    Gemma 3's own classes (``_FUSED``), whose forward it is anywhere else (the model called on its own), over
+    the same weights.
 
-    Anywhere else (the model called on its own) it is transformers' own,
-    over the same weights.
+    With the element-wise kernels, Gemma 3's per-head q/k norms run in place on
+    the projection, then queries and keys rotate in one pass.
     """
 
     qkv_proj: torch.nn.Linear
@@ -372,26 +377,38 @@ class _FusedAttention(LlamaAttention):
         shape = (*hidden_states.shape[:-1], -1, self.head_dim)
         sizes = [self.q_proj.out_features, self.k_proj.out_features, self.v_proj.out_features]
         qkv = self.qkv_proj(hidden_states)
-        if step.fused:  # queries and keys rotated in place, in one pass
+        head_norms = getattr(self, "q_norm", None), getattr(self, "k_norm", None)  # Gemma 3's
+        if step.fused:
+            if head_norms[0] is not None:
+                for part, norm in zip(qkv.split(sizes, -1), head_norms):
+                    layer_ops.rms_norm(part, norm.weight, norm.eps, gemma=True, out=part)
             layer_ops.rope_(qkv, (sizes[0] + sizes[1]) // self.head_dim, *position_embeddings)
         query, key, value = (t.view(shape).transpose(1, 2) for t in qkv.split(sizes, -1))
         if not step.fused:
+            if head_norms[0] is not None:
+                query, key = head_norms[0](query), head_norms[1](key)
             query, key = apply_rotary_pos_emb(query, key, *position_embeddings)
-        out, _ = _attend(self, query, key, value, None, self.scaling, slot_step=step)
+        window, softcap = getattr(self, "sliding_window", None), getattr(self, "attn_logit_softcapping", None)
+        out, _ = _attend(self, query, key, value, None, self.scaling, slot_step=step, sliding_window=window, softcap=softcap)
         return self.o_proj(out.reshape(*hidden_states.shape[:-1], -1)), None
 
 
-class _FusedMLP(LlamaMLP):
-    """Llama MLP with gate and up in one linear."""
+class _FusedMLP:
+    """An MLP with gate and up in one linear; ``activation`` is transformers' name for its ``act_fn``."""
 
     gate_up_proj: torch.nn.Linear
+    activation: str
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate, up = self.gate_up_proj(x).chunk(2, -1)
         return self.down_proj(self.act_fn(gate) * up)
 
+    def fused(self, x: torch.Tensor) -> torch.Tensor:
+        """``forward`` with the activation and multiply in one kernel pass."""
+        return self.down_proj(layer_ops.act_mul(self.gate_up_proj(x), self.activation))
 
-class _FusedLayer(LlamaDecoderLayer):
+
+class _FusedLlamaLayer(LlamaDecoderLayer):
     """A Llama layer whose element-wise ops run on the CPU kernels when its step says so.
 
     Each norm takes the residual add before it in the same pass. Elsewhere,
@@ -405,21 +422,91 @@ class _FusedLayer(LlamaDecoderLayer):
         first, second = self.input_layernorm, self.post_attention_layernorm
         residual, _ = self.self_attn(layer_ops.rms_norm(hidden_states, first.weight, first.variance_epsilon), position_embeddings, **kwargs)
         normed = layer_ops.rms_norm(residual, second.weight, second.variance_epsilon, residual=hidden_states)
-        return residual.add_(self.mlp.down_proj(layer_ops.silu_mul(self.mlp.gate_up_proj(normed))))
+        return residual.add_(self.mlp.fused(normed))
+
+
+class _FusedGemmaLayer:
+    """A Gemma 2 or Gemma 3 layer (mixed into transformers' classes) whose element-wise ops run on the CPU kernels
+    when its step says so: its four norms, Gemma's (1 + w), each one pass, the attention's output normed in
+    place and the pre-feedforward norm taking the residual add before it. Elsewhere, transformers' own layer."""
+
+    def forward(self, hidden_states, position_embeddings=None, attention_mask=None, position_ids=None, cache=None, **kwargs):
+        step: _Step | None = kwargs.get("slot_step")
+        if step is None or not step.fused:
+            return super().forward(hidden_states, position_embeddings, attention_mask, position_ids, cache, **kwargs)
+        attended, _ = self.self_attn(_gemma_norm(hidden_states, self.input_layernorm), position_embeddings, **kwargs)
+        stream = _gemma_norm(attended, self.post_attention_layernorm, out=attended)
+        mlp = self.mlp.fused(_gemma_norm(stream, self.pre_feedforward_layernorm, residual=hidden_states))  # stream += hidden_states
+        return stream.add_(_gemma_norm(mlp, self.post_feedforward_layernorm, out=mlp))
+
+
+def _gemma_norm(x: torch.Tensor, norm: torch.nn.Module, **kwargs) -> torch.Tensor:
+    return layer_ops.rms_norm(x, norm.weight, norm.eps, gemma=True, **kwargs)
+
+
+# Classes at module level, not made by ``type()``: a model holding them still pickles.
+class _FusedLlamaAttention(_FusedAttention, LlamaAttention):
+    pass
+
+
+class _FusedGemma2Attention(_FusedAttention, Gemma2Attention):
+    pass
+
+
+class _FusedGemma3Attention(_FusedAttention, Gemma3Attention):
+    pass
+
+
+class _FusedLlamaMLP(_FusedMLP, LlamaMLP):
+    pass
+
+
+class _FusedGemma2MLP(_FusedMLP, Gemma2MLP):
+    pass
+
+
+class _FusedGemma3MLP(_FusedMLP, Gemma3MLP):
+    pass
+
+
+class _FusedGemma2Layer(_FusedGemmaLayer, Gemma2DecoderLayer):
+    pass
+
+
+class _FusedGemma3Layer(_FusedGemmaLayer, Gemma3DecoderLayer):
+    pass
+
+
+#: transformers' class -> the runner's, for the families whose layers the runner fuses.
+_FUSED: dict[type, type] = {
+    LlamaDecoderLayer: _FusedLlamaLayer,
+    Gemma2DecoderLayer: _FusedGemma2Layer,
+    Gemma3DecoderLayer: _FusedGemma3Layer,
+    LlamaAttention: _FusedLlamaAttention,
+    Gemma2Attention: _FusedGemma2Attention,
+    Gemma3Attention: _FusedGemma3Attention,
+    LlamaMLP: _FusedLlamaMLP,
+    Gemma2MLP: _FusedGemma2MLP,
+    Gemma3MLP: _FusedGemma3MLP,
+}
+_FUSED_LAYERS = (_FusedLlamaLayer, _FusedGemmaLayer)
 
 
 def _fuse_projections(model: torch.nn.Module) -> None:
-    """Fuse each Llama layer's q/k/v and gate/up projections, and give the layer its fused element-wise path
-    (other architectures stay as they are)."""
+    """Fuse each Llama and Gemma layer's q/k/v and gate/up projections, and, where the kernels do its MLP's
+    activation, give the layer its fused element-wise path (other architectures stay as they are)."""
+    config = model.config
+    activation = getattr(config, "hidden_activation", None) or config.hidden_act  # Gemma's name, else Llama's
     for module in list(model.modules()):
-        if type(module) is LlamaDecoderLayer:
-            module.__class__ = _FusedLayer
-        elif type(module) is LlamaAttention:
+        fused = _FUSED.get(type(module))
+        if fused is None or (issubclass(fused, _FUSED_LAYERS) and activation not in layer_ops.ACTIVATIONS):
+            continue
+        if issubclass(fused, _FusedAttention):
             module.qkv_proj = _fused_linear([module.q_proj, module.k_proj, module.v_proj])
-            module.__class__ = _FusedAttention
-        elif type(module) is LlamaMLP:
+        elif issubclass(fused, _FusedMLP):
             module.gate_up_proj = _fused_linear([module.gate_proj, module.up_proj])
-            module.__class__ = _FusedMLP
+            module.activation = activation
+        module.__class__ = fused
 
 
 #: Each linear's weight in oneDNN's blocked layout, packed on its first forward (a ``WeakKeyDictionary``, not a
@@ -502,8 +589,8 @@ class HFRunner:
     through ``torch.compile`` with dynamic shapes, so the ragged batches of
     every step share one compiled graph per layer segment; on a CPU the
     compiled graph gives up the oneDNN linears, which do not trace
-    (docs/history/BENCHMARKS.md, third pass: it does not pay there). A Llama model's q/k/v and
-    gate/up projections are fused in place, once; called on its own, the
+    (docs/history/BENCHMARKS.md, third pass: it does not pay there). A Llama or Gemma model's
+    q/k/v and gate/up projections are fused in place, once; called on its own, the
     model still runs transformers' forward over the same weights.
     """
 
@@ -547,7 +634,7 @@ class HFRunner:
         """Which attention path runs: the CPU kernel, the batched grid, or SDPA per sequence (``bench decode`` says)."""
         head_dim = self.store.keys.shape[-1]
         if self._kernel:
-            fused = self._fused and any(isinstance(m, _FusedLayer) for m in self.model.modules())
+            fused = self._fused and any(isinstance(m, _FUSED_LAYERS) for m in self.model.modules())
             return f"cpu kernel, head_dim {head_dim}" + (", fused layer ops" if fused else "")
         return f"{'batched grid' if self.batched_attention else 'sdpa per sequence'}, head_dim {head_dim}"
 

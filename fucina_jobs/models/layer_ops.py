@@ -1,10 +1,13 @@
-"""A Llama layer's element-wise ops, each one pass over its rows, on the CPU.
+"""A decoder layer's element-wise ops, each one pass over its rows, on the CPU.
 
 Once attention ran in one kernel call a layer, the element-wise ops around
-the linears (RMSNorm and its residual add, RoPE, SiLU-and-multiply) were much
-of what was not a GEMM: about twenty torch calls a layer, each a pass over
-the rows and a dispatch. These kernels (``layer_ops.cpp``) do them in four;
-docs/history/BENCHMARKS.md (sixth pass) has the figures.
+the linears (RMSNorm and its residual add, RoPE, the MLP's activation and
+multiply) were much of what was not a GEMM: about twenty torch calls a Llama
+layer, each a pass over the rows and a dispatch. These kernels
+(``layer_ops.cpp``) do them in four; docs/history/BENCHMARKS.md (sixth pass)
+has the figures. Gemma's layers take the same kernels with a parameter: its
+norm scales by ``1 + w`` in float32 (four norms a layer, and one per query and
+key head in Gemma 3), its activation is GELU-tanh.
 
 Rows are computed on their own, each in a fixed order, so a row's result does
 not depend on the batch. float32 differs from torch's ops in rounding (the
@@ -25,10 +28,12 @@ from .. import native
 _SUFFIX = {torch.float32: "f32", torch.bfloat16: "bf16"}
 _P, _I, _T = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
 _ARGS = {
-    "rms_norm": [_P, _P, _I, _P, _I, _P, _I, _I, ctypes.c_double, _T],
+    "rms_norm": [_P, _I, _P, _I, _P, _I, _P, _I, _I, _I, ctypes.c_double, _T, _T],
     "rope": [_P, _I, _P, _P, _I, _I, _I, _T],
-    "silu_mul": [_P, _P, _I, _I, _I, _T],
+    "act_mul": [_P, _P, _I, _I, _I, _T, _T],
 }
+#: The MLP activations ``act_mul`` does, by transformers' names, as ``layer_ops.cpp`` numbers them.
+ACTIVATIONS = {"silu": 0, "gelu_pytorch_tanh": 1}
 
 
 def supports(dtype: torch.dtype) -> bool:
@@ -38,7 +43,7 @@ def supports(dtype: torch.dtype) -> bool:
 
 @functools.cache
 def _kernel(op: str, dtype: torch.dtype):
-    return native.entry(f"fucina_{op}_{_SUFFIX[dtype]}", _ARGS[op])
+    return native.entry(f"fucina_{op}_{_SUFFIX[dtype]}", _ARGS[op], ctypes.c_int if op == "act_mul" else None)
 
 
 def _rows(x: torch.Tensor) -> torch.Tensor:
@@ -49,25 +54,41 @@ def _rows(x: torch.Tensor) -> torch.Tensor:
     return rows
 
 
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.Tensor | None = None) -> torch.Tensor:
-    """``weight * x / rms(x)`` over the last axis, as transformers' ``LlamaRMSNorm``.
+def rms_norm(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    eps: float,
+    residual: torch.Tensor | None = None,
+    *,
+    gemma: bool = False,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """``weight * x / rms(x)`` over each ``weight``-wide segment of the last axis, as transformers' ``LlamaRMSNorm``;
+    ``gemma``: ``(1 + weight) * x / rms(x)`` computed in float32, as ``Gemma3RMSNorm`` (and Gemma 2's).
 
-    With ``residual``, ``x += residual`` first, in place: the layer's residual
-    stream, which the caller keeps using.
+    A last axis wider than ``weight`` is that many heads, each normed on its own
+    (Gemma 3's q/k norms). With ``residual``, ``x += residual`` first, in place:
+    the layer's residual stream, which the caller keeps using. ``out`` may be
+    ``x`` itself; by default a new tensor.
     """
-    rows = _rows(x)
-    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-    res = _rows(residual) if residual is not None else None
+    rows, n = _rows(x), weight.shape[-1]
+    if rows.shape[1] % n:
+        raise ValueError(f"layer kernels: a row of {rows.shape[1]} is not a whole number of {n}-wide heads")
+    out = torch.empty(x.shape, dtype=x.dtype, device=x.device) if out is None else out
+    dest, res = _rows(out), _rows(residual) if residual is not None else None
     _kernel("rms_norm", x.dtype)(
-        out.data_ptr(),
+        dest.data_ptr(),
+        dest.stride(0),
         rows.data_ptr(),
         rows.stride(0),
         res.data_ptr() if res is not None else None,
         res.stride(0) if res is not None else 0,
         weight.data_ptr(),
         rows.shape[0],
-        rows.shape[1],
+        rows.shape[1] // n,
+        n,
         eps,
+        gemma,
         torch.get_num_threads(),
     )
     return out
@@ -85,9 +106,14 @@ def rope_(x: torch.Tensor, heads: int, cos: torch.Tensor, sin: torch.Tensor) -> 
     )
 
 
-def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
-    """``silu(gate) * up`` for rows ``[gate | up]``: the Llama MLP between its two linears."""
+def act_mul(gate_up: torch.Tensor, activation: str) -> torch.Tensor:
+    """``act(gate) * up`` for rows ``[gate | up]``: the MLP between its two linears; ``activation`` is one of
+    ``ACTIVATIONS`` (transformers' ``hidden_act``)."""
     rows = _rows(gate_up)
     out = gate_up.new_empty(*gate_up.shape[:-1], gate_up.shape[-1] // 2)
-    _kernel("silu_mul", gate_up.dtype)(out.data_ptr(), rows.data_ptr(), rows.stride(0), rows.shape[0], out.shape[-1], torch.get_num_threads())
+    status = _kernel("act_mul", gate_up.dtype)(
+        out.data_ptr(), rows.data_ptr(), rows.stride(0), rows.shape[0], out.shape[-1], ACTIVATIONS[activation], torch.get_num_threads()
+    )
+    if status:
+        raise ValueError(f"layer kernels: no activation {activation!r}")
     return out

@@ -39,23 +39,46 @@ def sequences(n: int, length: int) -> list[list[int]]:
     return [torch.randint(3, 4000, (length - 7 * k,), generator=g).tolist() for k in range(n)]
 
 
-@pytest.mark.parametrize("path", list(PATHS))
-def test_logits_equal_transformers_past_the_window(family_model, path):
-    """Two sequences packed in every forward, fed ragged (a prompt chunk, single tokens, a draft-sized run)."""
-    family, model = family_model
-    runner = HFRunner(model, batched_attention=PATHS[path])
-    assert runner._kernel == (path == "kernel")
-    seqs = sequences(2, 44)
+def ragged(runner: HFRunner, seqs: list[list[int]]) -> list[torch.Tensor]:
+    """The runner's logits for two sequences packed in every forward, fed ragged (a prompt chunk, single tokens,
+    a draft-sized run)."""
     states = [runner.new_state() for _ in seqs]
     rows: list[list[torch.Tensor]] = [[], []]
     for a, b in [(6, 3), (1, 1), (4, 9), (1, 5), (12, 1), (1, 1), (20, 20)]:
         feeds = [(st, s[st.length : st.length + n]) for st, s, n in zip(states, seqs, (a, b)) if st.length < len(s)]
         for (st, _), out in zip(feeds, runner.forward(feeds)):
             rows[states.index(st)].append(out)
-    for s, r in zip(seqs, rows):
-        got, want = torch.cat(r), eager(model, s)
+    return [torch.cat(r) for r in rows]
+
+
+@pytest.mark.parametrize("path", list(PATHS))
+def test_logits_equal_transformers_past_the_window(family_model, path):
+    family, model = family_model
+    runner = HFRunner(model, batched_attention=PATHS[path])
+    assert runner._kernel == (path == "kernel")
+    seqs = sequences(2, 44)
+    for s, got in zip(seqs, ragged(runner, seqs)):
+        want = eager(model, s)
         assert got.shape == want.shape
         assert torch.allclose(got, want, atol=1e-5, rtol=0), f"{family}: max difference {(got - want).abs().max():.3g}"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("family", ["llama", "gemma2", "gemma3_text"])
+def test_fused_layers_match_transformers_past_the_window(family, dtype):
+    """The families whose layers the runner fuses (q/k/v and gate/up linears; the norms, RoPE and activation on
+    the CPU kernels): float32 within 1e-4 of transformers' float64 eager forward; bfloat16 no further from it
+    than transformers' own bfloat16 forward, give or take half (its rounding is the same, not its sums' order)."""
+    reference = tiny_family(family, VOCAB)
+    model = tiny_family(family, VOCAB, dtype=dtype)
+    runner = HFRunner(model)
+    assert runner.attention.endswith("fused layer ops"), runner.attention
+    seqs = sequences(2, 44)
+    for s, got in zip(seqs, ragged(runner, seqs)):
+        want = eager(reference, s)
+        error = (got - want).abs().max()
+        tolerance = 1e-4 if dtype == torch.float32 else 1.5 * (eager(model, s) - want).abs().max()
+        assert error <= tolerance, f"{family} in {dtype}: max difference {error:.3g}, allowed {tolerance:.3g}"
 
 
 def test_greedy_tokens_equal_transformers(family_model):

@@ -6,6 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from transformers.activations import GELUTanh
+from transformers.models.gemma3.modeling_gemma3 import Gemma3RMSNorm
 from transformers.models.llama.modeling_llama import LlamaRMSNorm, apply_rotary_pos_emb
 
 from fucina_jobs import native
@@ -41,6 +43,36 @@ def test_rms_norm_and_its_residual_add_match_transformers(dtype):
 
 
 @pytest.mark.parametrize("dtype", TOLERANCE)
+def test_gemma_norm_matches_transformers_on_the_stream_and_on_each_head(dtype):
+    """Gemma's (1 + w) norm in float32, rounded once: over the hidden state with its residual add, and over each
+    head of a strided slice of a projection, in place (Gemma 3's q/k norms), the columns beside it untouched."""
+    atol, rtol = TOLERANCE[dtype]
+    norm = Gemma3RMSNorm(WIDTH, eps=1e-6).to(dtype)
+    norm.weight.data = rand(WIDTH, dtype=dtype, seed=1)
+    x, residual = rand(1, ROWS, WIDTH, dtype=dtype), rand(1, ROWS, WIDTH, dtype=dtype, seed=2)
+    head = Gemma3RMSNorm(DIM, eps=1e-6).to(dtype)
+    head.weight.data = rand(DIM, dtype=dtype, seed=3)
+    qkv = rand(1, ROWS, (HEADS + 2 * KV_HEADS) * DIM, dtype=dtype, seed=4)
+    before = qkv.clone()
+    with torch.no_grad():
+        total = residual + x
+        torch.testing.assert_close(layer_ops.rms_norm(x, norm.weight, 1e-6, residual=residual, gemma=True), norm(total), atol=atol, rtol=rtol)
+        assert torch.equal(x, total)
+        keys = qkv[..., HEADS * DIM : (HEADS + KV_HEADS) * DIM]
+        expected = head(before[..., HEADS * DIM : (HEADS + KV_HEADS) * DIM].reshape(1, ROWS, KV_HEADS, DIM)).reshape(keys.shape)
+        assert layer_ops.rms_norm(keys, head.weight, 1e-6, gemma=True, out=keys) is keys
+    torch.testing.assert_close(keys, expected, atol=atol, rtol=rtol)
+    assert torch.equal(qkv[..., : HEADS * DIM], before[..., : HEADS * DIM])
+    assert torch.equal(qkv[..., (HEADS + KV_HEADS) * DIM :], before[..., (HEADS + KV_HEADS) * DIM :])
+
+
+def test_a_row_that_is_not_whole_heads_is_refused():
+    x = rand(4, WIDTH, dtype=torch.float32)
+    with pytest.raises(ValueError, match="not a whole number of 16-wide heads"):
+        layer_ops.rms_norm(x[:, :40], rand(DIM, dtype=torch.float32), 1e-6)
+
+
+@pytest.mark.parametrize("dtype", TOLERANCE)
 def test_rope_matches_transformers_and_leaves_the_values(dtype):
     atol, rtol = TOLERANCE[dtype]
     qkv = rand(1, ROWS, (HEADS + 2 * KV_HEADS) * DIM, dtype=dtype)
@@ -57,12 +89,15 @@ def test_rope_matches_transformers_and_leaves_the_values(dtype):
 
 
 @pytest.mark.parametrize("dtype", TOLERANCE)
-def test_silu_mul_matches_torch(dtype):
-    """Large inputs of both signs included: the sigmoid must not overflow."""
+@pytest.mark.parametrize("activation, torch_act", [("silu", F.silu), ("gelu_pytorch_tanh", GELUTanh())])
+def test_activation_and_multiply_match_torch(dtype, activation, torch_act):
+    """Large inputs of both signs included: the sigmoid must not overflow, nor the tanh."""
     atol, rtol = TOLERANCE[dtype]
+    if activation == "gelu_pytorch_tanh":  # a large negative gate's 1 + tanh cancels: an ulp of tanh, times |gate * up| ~ 1e3
+        atol = 1e-4
     gate_up = rand(ROWS, 2 * WIDTH, dtype=dtype) * 40
     gate, up = gate_up.chunk(2, -1)
-    torch.testing.assert_close(layer_ops.silu_mul(gate_up), F.silu(gate) * up, atol=atol, rtol=rtol)
+    torch.testing.assert_close(layer_ops.act_mul(gate_up, activation), torch_act(gate) * up, atol=atol, rtol=rtol)
 
 
 @pytest.mark.parametrize("dtype", TOLERANCE)
@@ -77,13 +112,14 @@ def test_a_rows_result_does_not_depend_on_the_batch(dtype, rows):
     def ops(a, b, c, d, e):
         a, rotated = a.clone(), c.clone()
         layer_ops.rope_(rotated, 2, d, e)
-        return layer_ops.rms_norm(a, weight, 1e-6, residual=b), layer_ops.silu_mul(c), rotated
+        normed = layer_ops.rms_norm(a, weight, 1e-6, residual=b)
+        return normed, layer_ops.rms_norm(normed, weight[:24], 1e-6, gemma=True), layer_ops.act_mul(c, "silu"), rotated
 
     qkv = gate_up[:, : 3 * DIM]
-    together = ops(x, residual, qkv.contiguous(), cos, sin) + (layer_ops.silu_mul(gate_up),)
+    together = ops(x, residual, qkv.contiguous(), cos, sin) + (layer_ops.act_mul(gate_up, "gelu_pytorch_tanh"),)
     for r in (0, rows // 2, rows - 1):
         alone = ops(x[r : r + 1], residual[r : r + 1], qkv[r : r + 1].contiguous(), cos[r : r + 1], sin[r : r + 1])
-        alone += (layer_ops.silu_mul(gate_up[r : r + 1]),)
+        alone += (layer_ops.act_mul(gate_up[r : r + 1], "gelu_pytorch_tanh"),)
         for a, t in zip(alone, together):
             assert torch.equal(a[0], t[r])
 
