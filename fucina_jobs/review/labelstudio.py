@@ -9,6 +9,13 @@ types rather than marks (fields without grounding, and grounded fields whose
 ``allow`` values the text need not write, such as a tax of 0) are ``TextArea``
 results. ``labelstudio.xml`` beside it is the matching labelling config.
 
+A run of PDF rows adds the pages: a PDF row's task carries, under
+``data.page``, the pages its values are on, rendered and stacked into one image
+(a PNG data URI, so Label Studio needs no file storage), and each value's boxes
+(``field_boxes``) as ``rectanglelabels`` regions over it, in Label Studio's
+percentages of the image, labelled with the same paths as the text's regions.
+The gold is read from the text's regions alone: a box shows where a value is.
+
 ``import labelstudio EXPORT.json GOLD.jsonl`` reads Label Studio's JSON export
 and writes each task's latest submitted annotation (not cancelled; tasks no
 one annotated are left out) as a gold line ``{"id": row, "label": {...}}``,
@@ -24,6 +31,8 @@ regions count them.
 
 from __future__ import annotations
 
+import base64
+import io
 import json
 import logging
 import re
@@ -37,12 +46,17 @@ from xml.sax.saxutils import quoteattr
 from ..grounding.declaration import Grounded
 from ..grounding.spans import writes
 from ..grounding.values import dates_in, json_number, normalize_whitespace, number_spans, quantities_in
+from .page import PAGE_DPI
 
 log = logging.getLogger(__name__)
 
 LABELS = "label"  # the Labels control that holds the regions
 TEXT = "text"  # the Text object: the row's document, ``data.text``
 TYPED = "typed:"  # TextArea controls: a value typed in, by field path
+PAGE = "page"  # the Image object of a PDF row's pages, ``data.page``
+BOXES = "box"  # the RectangleLabels control over them
+#: ``data.page`` of a row without pages in a run with some: one white pixel, since every task must fill the config's image.
+_NO_PAGE = "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAAAAAA6fptVAAAACklEQVR4nGP4DwABAQEAWk1v8QAAAABJRU5ErkJggg=="
 _COLOURS = ["#f4a261", "#2a9d8f", "#e76f51", "#8ab17d", "#e9c46a", "#6d9dc5", "#b5838d", "#9c89b8", "#f28482", "#84a59d"]
 
 
@@ -75,8 +89,9 @@ def schema_fields(schema: Mapping[str, Any], grounded: list[Grounded]) -> list[F
     return fields
 
 
-def labeling_config(fields: list[Field]) -> str:
-    """The labelling config: one label per marked field over the text, one text box per typed field."""
+def labeling_config(fields: list[Field], pages: bool = False) -> str:
+    """The labelling config: one label per marked field over the text, one text box per typed field; with ``pages``,
+    the same labels as rectangles over the image of a PDF row's pages."""
     labels = "\n".join(f'    <Label value={quoteattr(f.path)} background="{_COLOURS[i % len(_COLOURS)]}"/>' for i, f in enumerate(fields) if f.marked)
     boxes = "\n".join(
         f'  <Header value={quoteattr(_prompt(f))} size="6"/>\n'
@@ -88,6 +103,12 @@ def labeling_config(fields: list[Field]) -> str:
         f'<View>\n  <Header value="Mark each value in the text with its field" size="5"/>\n'
         f'  <Labels name="{LABELS}" toName="{TEXT}">\n{labels}\n  </Labels>\n  <Text name="{TEXT}" value="${TEXT}"/>\n'
         + (boxes + "\n" if boxes else "")
+        + (
+            f'  <Header value="Where each value is on its pages" size="5"/>\n  <RectangleLabels name="{BOXES}" toName="{PAGE}">\n'
+            f'{labels}\n  </RectangleLabels>\n  <Image name="{PAGE}" value="${PAGE}"/>\n'
+            if pages
+            else ""
+        )
         + "</View>\n"
     )
 
@@ -109,22 +130,23 @@ def tasks(
     model_version: str,
     schema_path: str,
     changed: set[str] = frozenset(),
+    layouts: Mapping[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """One task per row; a record's task carries its prediction, a reject's none (its reason is in ``data``).
 
-    ``data.schema`` names the job's schema file, where ``import labelstudio`` finds how to read each value."""
+    ``data.schema`` names the job's schema file, where ``import labelstudio`` finds how to read each value. ``layouts``:
+    the PDF rows' pages (``documents.Layout`` by row id), whose tasks carry the pages and the values' boxes."""
     out = []
     for record in records:
         row_id = str(record["row_id"])
         text = texts.get(row_id, "")
         result = _regions(record, text, fields) if row_id not in changed else []
         result += _typed(record, fields)
-        out.append(
-            {
-                "data": {TEXT: text, "row_id": row_id, "record_id": record["record_id"], "schema": schema_path},
-                "predictions": [{"model_version": model_version, "score": record.get("record_confidence"), "result": result}],
-            }
-        )
+        data = {TEXT: text, "row_id": row_id, "record_id": record["record_id"], "schema": schema_path}
+        if layouts:
+            data[PAGE], rectangles = _pages(record, layouts.get(row_id) if row_id not in changed else None, fields)
+            result += rectangles
+        out.append({"data": data, "predictions": [{"model_version": model_version, "score": record.get("record_confidence"), "result": result}]})
     for reject in rejects:
         row_id = str(reject["row_id"])
         out.append(
@@ -136,9 +158,58 @@ def tasks(
                     "schema": schema_path,
                     "reject": reject.get("reason"),
                 }
+                | ({PAGE: _NO_PAGE} if layouts else {})
             }
         )
     return out
+
+
+def _pages(record: Mapping[str, Any], layout: Any, fields: list[Field]) -> tuple[str, list[dict[str, Any]]]:
+    """The pages a PDF row's values are on, stacked into one image (a PNG data URI), and each value's boxes as
+    rectangles over it, in percentages of the image as Label Studio takes them."""
+    from PIL import Image
+
+    boxes = dict(record.get("field_boxes") or []) if layout is not None else {}
+    numbers = sorted({box["page"] for found in boxes.values() for box in found})
+    if not numbers:
+        return _NO_PAGE, []
+    pages = {n: Image.open(io.BytesIO(layout.render(n, PAGE_DPI))) for n in numbers}
+    width, height = max(p.width for p in pages.values()), sum(p.height for p in pages.values())
+    sheet, tops, top = Image.new("RGB", (width, height), "white"), {}, 0
+    for n, page in pages.items():
+        sheet.paste(page, (0, top))
+        tops[n], top = top, top + page.height
+    labels, confidence = {f.path for f in fields if f.marked}, dict(record.get("field_confidence_mean") or [])
+    rectangles = []
+    for path, found in boxes.items():
+        if _schema_path(path) not in labels:
+            continue
+        for box in found:
+            page = pages[box["page"]]
+            rectangles.append(
+                {
+                    "id": f"b{len(rectangles)}",
+                    "from_name": BOXES,
+                    "to_name": PAGE,
+                    "type": "rectanglelabels",
+                    "origin": "prediction",
+                    "original_width": width,
+                    "original_height": height,
+                    "image_rotation": 0,
+                    "value": {
+                        "x": 100 * box["left"] * page.width / width,
+                        "y": 100 * (tops[box["page"]] + box["top"] * page.height) / height,
+                        "width": 100 * (box["right"] - box["left"]) * page.width / width,
+                        "height": 100 * (box["bottom"] - box["top"]) * page.height / height,
+                        "rotation": 0,
+                        "rectanglelabels": [_schema_path(path)],
+                    },
+                    "score": confidence.get(path),
+                }
+            )
+    out = io.BytesIO()
+    sheet.save(out, format="PNG", optimize=True)
+    return "data:image/png;base64," + base64.b64encode(out.getvalue()).decode("ascii"), rectangles
 
 
 def _regions(record: Mapping[str, Any], text: str, fields: list[Field]) -> list[dict[str, Any]]:
@@ -337,11 +408,11 @@ def export_command(argv: list[str]) -> int:
     manifest = run.manifest or {}
     version = f"{manifest.get('name') or sources.config.name} version={manifest.get('version') or manifest.get('fingerprint', '')[:12]}"
     schema_path = str(locate(sources.config.constraint.json_schema, args.base).resolve())
-    written = tasks(run.records, run.rejects, sources.texts, fields, version, schema_path, sources.changed)
+    written = tasks(run.records, run.rejects, sources.texts, fields, version, schema_path, sources.changed, sources.layouts)
     config_path = args.config or args.out.parent / "labelstudio.xml"
     write_json(args.out, written)
     config_path.parent.mkdir(parents=True, exist_ok=True)
-    config_path.write_text(labeling_config(fields), encoding="utf-8")
+    config_path.write_text(labeling_config(fields, pages=bool(sources.layouts)), encoding="utf-8")
     sys.stdout.write(f"wrote {args.out} ({len(written)} tasks, {len(run.records)} with predictions) and its labelling config {config_path}\n")
     return 0
 

@@ -306,3 +306,57 @@ def test_round_trip_through_a_real_label_studio(tmp_path, label_studio, capsys):
     assert counts["vendor"] == (1, 3, 1 / 3) and counts["total"] == (2, 3, 2 / 3)
     assert accuracy["wrong_fields"] == {"b": ["vendor"], "d": list(gold["d"])}
     assert scores["spans"]["mismatched"] == 0 and read_sources(run, tmp_path).changed == set()
+
+
+# -- a run of PDF rows: the pages and each value's boxes -----------------------------------------------
+
+
+def pdf_exported(tmp_path: Path) -> tuple[list[dict], dict]:
+    from tests.review.test_review_page import pdf_run
+
+    _, boxes = pdf_run(tmp_path)
+    assert export_command([str(tmp_path / "run"), str(tmp_path / "tasks.json"), "--base", str(tmp_path)]) == 0
+    return json.loads((tmp_path / "tasks.json").read_text()), boxes
+
+
+def test_a_pdf_row_s_task_carries_its_page_and_each_value_s_box_in_percent(tmp_path):
+    import base64
+    import io
+
+    from PIL import Image
+
+    (task,), boxes = pdf_exported(tmp_path)
+    kind, payload = task["data"]["page"].split(",", 1)
+    page = Image.open(io.BytesIO(base64.b64decode(payload)))
+    assert kind == "data:image/png;base64" and page.size == (612, 792)  # one page at 72 dpi
+    rectangles = {r["value"]["rectanglelabels"][0]: r for r in task["predictions"][0]["result"] if r["type"] == "rectanglelabels"}
+    assert sorted(rectangles) == sorted(boxes) == ["tax", "total", "vendor"]
+    for path, r in rectangles.items():
+        (b,) = boxes[path]
+        assert (r["from_name"], r["to_name"], r["original_width"], r["original_height"]) == ("box", "page", 612, 792)
+        assert [r["value"][k] for k in ("x", "y", "width", "height")] == pytest.approx(
+            [100 * b.left, 100 * b.top, 100 * (b.right - b.left), 100 * (b.bottom - b.top)], abs=1e-4
+        )
+    assert rectangles["vendor"]["score"] == 0.3
+    config = ElementTree.fromstring((tmp_path / "labelstudio.xml").read_text())
+    (rectangle_labels,) = config.iter("RectangleLabels")
+    assert [label.get("value") for label in rectangle_labels] == [label.get("value") for label in next(config.iter("Labels"))]
+    assert next(config.iter("Image")).get("value") == "$page"
+
+
+def test_a_text_run_s_config_and_tasks_have_no_pages(tmp_path):
+    tasks = exported(tmp_path)
+    assert all("page" not in t["data"] for t in tasks) and "<Image" not in (tmp_path / "labelstudio.xml").read_text()
+
+
+@pytest.mark.slow
+def test_a_real_label_studio_takes_a_pdf_row_s_page_and_boxes(tmp_path, label_studio):
+    tasks, boxes = pdf_exported(tmp_path)
+    project = label_studio.api("POST", "/api/projects/", {"title": "fucina pdf", "label_config": (tmp_path / "labelstudio.xml").read_text()})
+    imported = label_studio.api("POST", f"/api/projects/{project['id']}/import", tasks)
+    assert (imported["task_count"], imported["prediction_count"]) == (1, 1)
+    (back,) = label_studio.api("GET", f"/api/tasks/?project={project['id']}&fields=all&page_size=100")["tasks"]
+    assert back["data"]["page"] == tasks[0]["data"]["page"]
+    sent = [r for r in tasks[0]["predictions"][0]["result"] if r["type"] == "rectanglelabels"]
+    kept = [r for r in back["predictions"][0]["result"] if r["type"] == "rectanglelabels"]
+    assert [(r["value"], r["score"]) for r in kept] == [(r["value"], r["score"]) for r in sent] and len(kept) == len(boxes)
