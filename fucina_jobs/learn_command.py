@@ -121,7 +121,10 @@ def _train_adapter(
     from .learning.adapter_samples import samples
     from .models import adapters
 
-    ids = sorted(i for i in gold if i in rows)
+    required = set(schema.get("required", []))
+    ids = sorted(i for i in gold if i in rows and required <= set(gold[i]))
+    if len(ids) < len(gold):
+        log.warning("%d gold rows lack a field the schema requires (left out above) and do not train the adapter", len(gold) - len(ids))
     if len(ids) < 2:
         raise ConfigError(f"learn: adapter=true needs at least 2 gold rows, one to train on and one to stop on; {len(ids)} given")
     if cfg.prompt.examples:

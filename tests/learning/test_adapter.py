@@ -236,3 +236,10 @@ def test_an_adapter_of_another_model_or_none_at_all_is_a_one_line_error(job, lea
     with pytest.raises(ConfigError, match="not an adapter folder") as err:
         Job(job_config(job, adapter=str(tmp_path / "missing")), job)
     assert "\n" not in str(err.value)
+
+
+def test_an_adapter_from_one_gold_row_is_a_one_line_error(job, monkeypatch, capsys):
+    monkeypatch.chdir(job)
+    write_jsonl(job / "data/one.jsonl", [{"id": NOTES[0][0]["id"], "label": NOTES[0][1]}])
+    assert learn_command(["conf=codes", "gold=data/one.jsonl", "out=one/learned.json", "adapter=true"]) == 2
+    assert "adapter=true needs at least 2 gold rows, one to train on and one to stop on; 1 given" in capsys.readouterr().err
