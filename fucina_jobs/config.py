@@ -206,14 +206,6 @@ class DecodingConfig(_Section):
     min_p: float = Field(0.0, ge=0.0, lt=1.0, description="0 keeps every token")
     repeat_penalty: float = Field(1.0, gt=0.0, description="1 is none; llama.cpp's rule over the recent tokens")
     seed: int = Field(0, description="with the row's id, each record's seed: outputs do not depend on replicas, streams or speculation")
-    choice: Literal["greedy", "likelihood"] = Field(
-        "greedy",
-        description="grounded numbers, dates, enum members and "
-        "span: word and span: lines strings: likelihood scores each value the row allows "
-        "as a whole and writes the likeliest (fucina engine; docs/ACCURACY.md: it measured "
-        "worse); greedy writes them token by token",
-    )
-    choice_options: int = Field(16, ge=2, le=256, description="most values scored at one choice; the likeliest first tokens are kept")
     samples: int = Field(1, ge=1, le=16, description="samples per row: more than 1 keeps each field's majority value (docs/VOTING.md)")
     vote_temperature: float = Field(0.7, gt=0.0, description="temperature of samples 2..k; sample 1 decodes with the settings above")
     repairs: int = Field(
@@ -352,6 +344,14 @@ def validate(raw: dict[str, Any]) -> JobConfig:
         raise ConfigError("invalid job config:\n" + "\n".join(problems)) from None
 
 
+#: Settings a release removed, by key: what a job that still sets one is told, in place of "unknown key".
+REMOVED = {
+    key: f"{key} was removed: grounded values decode token by token under their grammar, as every other value does "
+    "(choosing a value by its whole likelihood measured worse; docs/history/LIKELIHOOD_CHOICE.md); delete the setting"
+    for key in ("decoding.choice", "decoding.choice_options")
+}
+
+
 def unknown_engine(name: Any) -> str:
     """The one-line error for an engine name that is not one of ours (``null`` included: YAML reads it as none)."""
     shown = "null" if name is None else name
@@ -363,6 +363,8 @@ def _describe(error: dict[str, Any]) -> str:
     if error["loc"] == ("engine",) and error["type"] in ("union_tag_invalid", "union_tag_not_found", "model_attributes_type"):
         given = error.get("input")
         return "  " + unknown_engine(given.get("name") if isinstance(given, dict) else given)
+    if error["type"] == "extra_forbidden" and key in REMOVED:
+        return f"  {REMOVED[key]}"
     if error["type"] == "extra_forbidden":
         return f"  {key}: unknown key (check the spelling; see --cfg job for the known keys)"
     if error["type"] == "missing":

@@ -57,13 +57,6 @@ class Recorder(LogitProcessor):
             self.rows.append(logits.clone())
         return self.inner.process(logits, history) if self.inner is not None else None
 
-    def named_probability(self):
-        return self.inner.named_probability() if self.inner is not None else 1.0
-
-    def bind(self, scorer):
-        if self.inner is not None:
-            self.inner.bind(scorer)
-
     def commit(self, token):
         self.commits.append(int(token))
         if self.inner is not None:
@@ -131,7 +124,6 @@ class RecordingRunner:
         self.prefills: list[list[list[int]]] = []
         self.calls = 0
         self.rows = 0  # logits rows the forwards computed
-        self.trees = 0  # forwards of their own for token trees (``tree``)
 
     def new_state(self):
         return self.runner.new_state()
@@ -139,14 +131,14 @@ class RecordingRunner:
     def spare(self):
         return self.runner.spare()
 
-    def forward(self, batch, *, logits=True, parents=None):
+    def forward(self, batch, *, logits=True):
         self.calls += 1
         wanted = [logits] * len(batch) if isinstance(logits, bool) else list(logits)
         for log, want in ((self.feeds, True), (self.prefills, False)):
             fed = [list(tokens) for (_, tokens), w in zip(batch, wanted) if (w is not False) == want]
             if fed:
                 log.append(fed)
-        out = self.runner.forward(batch, logits=logits, parents=parents)
+        out = self.runner.forward(batch, logits=logits)
         self.rows += sum(len(r) for r in out)
         return out
 
@@ -155,10 +147,6 @@ class RecordingRunner:
 
     def fork(self, state, length):
         return self.runner.fork(state, length)
-
-    def tree(self, state, length, tokens, parents):
-        self.trees += 1
-        return self.runner.tree(state, length, tokens, parents)
 
 
 # -- decoding ----------------------------------------------------------------------

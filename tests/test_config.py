@@ -69,6 +69,16 @@ def test_cli_rejects_bad_override_before_loading_a_model(tmp_path):
     assert manifest(tmp_path) is None
 
 
+def test_a_removed_setting_says_so_in_one_line_in_a_job_file_and_on_the_command_line(tmp_path):
+    """``decoding.choice`` was removed: the error says what decodes instead, not "unknown key"."""
+    with pytest.raises(ConfigError, match="^invalid job config: decoding.choice was removed: grounded values decode token by token"):
+        validate(job_dict(tmp_path, decoding={"choice": "likelihood"}))
+    for override in ("decoding.choice=likelihood", "+decoding.choice_options=8"):
+        res = _cli("run", "conf=extract_invoices", override, f"output.dir={tmp_path}")
+        assert res.returncode == 2 and res.stderr.count("\n") == 1, res.stderr
+        assert "was removed: grounded values decode token by token" in res.stderr and "delete the setting" in res.stderr, res.stderr
+
+
 def test_cli_engine_group_lists_its_options():
     shown = _cli("run", "conf=extract_invoices", "engine=vllm", "--cfg", "job")
     assert shown.returncode == 0 and "name: vllm" in shown.stdout and "kv_cache_gib" in shown.stdout

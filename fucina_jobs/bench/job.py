@@ -36,9 +36,9 @@ log = logging.getLogger("fucina_jobs.bench")
 _NAME = re.compile(r"[\w.+-]+")
 
 EPILOG = """\
-example: the shipped invoice eval as it is, against the same with worked examples and likelihood choice
+example: the shipped invoice eval as it is, against the same with worked examples
   python -m fucina_jobs bench job conf=eval_invoices --arm shipped: \\
-      --arm 'examples:prompt.examples=jobs/invoices/examples.jsonl decoding.choice=likelihood'
+      --arm 'examples:prompt.examples=jobs/invoices/examples.jsonl'
 """
 
 

@@ -20,11 +20,10 @@ from collections import deque
 from dataclasses import KW_ONLY, dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
-from .choice import continuation_logprobs, token_tree
 from .constrained_source import ConstrainedSource
 from .drafting import FORCED, SPELLED, Cascade, CostGate, DocumentLookup, Draft, DraftSource, PromptLookup
 from .prefix_cache import PrefixCache, cacheable, shared_prefix
-from .processor import LogitProcessor, ScoringAhead
+from .processor import LogitProcessor
 from .runner import ModelRunner
 from .sampler import Ahead, AllTokensMasked, Sampler, SamplingParams
 from .speculative import StepAhead, verify
@@ -99,19 +98,14 @@ class Generation:
 class Stream:
     """One request in flight: history, cache, sampler and drafter."""
 
-    def __init__(self, request: Request, params: SamplingParams, spec: SpecConfig | None, runner: ModelRunner | None = None):
+    def __init__(self, request: Request, params: SamplingParams, spec: SpecConfig | None):
         self.request = request
         self.history = list(request.prompt)
         self.kv: Any = None  # taken when its prefill starts, from the prefix cache
         self.prefill: list[int] = []  # prompt tokens still to be cached
         self.sampler = Sampler(request.params or params, request.processor, seed=request.seed)
-        self.runner = runner
-        #: The token tree this step's forward computed for the processor to score, ``scored_ahead``'s arguments.
-        self.scored: tuple[int, list[int], list[int], Any] | None = None
         if request.processor is not None:
             request.processor.reset()
-            if runner is not None:  # a processor may score whole continuations over this stream's cache
-                request.processor.bind(self._score)
         self.drafter = _drafter(spec, request.processor, request.document) if spec else None
         self.gate = CostGate(spec.min_tokens_per_forward) if self.drafter else None
         self.max_draft = spec.max_draft if spec else 0
@@ -119,20 +113,6 @@ class Stream:
         self.stats = StreamStats(prompt_tokens=len(request.prompt))
         self.finish: str | None = None
         self.error: str | None = None
-
-    def _score(self, history: Sequence[int], row: Any, continuations: Sequence[Sequence[int]]) -> list[float]:
-        """The ``ContinuationScorer`` over this stream's cache: the tree its step computed, else one forward of its own."""
-
-        def tree_rows(tokens: list[int], parents: list[int]) -> Any:
-            if self.scored is not None and self.scored[:3] == (len(history), tokens, parents):
-                return self.scored[3]
-            return self.runner.tree(self.kv, len(history), tokens, parents)
-
-        return continuation_logprobs(tree_rows, row, continuations)
-
-    def scored_ahead(self, length: int, tokens: list[int], parents: list[int], rows: Any) -> None:
-        """This step's forward computed ``rows`` for a token tree (``token_tree``) on the history's first ``length``."""
-        self.scored = (length, tokens, parents, rows)
 
     @property
     def decoding(self) -> bool:
@@ -200,9 +180,7 @@ class Stream:
         self.gate.record(accepted + 1)
 
     def result(self) -> Generation:
-        """The finished stream's generation. Its cache slot goes back to the runner now: a processor that
-        scores over the cache holds the stream (``bind``), and that cycle would keep the slot until a collection."""
-        self.kv = None
+        """The finished stream's generation."""
         self.stats.process_seconds = self.sampler.process_seconds
         tokens = self.history[len(self.request.prompt) :]
         # The sampler also scored a final stop token, which the history leaves out.
@@ -275,7 +253,7 @@ class BatchDecoder:
         self._firsts = max(0, self._firsts - len(newcomers))
         if newcomers:
             _check_unshared(self.live, newcomers)
-            self.live += [Stream(request, self.params, self.spec, self.runner) for request in newcomers]
+            self.live += [Stream(request, self.params, self.spec) for request in newcomers]
         self._step(self.live)
         done = [s for s in self.live if s.finish]
         self.live = [s for s in self.live if not s.finish]
@@ -288,21 +266,14 @@ class BatchDecoder:
         decoding = [s for s in live if s.decoding and s not in prefilling]
         feeds = [s.plan(self.stop_tokens) for s in decoding]
         looked = StepAhead([(s.sampler, s.history, s.draft.tokens) for s in decoding])
-        trees = [_tree_feed(feed, scoring) for feed, scoring in zip(feeds, looked.scoring)]
-        batch = [(s.kv, feed + tree.tokens) for s, feed, tree in zip(decoding, feeds, trees)] + [(s.kv, chunk) for s, chunk in prefill]
-        wanted = [tree.wanted(want, len(feed)) for feed, tree, want in zip(feeds, trees, looked.wanted)]
-        parents = [tree.fed for tree in trees] + [None] * len(prefill)
-        computed = self.runner.forward(batch, logits=wanted + [False] * len(prefill), parents=parents)
+        batch = [(s.kv, feed) for s, feed in zip(decoding, feeds)] + [(s.kv, chunk) for s, chunk in prefill]
+        computed = self.runner.forward(batch, logits=looked.wanted + [False] * len(prefill))
         for stream in prefilling:
             if stream.decoding:
                 self.prefixes.store(stream.request.prompt, stream.kv)
-        for stream, tree, scoring, out in zip(decoding, trees, looked.scoring, computed):
-            if tree.tokens:
-                stream.scored_ahead(len(stream.history) + scoring.row, tree.tokens, tree.parents, out[-len(tree.tokens) :])
-        rows, ahead = looked.process([out[: len(out) - len(tree.tokens)] for out, tree in zip(computed, trees)])
+        rows, ahead = looked.process(computed)
         for stream, stream_rows, stream_ahead in zip(decoding, rows, ahead):
             stream.advance(stream_rows, self.stop_tokens, stream_ahead)
-            stream.scored = None
             self.runner.trim(stream.kv, len(stream.history) - 1)
         if self.on_step is not None:
             self.on_step()
@@ -340,30 +311,6 @@ class BatchDecoder:
         cached, _ = self.prefixes.longest(newcomer.request.prompt)
         spared = max((shared_prefix(cacheable(s.request.prompt), tokens) for s in prefilling), default=0) - cached
         return spared > 0 and 2 * spared >= len(tokens) - cached
-
-
-@dataclass
-class _TreeFeed:
-    """The token tree a processor will score (``ScoringAhead``), fed after a stream's tokens in its step's forward.
-
-    ``tokens`` and ``parents`` are ``token_tree``'s; ``fed`` is a parent per token of the whole feed, for the
-    runner: the stream's tokens a chain, the tree grown from the token whose row the processor scores at."""
-
-    tokens: list[int] = field(default_factory=list)
-    parents: list[int] = field(default_factory=list)
-    fed: list[int] | None = None
-
-    def wanted(self, want: bool | list[bool], fed: int) -> bool | list[bool]:
-        """The runner's logits flags for the feed: the stream's own, then every tree token."""
-        return want if not self.tokens else ([want] * fed if isinstance(want, bool) else list(want)) + [True] * len(self.tokens)
-
-
-def _tree_feed(feed: list[int], scoring: ScoringAhead | None) -> _TreeFeed:
-    if scoring is None:
-        return _TreeFeed()
-    tokens, parents, _ = token_tree(scoring.continuations)
-    fed = list(range(-1, len(feed) - 1)) + [scoring.row if p < 0 else len(feed) + p for p in parents]
-    return _TreeFeed(tokens, parents, fed)
 
 
 def _check_unshared(live: list[Stream], newcomers: list[Request]) -> None:

@@ -23,7 +23,7 @@ from .runner import ModelRunner
 
 #: Entries kept even where the runner must grow for them: the shared system prompt outlives a few rows.
 KEEP = 4
-#: States left spare for the decoder's own needs (a newcomer, a token tree's scratch fork) before an entry gives way.
+#: States left spare for the decoder's own needs (a newcomer) before an entry gives way.
 SPARE = 1
 
 

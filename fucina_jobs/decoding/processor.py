@@ -21,20 +21,12 @@ the others are masked once the forward has computed them (``PathsAhead``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Mapping, Protocol, Sequence
+from typing import Mapping, Sequence
 
 import torch
 
 #: One job of ``look_paths``: a processor, a stream's history, the path its rows lie along, and how many rows.
 LookJob = tuple["LogitProcessor", Sequence[int], Sequence[int], int]
-
-
-class ContinuationScorer(Protocol):
-    """What the decoder offers a processor (``bind``): it scores whole continuations of the stream's history."""
-
-    def __call__(self, history: Sequence[int], row: torch.Tensor, continuations: Sequence[Sequence[int]]) -> list[float]:
-        """Each continuation's total log-probability after ``history``, whose next-token logits are ``row``."""
 
 
 class LogitProcessor:
@@ -50,15 +42,6 @@ class LogitProcessor:
         it is: the same as a mask that keeps that token alone.
         """
         return None
-
-    def named_probability(self) -> float:
-        """The probability to record for the token ``process`` just named: 1 where a rule allows it alone;
-        a processor that chose it among alternatives it scored says how likely that choice was."""
-        return 1.0
-
-    def bind(self, scorer: ContinuationScorer) -> None:
-        """The decoder offers a scorer of whole continuations of this stream's history;
-        processors that choose by likelihood (``choice``) keep it."""
 
     def process_path(self, rows: torch.Tensor, history: Sequence[int], path: Sequence[int]) -> list[int | None]:
         """``process`` ahead for the leading ``rows``: ``rows[i]`` as ``process`` would treat it once ``path[:i]``
@@ -98,22 +81,12 @@ class LogitProcessor:
         return len(tokens)
 
 
-@dataclass(frozen=True)
-class ScoringAhead:
-    """Continuations a processor will score (``ContinuationScorer``) when it processes row ``row`` of its path."""
-
-    row: int
-    continuations: tuple[tuple[int, ...], ...]
-
-
 class PathsAhead:
     """What the processors of one class know of a step's rows before the forward (``look_paths``).
 
     ``named[k]`` holds, for job ``k``'s leading rows, the token its processor
     names there, or None where it needs the row's logits; a batch leaves the
-    named rows uncomputed. ``scoring[k]``, where not None, is what job ``k``'s
-    processor will score on the way: a batch scores it in the same forward.
-    ``process`` takes each job's rows (None at a named row) and returns what
+    named rows uncomputed. ``process`` takes each job's rows (None at a named row) and returns what
     ``process_path`` would, the named rows included. This default names
     nothing, and hands the rows to ``process_path``.
     """
@@ -121,7 +94,6 @@ class PathsAhead:
     def __init__(self, jobs: Sequence[LookJob]):
         self.jobs = list(jobs)
         self.named: list[list[int | None]] = [[] for _ in self.jobs]
-        self.scoring: list[ScoringAhead | None] = [None] * len(self.jobs)
 
     def process(self, rows: Sequence[Sequence[torch.Tensor | None]]) -> list[list[int | None]]:
         return [processor.process_path(r, history, path) for (processor, history, path, _), r in zip(self.jobs, rows)]

@@ -27,7 +27,6 @@ class ModelRunner(Protocol):
         batch: Sequence[tuple[Any, Sequence[int]]],
         *,
         logits: bool | Sequence[bool | Sequence[bool]] = True,
-        parents: Sequence[Sequence[int] | None] | None = None,
     ) -> list[torch.Tensor]:
         """Extend each state by its tokens in one forward.
 
@@ -37,12 +36,6 @@ class ModelRunner(Protocol):
         the rows of its flagged tokens (all of them for True). The other
         tokens are only cached (prefill of a prompt's known tokens, a token a
         processor named).
-
-        ``parents``, per sequence, None for a chain, or a parent per token
-        (-1: the cached positions; parents before children): its tokens are a
-        token tree, as ``tree`` grows one, and a step also scores a
-        processor's continuations (``PathsAhead.scoring``). The state's length
-        counts every token; a trim drops the branches.
         """
 
     def trim(self, state: Any, length: int) -> None:
@@ -50,9 +43,3 @@ class ModelRunner(Protocol):
 
     def fork(self, state: Any, length: int) -> Any:
         """A new state holding ``state``'s first ``length`` positions; later changes to either stay apart."""
-
-    def tree(self, state: Any, length: int, tokens: Sequence[int], parents: Sequence[int]) -> torch.Tensor:
-        """The logits after each node of a token tree grown on ``state``'s first ``length`` positions; ``state`` is unchanged.
-
-        Node ``i`` holds ``tokens[i]`` and continues node ``parents[i]`` (-1: the prefix). Scores several
-        continuations of one prefix (``choice``) in one forward, their shared first tokens once."""

@@ -138,9 +138,8 @@ class Sampler:
 
         Also records the selected token's probability under the constrained
         distribution at temperature 1: the softmax of the row after the
-        processor's mask and before any sampling knob. Forced tokens get 1
-        (a token the processor chose by its own scoring, that choice's
-        probability), so a value's confidence reflects the choices the model really made,
+        processor's mask and before any sampling knob. Forced tokens get 1,
+        so a value's confidence reflects the choices the model really made,
         and it does not depend on the temperature or penalties a job samples with.
 
         ``ahead`` is the work a batch did for this row before ``next`` reached
@@ -159,7 +158,7 @@ class Sampler:
             self.process_seconds.append(time.perf_counter() - start)
         if forced is not None:
             token = self._take(row, forced)
-            self.token_probs.append(self.processor.named_probability())  # 1: the softmax of a row masked to one token
+            self.token_probs.append(1.0)  # the softmax of a row masked to one token
         elif self.greedy:
             token, log_prob = ahead.stats if ahead is not None and ahead.stats is not None else row_stats([row])[0]
             self._select(row, history, token)  # only the checks: a greedy row's choice is its first maximum

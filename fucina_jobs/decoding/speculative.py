@@ -19,7 +19,7 @@ from typing import Collection, Sequence
 
 import torch
 
-from .processor import LogitProcessor, PathsAhead, ScoringAhead
+from .processor import LogitProcessor, PathsAhead
 from .sampler import Ahead, Sampler, row_stats
 
 
@@ -66,8 +66,7 @@ class StepAhead:
     processors of one class look along their streams' drafts in one call
     (``LogitProcessor.look_paths``: a grammar engine fills all their masks
     together, on the host's cores). ``wanted`` says which rows the forward
-    must compute: not those whose token a processor named; ``scoring``, what
-    a processor will score on the way, for the forward to compute too. ``process`` takes
+    must compute: not those whose token a processor named. ``process`` takes
     the forward's rows, processes them (masks), and reads one ``row_stats``
     call's greedy choice off every greedy sampler's rows that nothing named;
     it returns each stream's rows (None where named) for ``verify``, and
@@ -78,8 +77,6 @@ class StepAhead:
     def __init__(self, streams: Sequence[tuple[Sampler, Sequence[int], Sequence[int]]]):
         self.streams = streams
         named: list[list[int | None]] = [[] for _ in streams]
-        #: Per stream, what its processor will score on the way (``PathsAhead.scoring``), for the forward to compute.
-        self.scoring: list[ScoringAhead | None] = [None] * len(streams)
         self.looked: list[tuple[PathsAhead, list[int], float]] = []
         classes: dict[type[LogitProcessor], list[int]] = {}
         for k, (sampler, *_) in enumerate(streams):
@@ -89,8 +86,8 @@ class StepAhead:
             start = time.perf_counter()
             looked = kind.look_paths([(streams[k][0].processor, streams[k][1], streams[k][2], len(streams[k][2]) + 1) for k in members])
             self.looked.append((looked, members, time.perf_counter() - start))
-            for k, names, scoring in zip(members, looked.named, looked.scoring):
-                named[k], self.scoring[k] = names, scoring
+            for k, names in zip(members, looked.named):
+                named[k] = names
         #: Per stream, the rows the forward must compute: True for all of them, else a flag per row.
         self.wanted: list[bool | list[bool]] = [_wanted(names, len(drafts) + 1) for names, (_, _, drafts) in zip(named, streams)]
 

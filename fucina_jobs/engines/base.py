@@ -30,9 +30,6 @@ class Prompt:
     #: Worked examples as (user message, assistant answer) turns before ``text``: every row of a job
     #: writes the same ones, so they sit in the prompt prefix that the prefix cache computes once.
     examples: tuple[tuple[str, str], ...] = ()
-    #: Where to choose a whole value by its likelihood: (text written before it, values, text after each)
-    #: triples (``grounding.choices``); the fucina engine layers ``LikelihoodChoice`` over the constraint.
-    choices: tuple[tuple[str, tuple[str, ...], str], ...] = ()
     params: SamplingParams | None = None  # this prompt's sampling settings (voting's samples); None: the engine's
 
 

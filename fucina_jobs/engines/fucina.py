@@ -12,7 +12,6 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from ..confidence import token_spans
 from ..decoding.batch import BatchDecoder, Request, SpecConfig, StreamStats
-from ..decoding.choice import LikelihoodChoice
 from ..decoding.constraint import Constraint
 from ..decoding.drafting import document_spans
 from ..decoding.processor import LogitProcessor
@@ -184,7 +183,6 @@ class FucinaEngine:
         self.stops = stop_tokens(self.tokenizer, loaded.path)
         self.decoding, self.streams = decoding, runtime.streams
         self.params, self.spec = sampling_params(decoding), speculation(decoding.speculative)
-        self.choice_options = decoding.choice_options
         self.context = getattr(loaded.model.config, "max_position_embeddings", None)
 
     @staticmethod
@@ -216,15 +214,8 @@ class FucinaEngine:
         )
 
     def processor(self, p: Prompt) -> LogitProcessor | None:
-        """The prompt's own processor: a clone of its constraint, with its likelihood choices layered over it."""
-        if p.constraint is None:
-            return None
-        if not p.choices:
-            return p.constraint.clone()
-        tokenizer = self.tokenizer
-        encode = lambda text: tokenizer(text, add_special_tokens=False, split_special_tokens=True).input_ids  # noqa: E731
-        decode = lambda ids: tokenizer.decode(ids, skip_special_tokens=False)  # noqa: E731
-        return LikelihoodChoice(p.constraint.clone(), p.choices, encode, decode, max_options=self.choice_options)
+        """The prompt's own processor: a clone of its constraint (a stream's grammar state is its own)."""
+        return None if p.constraint is None else p.constraint.clone()
 
     def session(self, on_step: Callable[[], Any] | None = None) -> "FucinaSession":
         return FucinaSession(self, BatchDecoder(self.runner, self.stops, self.params, self.spec, streams=self.streams, on_step=on_step))

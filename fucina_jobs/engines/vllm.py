@@ -13,7 +13,6 @@ engine does, and its absence is an ``EngineUnavailable`` that says how to instal
 from __future__ import annotations
 
 import importlib.util
-import logging
 import math
 import os
 import sys
@@ -41,7 +40,6 @@ from . import (
     stop_tokens,
 )
 
-log = logging.getLogger(__name__)
 
 INSTALL_HINT = (
     "engine=vllm needs vLLM, which is not installed for {python}.\n"
@@ -104,8 +102,6 @@ class VLLMEngine:
     @classmethod
     def from_job(cls, cfg: Any, model_path: str) -> "VLLMEngine":
         """The engine a job's config (a ``JobConfig``) asks for, over the model at ``model_path``."""
-        if cfg.decoding.choice == "likelihood":
-            log.info("decoding.choice=likelihood is the fucina engine's: vLLM writes grounded values token by token")
         return cls(model_path, cfg.model, cfg.decoding, cfg.runtime, options=cfg.engine, whitespace_flexible=cfg.constraint.whitespace_flexible)
 
     def constraint(self, *, json_schema: Any = None, lark: Any = None, regex: Any = None, whitespace_flexible: bool | None = None) -> Any:

@@ -24,7 +24,7 @@ import json
 import re
 import unicodedata
 from decimal import Decimal
-from typing import Any, Callable, Collection, Iterable, Mapping, NamedTuple
+from typing import Any, Callable, Collection, Iterable, Iterator, Mapping, NamedTuple
 
 from .declaration import Grounded, Units, grounded_arrays, grounded_fields, unit_spans, whole_words
 from .values import (
@@ -536,6 +536,31 @@ def line_run_starts(g: Grounded, lines: list[str], cut: list[bool]) -> list[tupl
     if g.first_lines is None and not g.to_block_end and g.starts_on is None and not any(s.holds or s.ends for s in starts):
         return None  # includes or ends_on alone, and no run can hold such a line: every run
     return [(s.first, s.least, s.most) for s in starts] or None
+
+
+#: The most lines a value ``line_runs`` lists joins: a run longer than a letterhead's block is no field's value.
+RUN_MOST_LINES = 8
+
+
+def line_runs(g: Grounded, text: str) -> Iterator[str]:
+    """Every run of up to ``RUN_MOST_LINES`` whole lines that fits the field's length bounds and that ``includes``,
+    ``ends_on``, ``first_lines`` and ``cut_before`` allow, as a JSON string: the values a ``span: lines`` field
+    may take, listed (``learn`` weighs them)."""
+    lines, cut = text_lines(text, g)
+    starts = line_run_starts(g, lines, cut)
+    joiner = " " if g.whitespace == "normalize" else "\n"
+    low, high = g.schema.get("minLength", 1), g.schema.get("maxLength", float("inf"))
+    seen = set()
+    for start in range(len(lines)):
+        for end in range(start, min(start + RUN_MOST_LINES, len(lines))):
+            value = joiner.join(lines[start : end + 1])
+            if len(value) > high or not lines[end] or (end > start and cut[end - 1]):
+                break
+            if starts is not None and not any(first == start and least <= end <= most for first, least, most in starts):
+                continue
+            if len(value) >= low and value not in seen:
+                seen.add(value)
+                yield json.dumps(value, ensure_ascii=False)
 
 
 def _first_in_block(starts: list[_Start], lines: list[str], starting: re.Pattern) -> list[_Start]:

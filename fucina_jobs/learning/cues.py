@@ -36,7 +36,7 @@ from dataclasses import KW_ONLY, dataclass, field
 from decimal import Decimal
 from typing import Any, Callable, Sequence
 
-from ..grounding.choices import line_runs
+from ..grounding.grammar import line_runs
 from ..grounding.declaration import Grounded
 from ..grounding.grammar import candidates, known_spans, labelled_runs, labelled_values, line_starts, members, preferred, words, written_values
 from ..grounding.options import OPTIONS, RECASINGS

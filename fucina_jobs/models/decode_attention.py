@@ -5,14 +5,12 @@ arithmetic rate, and a step makes one call per sequence and layer
 (docs/history/BENCHMARKS.md, fifth pass). This kernel
 (``decode_attention.cpp``) reads each sequence's keys and values in its slot once
 per kv head, for all the query heads that share it, and runs every sequence of
-the step in one parallel loop. It also takes prompt chunks and token trees
-(a likelihood choice's options, ``decoding/choice.py``), in place of SDPA's
+the step in one parallel loop. It also takes prompt chunks, in place of SDPA's
 masked calls.
 
 Each query row's sums run in a fixed order whatever else the step holds, so a
 row comes out the same bit for bit alone or batched, in a plain step or a
-speculative one; a tree's row adds exact zeros for the keys it does not see, so
-it comes out as its path would as a chain. Its float32 rows differ from SDPA's in rounding (about 1e-6);
+speculative one. Its float32 rows differ from SDPA's in rounding (about 1e-6);
 bfloat16 is computed in float32 and rounded once, at the output.
 
 It is built with the layer kernels (``fucina_jobs/native``); without a compiler the
@@ -31,7 +29,7 @@ from .. import native
 _HEAD_DIMS = (16, 32, 64, 128, 256)
 _SUFFIX = {torch.float32: "f32", torch.float64: "f64", torch.bfloat16: "bf16"}
 _P, _I = ctypes.c_void_p, ctypes.c_int64
-_ARGS = [_P, _I, _I, _P, _I, _I, _P, _P, _I, _I, _I, _I, _P, _I, _P, ctypes.c_double, _I, ctypes.c_double, ctypes.c_int]
+_ARGS = [_P, _I, _I, _P, _I, _I, _P, _P, _I, _I, _I, _I, _P, _I, ctypes.c_double, _I, ctypes.c_double, ctypes.c_int]
 
 
 def supports(dtype: torch.dtype, head_dim: int) -> bool:
@@ -51,7 +49,6 @@ def attend(
     values: torch.Tensor,
     spans: torch.Tensor,
     scale: float,
-    parents: torch.Tensor | None = None,
     *,
     window: int | None = None,
     softcap: float | None = None,
@@ -59,11 +56,8 @@ def attend(
     """Write ``out[t]`` (``[tokens, heads, dim]``) for every token of ``spans``, from ``query`` (``[heads, tokens, dim]``).
 
     ``keys``/``values`` are one layer's store, ``[slots, kv_heads, capacity, dim]``;
-    ``spans`` rows are (slot, first token, tokens, length once written, tree), int64:
+    ``spans`` rows are (slot, first token, tokens, length once written), int64:
     token ``j`` of a span sees its slot's keys up to position ``length - tokens + j``.
-    Where ``tree`` is not -1, the span's tokens are a token tree whose parents are
-    ``parents[tree:tree + tokens]`` (-1: the cached keys): token ``j`` sees the cached
-    keys, its ancestors' and its own.
     ``window`` (a sliding window) is how many keys a query sees, its own included, by
     position; ``softcap`` caps the scaled scores at ``softcap * tanh(score / softcap)``.
     """
@@ -87,7 +81,6 @@ def attend(
         dim,
         spans.data_ptr(),
         len(spans),
-        None if parents is None else parents.data_ptr(),  # read only for a span whose tree is not -1
         scale,
         window or 0,
         softcap or 0.0,

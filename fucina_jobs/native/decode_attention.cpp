@@ -26,13 +26,13 @@ struct Buffers {
 // h * group + g at packed token start + j, and sees keys [0, length - count + j].
 template <typename S, int DIM, typename T = typename Compute<S>::type>
 void attend_rows(S* out, int64_t os0, int64_t os1, const S* q, int64_t qs0, int64_t qs1, const S* kh, const S* vh,
-                 int64_t group, int64_t h, int64_t start, int64_t count, int64_t length, const int64_t* parents, T scale,
+                 int64_t group, int64_t h, int64_t start, int64_t count, int64_t length, T scale,
                  int64_t window, T softcap, int64_t first, int64_t n, Buffers& buf) {
   constexpr int W = LANES<T>, C = DIM / W, K = 8;
   constexpr bool same = std::is_same_v<S, T>;  // else keys and values are widened a block at a time
   const int64_t blocks = (n + W - 1) / W, lanes = blocks * W;
   // Keys [low, limit) each row sees; the chunk's rows together see [lo, reach). A sliding window of W keys
-  // lets a query at position p see keys (p - W, p]: a chain's key index is its position.
+  // lets a query at position p see keys (p - W, p]: a key's index is its position.
   int64_t limit[CHUNK] = {}, low[CHUNK] = {}, reach = 0, lo = length;
   // Queries transposed, W rows to a block, so that a key's scores for W rows are one vector.
   buf.queries.assign(blocks * DIM * W * sizeof(T), 0);
@@ -44,7 +44,7 @@ void attend_rows(S* out, int64_t os0, int64_t os1, const S* q, int64_t qs0, int6
     const S* qr = q + (start + j) * qs0 + (h * group + g) * qs1;
     for (int64_t d = 0; d < DIM; ++d) qt[(i / W) * DIM * W + d * W + i % W] = widen(qr[d]) * scale;
     limit[i] = length - count + j + 1;
-    low[i] = window > 0 && parents == nullptr ? std::max<int64_t>(0, limit[i] - window) : 0;  // a tree's, below
+    low[i] = window > 0 ? std::max<int64_t>(0, limit[i] - window) : 0;
     reach = limit[i] > reach ? limit[i] : reach;
     lo = low[i] < lo ? low[i] : lo;
   }
@@ -73,21 +73,6 @@ void attend_rows(S* out, int64_t os0, int64_t os1, const S* q, int64_t qs0, int6
   for (int64_t i = 0; i < n; ++i) {  // each row's keys past its own token, and before its window
     for (int64_t key = limit[i]; key < reach; ++key) scores[key * lanes + i] = -INFINITY;
     for (int64_t key = lo; key < low[i]; ++key) scores[key * lanes + i] = -INFINITY;
-  }
-  if (parents != nullptr) {  // a token tree: a row's new keys are its own and its ancestors' only
-    const int64_t cached = length - count;
-    std::vector<char> seen(count);
-    std::vector<int64_t> depth(count);  // a node's position is the cached length plus its depth
-    for (int64_t j = 0; j < count; ++j) depth[j] = parents[j] < 0 ? 0 : depth[parents[j]] + 1;
-    for (int64_t i = 0; i < n; ++i) {
-      const int64_t j = (first + i) % count, position = cached + depth[j];
-      std::fill(seen.begin(), seen.begin() + j, 0);
-      for (int64_t p = parents[j]; p >= 0; p = parents[p]) seen[p] = 1;
-      for (int64_t key = 0; key < j; ++key)
-        if (!seen[key] || (window > 0 && depth[key] <= depth[j] - window)) scores[(cached + key) * lanes + i] = -INFINITY;
-      if (window > 0)
-        for (int64_t key = 0; key < std::min(cached, position - window + 1); ++key) scores[key * lanes + i] = -INFINITY;
-    }
   }
   T top[CHUNK], sums[CHUNK];
   for (int64_t i = 0; i < lanes; ++i) top[i] = -INFINITY, sums[i] = T(0);
@@ -130,24 +115,22 @@ void attend_rows(S* out, int64_t os0, int64_t os1, const S* q, int64_t qs0, int6
 
 template <typename S, int DIM, typename T = typename Compute<S>::type>
 void attend(S* out, int64_t os0, int64_t os1, const S* q, int64_t qs0, int64_t qs1, const S* keys, const S* values,
-            int64_t heads, int64_t kv_heads, int64_t capacity, const int64_t* spans, int64_t n_spans, const int64_t* parents,
-            T scale, int64_t window, T softcap, int threads) {
+            int64_t heads, int64_t kv_heads, int64_t capacity, const int64_t* spans, int64_t n_spans, T scale, int64_t window, T softcap, int threads) {
   const int64_t group = heads / kv_heads;
   struct Item { int64_t span, h, first; };
   std::vector<Item> items;  // a sequence, a kv head, and up to CHUNK of their query rows
   for (int64_t i = 0; i < n_spans; ++i)
     for (int64_t h = 0; h < kv_heads; ++h)
-      for (int64_t first = 0; first < group * spans[5 * i + 2]; first += CHUNK) items.push_back({i, h, first});
+      for (int64_t first = 0; first < group * spans[4 * i + 2]; first += CHUNK) items.push_back({i, h, first});
 #pragma omp parallel num_threads(threads)
   {
     Buffers buf;
 #pragma omp for schedule(dynamic)
     for (size_t k = 0; k < items.size(); ++k) {
       const Item& it = items[k];
-      const int64_t* s = spans + 5 * it.span;  // slot, first token, tokens, length, where its parents start or -1
+      const int64_t* s = spans + 4 * it.span;  // slot, first token, tokens, length
       const int64_t base = (s[0] * kv_heads + it.h) * capacity * DIM, rows = group * s[2];
-      attend_rows<S, DIM>(out, os0, os1, q, qs0, qs1, keys + base, values + base, group, it.h, s[1], s[2], s[3],
-                          s[4] < 0 ? nullptr : parents + s[4], scale, window, softcap, it.first, std::min(CHUNK, rows - it.first), buf);
+      attend_rows<S, DIM>(out, os0, os1, q, qs0, qs1, keys + base, values + base, group, it.h, s[1], s[2], s[3], scale, window, softcap, it.first, std::min(CHUNK, rows - it.first), buf);
     }
   }
 }
@@ -155,14 +138,14 @@ void attend(S* out, int64_t os0, int64_t os1, const S* q, int64_t qs0, int64_t q
 template <typename S>
 int dispatch(void* out, int64_t os0, int64_t os1, const void* q, int64_t qs0, int64_t qs1, const void* k, const void* v,
              int64_t heads, int64_t kv_heads, int64_t capacity, int64_t dim, const int64_t* spans, int64_t n_spans,
-             const int64_t* parents, double scale, int64_t window, double softcap, int threads) {
+             double scale, int64_t window, double softcap, int threads) {
   using T = typename Compute<S>::type;
   const auto s = static_cast<T>(scale);
   const auto cap = static_cast<T>(softcap);
   S* o = static_cast<S*>(out);
   const S *qq = static_cast<const S*>(q), *keys = static_cast<const S*>(k), *values = static_cast<const S*>(v);
 #define CASE(DIM) \
-  case DIM: attend<S, DIM>(o, os0, os1, qq, qs0, qs1, keys, values, heads, kv_heads, capacity, spans, n_spans, parents, s, window, cap, threads); return 0;
+  case DIM: attend<S, DIM>(o, os0, os1, qq, qs0, qs1, keys, values, heads, kv_heads, capacity, spans, n_spans, s, window, cap, threads); return 0;
   switch (dim) {
     CASE(16) CASE(32) CASE(64) CASE(128) CASE(256)
     default: return -1;
@@ -171,16 +154,16 @@ int dispatch(void* out, int64_t os0, int64_t os1, const void* q, int64_t qs0, in
 
 }  // namespace
 
-// out[t, head, :] for every token t of every span; spans: n_spans rows of (slot, start, count, length, tree).
+// out[t, head, :] for every token t of every span; spans: n_spans rows of (slot, start, count, length).
 // window: keys a query sees, its own included (0: all); softcap: Gemma 2's attention logit cap (0: none).
 // Returns -1, writing nothing, for a head dim the kernel is not built for.
 #define ENTRY(name, S)                                                                                              \
   extern "C" int name(void* out, int64_t os0, int64_t os1, const void* q, int64_t qs0, int64_t qs1, const void* keys, \
                       const void* values, int64_t heads, int64_t kv_heads, int64_t capacity, int64_t dim,            \
-                      const int64_t* spans, int64_t n_spans, const int64_t* parents, double scale, int64_t window,   \
+                      const int64_t* spans, int64_t n_spans, double scale, int64_t window,                             \
                       double softcap, int threads) {                                                                 \
     return dispatch<S>(out, os0, os1, q, qs0, qs1, keys, values, heads, kv_heads, capacity, dim, spans, n_spans,    \
-                       parents, scale, window, softcap, threads);                                                    \
+                       scale, window, softcap, threads);                                                    \
   }
 ENTRY(fucina_decode_attention_f32, float)
 ENTRY(fucina_decode_attention_f64, double)

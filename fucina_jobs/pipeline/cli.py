@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, NamedTuple
 
-from ..config import ENGINES, SHIPPED, ConfigError, register_defaults, unknown_engine
+from ..config import ENGINES, REMOVED, SHIPPED, ConfigError, register_defaults, unknown_engine
 from .signals import stop_of, stopping
 
 #: The package's own configs: ``base`` and the shipped jobs, searched after the job folder.
@@ -134,6 +134,8 @@ def _hydra_error(err: Exception, folder: Path) -> str:
     if job := re.match(r"Cannot find primary config '([^']*)'", message):
         name = job.group(1)
         return f"conf={name}: no {name}.yaml in {folder.resolve()} or the package's jobs; the jobs are {', '.join(job_names(folder))}"
+    if (removed := re.match(r"Could not override '([^']*)'", message)) and removed.group(1) in REMOVED:
+        return REMOVED[removed.group(1)]
     where = f"override {err.override!r}: " if getattr(err, "override", None) else ""
     return where + message
 

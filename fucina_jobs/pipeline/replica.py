@@ -24,7 +24,6 @@ from ..confidence import Confidence, Leaf, confidence, output_values
 from .. import engines
 from ..engines import DRAFT_SOURCES, Completion, GrammarError, Prompt, load_tokenizer, prompt_overflow, sampling_params
 from ..grounding.declaration import GroundingError, grounded_fields
-from ..grounding.choices import grounded_choices
 from ..grounding.grammar import NothingToGround, field_values, grounded_lark
 from ..rules.expression import RuleError
 from ..rules.repair import Field, Repair
@@ -259,7 +258,6 @@ class ShardWorker:
         start = time.perf_counter()
         try:
             constraint, relaxations, grounded = self._constraint(row, source, exclude, pinned)
-            choices = self._choices(row, source) if grounded and d.choice == "likelihood" else ()
         except NothingToGround as err:  # no grammar could hold a true value: decided before decoding
             return None, ("ungrounded", f"{err}; decided before decoding"), [], 0.0
         except RowSchemaError as err:
@@ -273,7 +271,7 @@ class ShardWorker:
             return None, ("error", f"row {row.id!r}: its schema cannot be used: {why or f'{type(err).__name__}: {str(err)[:200]}'}"), [], 0.0
         seconds = time.perf_counter() - start if grounded else 0.0
         seed = record_seed(d.seed, prompt_id)
-        prompt = Prompt(prompt_id, text, self.system, constraint, seed=seed, max_tokens=d.max_tokens, examples=examples, choices=choices)
+        prompt = Prompt(prompt_id, text, self.system, constraint, seed=seed, max_tokens=d.max_tokens, examples=examples)
         return prompt, None, relaxations, seconds
 
     def _examples(self, row: Row) -> tuple[Example, ...]:
@@ -311,10 +309,6 @@ class ShardWorker:
             whole = str(row.fields.get(self.cfg.dataset.text_field, ""))  # a chunk's fields whose labels other chunks write are left to them
             return self.engine.constraint(lark=grounded_lark(schema, source, exclude, pinned, whole)), [], True
         return *(self._row_constraint(schema) if field_name else (self.constraint, self.relaxations)), False
-
-    def _choices(self, row: Row, source: str) -> tuple[tuple[str, tuple[str, ...], str], ...]:
-        """The grounded fields of the row whose value is one of a short list in ``source``: choose them by their likelihood."""
-        return tuple(grounded_choices(self._schema(row), source))
 
     def _schema(self, row: Row) -> Any:
         """The row's own schema (``dataset.schema_field``), else the job's."""

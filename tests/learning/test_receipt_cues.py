@@ -5,7 +5,7 @@ restates."""
 import json
 import random
 
-from fucina_jobs.grounding.choices import line_runs
+from fucina_jobs.grounding.grammar import line_runs
 from fucina_jobs.grounding.declaration import grounded_fields, whole_words
 from fucina_jobs.grounding.grammar import candidates, preferred, text_lines
 from fucina_jobs.grounding import learned_file

@@ -9,7 +9,6 @@ import torch.nn.functional as F
 
 from fucina_jobs import native
 from fucina_jobs.models import decode_attention
-from fucina_jobs.models.hf_runner import _Tree
 
 HEADS, KV_HEADS, SLOTS, CAPACITY = 6, 2, 6, 80
 #: (slot, first token, tokens, length once written): ragged counts, a slot gap (3), a single token, and a
@@ -24,19 +23,16 @@ def case(dtype: torch.dtype, dim: int, seed: int = 0):
     return query, keys, values
 
 
-def kernel(query, keys, values, spans, parents=None) -> torch.Tensor:
-    """``spans`` as in ``SPANS``; with ``parents``, the last span is a token tree of those parents."""
+def kernel(query, keys, values, spans) -> torch.Tensor:
+    """``spans`` as in ``SPANS``."""
     out = torch.full((query.shape[1], HEADS, query.shape[2]), float("nan"), dtype=query.dtype)
-    table = [(*s, 0 if parents is not None and i == len(spans) - 1 else -1) for i, s in enumerate(spans)]
-    tree = None if parents is None else torch.tensor(parents, dtype=torch.long)
-    decode_attention.attend(out, query, keys, values, torch.tensor(table, dtype=torch.long), 0.3, tree)
+    decode_attention.attend(out, query, keys, values, torch.tensor(spans, dtype=torch.long), 0.3)
     return out
 
 
-def sdpa(query, keys, values, span, mask=None) -> torch.Tensor:
+def sdpa(query, keys, values, span) -> torch.Tensor:
     slot, start, count, length = span
-    if mask is None:
-        mask = torch.arange(length) <= torch.arange(length - count, length)[:, None]
+    mask = torch.arange(length) <= torch.arange(length - count, length)[:, None]
     out = F.scaled_dot_product_attention(
         query[None, :, start : start + count],
         keys[slot : slot + 1, :, :length],
@@ -88,37 +84,3 @@ def test_a_head_dim_it_is_not_built_for_is_refused():
     query, keys, values = case(torch.float32, 80)
     with pytest.raises(ValueError, match="head dim 80"):
         kernel(query, keys, values, SPANS)
-
-
-#: A token tree of 9 tokens after 30 cached: a chain of 3 (a stream's feed), then options grown from its
-#: second token and from one another (a likelihood choice's tree, ``decoding.batch._tree_feed``).
-TREE = [-1, 0, 1, 1, 3, 1, 5, 5, 2]
-
-
-@pytest.mark.parametrize("dtype, atol", [(torch.float64, 1e-12), (torch.float32, 1e-5)])
-def test_a_token_tree_sees_the_cached_keys_and_its_ancestors(dtype, atol):
-    query, keys, values = case(dtype, 64, seed=2)
-    tree = (3, 16, len(TREE), 30 + len(TREE))  # in place of the prompt chunk's span
-    spans = [*SPANS[:4], tree]
-    out = kernel(query, keys, values, spans, TREE)
-    expected = sdpa(query, keys, values, tree, _Tree(30, TREE).mask)
-    assert torch.allclose(out[16 : 16 + len(TREE)], expected, atol=atol, rtol=0)
-    for span in SPANS[:4]:  # the other sequences of the call are plain causal still
-        assert torch.equal(out[span[1] : span[1] + span[2]], kernel(query, keys, values, [span])[span[1] : span[1] + span[2]])
-
-
-def test_a_tree_row_equals_its_path_fed_as_a_chain():
-    """Bit for bit, float32: the keys a tree row does not see add exact zeros, so the likelihood a choice reads
-    off a tree is the one its option would get decoded token by token."""
-    query, keys, values = case(torch.float32, 64, seed=3)
-    slot, cached = 3, 30
-    tree = kernel(query, keys, values, [(slot, 0, len(TREE), cached + len(TREE))], TREE)
-    node = 6  # its path: 0, 1, 5, 6
-    path = [0, 1, 5, 6]
-    chained_keys, chained_values = keys.clone(), values.clone()
-    for k, j in enumerate(path):  # the path's keys and values at consecutive positions, as a chain writes them
-        chained_keys[slot, :, cached + k] = keys[slot, :, cached + j]
-        chained_values[slot, :, cached + k] = values[slot, :, cached + j]
-    chained_query = query[:, path]
-    chain = kernel(chained_query, chained_keys, chained_values, [(slot, 0, len(path), cached + len(path))])
-    assert torch.equal(chain[len(path) - 1], tree[node])

@@ -99,27 +99,6 @@ def test_fork_evolves_independently(tiny_runner, full):
     assert tiny_runner.fork(state, 99).length == state.length
 
 
-@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_a_token_tree_over_one_prefix_matches_full_forwards(tiny_model, full, dtype):
-    """Each node sees the prefix and its ancestors only, at the position it has on its own path."""
-    model = copy.deepcopy(tiny_model).to(dtype)
-    runner = HFRunner(model)
-    prompt = tokens(40, 9)
-    #        0    1    2    3    4    5    6
-    nodes = [11, 12, 13, 14, 15, 16, 17]
-    parents = [-1, 0, 1, 0, -1, 4, 1]  # paths: 11 12 13, 11 14, 15 16, 11 12 17
-    state = runner.new_state()
-    runner.forward([(state, prompt)], logits=False)
-    rows = runner.tree(state, 7, nodes, parents)
-    assert rows.shape == (7, runner.vocab_size)
-    for path in ([0, 1, 2], [0, 3], [4, 5], [0, 1, 6]):
-        reference = full(prompt[:7] + [nodes[i] for i in path], model)[7:]
-        assert torch.allclose(rows[path], reference, atol=1e-5), path
-    assert state.length == 9  # the stream's own cache is untouched
-    (after,) = runner.forward([(state, [5])])
-    assert torch.allclose(after, full(prompt + [5], model)[-1:], atol=1e-5)
-
-
 def test_trim_then_extend(tiny_runner, full):
     sequence, retry = tokens(30, 10), tokens(31, 5)
     state = tiny_runner.new_state()
