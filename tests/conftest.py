@@ -12,7 +12,7 @@ import pyarrow.fs as pafs
 import pytest
 import torch
 
-from tests.helpers import STOP, VOCAB
+from tests.helpers import STOP, VOCAB, no_ray
 
 torch.set_num_threads(1)
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # no token: another cluster's may sit in ~/.ray
@@ -26,14 +26,29 @@ LOGIT_SCALE = 15.0
 # -- fixtures ----------------------------------------------------------------
 
 
+@pytest.fixture(scope="session")
+def _shared_ray():
+    """Shuts down, at the end, the Ray that ``local_ray`` keeps up between modules."""
+    yield
+    no_ray()
+
+
 @pytest.fixture(scope="module")
-def local_ray():
-    """A private 2-CPU Ray with two model slots, for one module's end-to-end jobs."""
+def local_ray(_shared_ray):
+    """A private 2-CPU Ray with two model slots, for a module's end-to-end jobs.
+
+    It stays up for the next module that asks for it: starting one costs about 8 s on these cores, and
+    a dozen modules ask. A module that needs no Ray, or a cluster of its own, calls ``no_ray`` first."""
     import ray
 
-    ray.init(address="local", num_cpus=2, resources={"replica": 2}, include_dashboard=False, object_store_memory=150 * 2**20, log_to_driver=False)
+    if not ray.is_initialized():
+        ray.init(address="local", num_cpus=2, resources={"replica": 2}, include_dashboard=False, object_store_memory=150 * 2**20, log_to_driver=False)
     yield
-    ray.shutdown()
+
+
+@pytest.fixture
+def without_ray():
+    no_ray()
 
 
 @pytest.fixture(scope="session")

@@ -8,13 +8,14 @@ from fucina_jobs.bench.pipeline import generate, job_config
 from fucina_jobs.config import validate
 from fucina_jobs.pipeline.driver import Job
 
-from tests.helpers import REPO, assert_exactly_once, job_dict, read_dir
+from tests.helpers import REPO, assert_exactly_once, job_dict, no_ray, read_dir
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def two_nodes(s3):  # s3 first: the nodes' workers inherit its credentials
+    no_ray()  # the tests' shared local Ray, if up: this module joins a cluster of its own
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "resources": {"replica": 1}, "include_dashboard": False})
     cluster.add_node(num_cpus=1, resources={"replica": 1})
     ray.init(address=cluster.address, log_to_driver=False)

@@ -11,7 +11,7 @@ from fucina_jobs.pipeline.driver import Job
 
 from tests.helpers import REPO, assert_exactly_once, job_dict, shard_files
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("local_ray")]
 
 
 def test_canned_engine_run_writes_one_file_per_kind_per_shard_and_a_rerun_decodes_only_new_rows(tmp_path):

@@ -12,13 +12,14 @@ from fucina_jobs.config import validate
 from fucina_jobs.pipeline.ray_pool import RayReplica
 from fucina_jobs.data.rundir import RunDir
 
-from tests.helpers import REPO
+from tests.helpers import REPO, no_ray
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def nodes():
+    no_ray()  # the tests' shared local Ray, if up: this module joins a cluster of its own
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "resources": {"replica": 1}, "include_dashboard": False})
     cluster.add_node(num_cpus=2, resources={"replica": 2})
     ray.init(address=cluster.address, log_to_driver=False)

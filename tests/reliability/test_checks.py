@@ -17,6 +17,8 @@ from fucina_jobs.data.rundir import RunDir
 
 from tests.helpers import REPO, cli, job_dict, manifest, write_jsonl
 
+pytestmark = pytest.mark.usefixtures("without_ray")  # each checks that no Ray started
+
 SCHEMAS = {
     "bad_pattern.json": {"type": "object", "properties": {"a": {"type": "string", "pattern": "(("}}},
     "not_a_schema.json": {"type": "strin"},

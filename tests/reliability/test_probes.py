@@ -19,6 +19,8 @@ from fucina_jobs.data.storage import probe
 
 from tests.helpers import REPO, job_dict, ray_running
 
+pytestmark = pytest.mark.usefixtures("without_ray")  # each checks that no Ray started
+
 
 @pytest.fixture
 def http_port():

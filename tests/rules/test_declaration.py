@@ -14,6 +14,8 @@ from fucina_jobs.rules.expression import RuleError
 from fucina_jobs.config import SHIPPED
 from tests.helpers import REPO, job_dict
 
+pytestmark = pytest.mark.usefixtures("without_ray")  # each checks that no Ray started
+
 SCHEMA = {
     "type": "object",
     "properties": {
