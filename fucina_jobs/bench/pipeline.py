@@ -7,6 +7,10 @@ rows/s over the run, the driver's peak RSS, the files written per kind, and
 whether every row ended exactly once. The job runs in this process, so this
 process's peak RSS is the driver's.
 
+``--documents N`` makes the rows PDF files instead (``dataset.format=documents``): N of the invoice's text on
+``--pages`` pages each, and ``--scans`` more of the same pages rendered to images (no text layer, read by
+OCR); the table adds the pages per second of the reader and of OCR, each timed on its own in this process.
+
 ``--kills N`` runs the job as a child process instead and ``kill -9``s it N
 times, each once a random number of shards has committed, then reruns it to
 the end: every row must end exactly once, and every shard committed before a
@@ -51,6 +55,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--grounded", action="store_true", help="keep the schema's x-grounded fields: each row then builds a grammar and checks its values"
     )
+    p.add_argument("--documents", type=int, default=0, help="rows as this many PDF files (dataset.format=documents) instead of jsonl")
+    p.add_argument("--pages", type=int, default=2, help="pages of each PDF (default 2)")
+    p.add_argument("--scans", type=int, default=2, help="with --documents, this many PDFs more of scanned pages, read by OCR (default 2)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
 
 
@@ -63,6 +70,83 @@ def generate(path: Path, rows: int) -> None:
     with path.open("w", encoding="utf-8") as f:
         for i in range(rows):
             f.write(json.dumps({"id": f"r{i:08d}", "text": f"Ref r{i:08d}. {text}"}) + "\n")
+
+
+#: Dots per inch of a made scan: an office scanner's usual setting.
+_SCAN_DPI = 200
+#: A made PDF's page: US Letter in points, a line of 10-point Courier every 12 points from 72 points in from the top left.
+_LETTER, _MARGIN, _FONT, _LEADING = (612.0, 792.0), 72.0, 10.0, 12.0
+
+
+def generate_documents(folder: Path, documents: int, pages: int, scans: int) -> None:
+    """``documents`` PDFs of the first shipped invoice under new ids, ``pages`` pages each, and ``scans`` more whose
+    pages are those pages rendered to grayscale images at ``_SCAN_DPI``, with no text layer: scans for OCR."""
+    import pypdfium2 as pdfium
+
+    text = json.loads((_JOB / "inputs.jsonl").read_text().splitlines()[0])["text"]
+    folder.mkdir(parents=True, exist_ok=True)
+    for i in range(documents + scans):
+        pdf = _text_pdf([f"Ref r{i:08d}. {text}"] * pages)
+        if i >= documents:
+            pdf = _scanned(pdf, pdfium)
+        pdf.save(folder / f"r{i:08d}.pdf")
+        pdf.close()
+
+
+def _text_pdf(pages: list[str]) -> Any:
+    """A PDF of ``pages``, a line of text per line, in a standard font (the text layer a word processor writes)."""
+    import ctypes
+
+    import pypdfium2 as pdfium
+    import pypdfium2.raw as raw
+
+    pdf = pdfium.PdfDocument.new()
+    for text in pages:
+        page = pdf.new_page(*_LETTER)
+        for n, line in enumerate(text.splitlines()):
+            obj = raw.FPDFPageObj_NewTextObj(pdf, b"Courier", _FONT)
+            wide = ctypes.create_string_buffer(line.encode("utf-16-le") + b"\0\0")
+            raw.FPDFText_SetText(obj, ctypes.cast(wide, ctypes.POINTER(raw.FPDF_WCHAR)))
+            raw.FPDFPageObj_Transform(obj, 1, 0, 0, 1, _MARGIN, _LETTER[1] - _MARGIN - n * _LEADING)
+            raw.FPDFPage_InsertObject(page, obj)
+        page.gen_content()
+        page.close()
+    return pdf
+
+
+def _scanned(pdf: Any, pdfium: Any) -> Any:
+    """A PDF whose pages are ``pdf``'s rendered to grayscale images: what a scanner gives."""
+    scan = pdfium.PdfDocument.new()
+    for k in range(len(pdf)):
+        source = pdf[k]
+        width, height = source.get_size()
+        bitmap = source.render(scale=_SCAN_DPI / 72, grayscale=True)
+        page = scan.new_page(width, height)
+        image = pdfium.PdfImage.new(scan)
+        image.set_bitmap(bitmap)
+        image.set_matrix(pdfium.PdfMatrix().scale(width, height))
+        page.insert_obj(image)
+        page.gen_content()
+        page.close()
+        source.close()
+    pdf.close()
+    return scan
+
+
+def reading_speed(folder: Path, documents: int) -> dict[str, Any]:
+    """Pages per second of the text reader (the first ``documents`` files) and of OCR (the rest), in this process."""
+    from ..data import read_document
+
+    files = sorted(folder.glob("*.pdf"))
+    speed: dict[str, Any] = {}
+    for kind, paths in (("read", files[:documents]), ("ocr", files[documents:])):
+        pages, start = 0, time.perf_counter()
+        for path in paths:
+            with path.open("rb") as f:
+                pages += read_document(f, path.name).text.count("\f") + 1
+        wall = time.perf_counter() - start
+        speed[f"{kind}_pages_per_s"] = round(pages / wall, 2) if pages else None
+    return speed
 
 
 def job_config(data: Path, out: Path, replicas: int, shard_size: int | None, grounded: bool = False) -> dict[str, Any]:
@@ -100,28 +184,35 @@ def run_pipeline(args: argparse.Namespace) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="fucina-bench-pipeline-")) if args.dir is None else args.dir
     try:
         work.mkdir(parents=True, exist_ok=True)
-        data, out = work / "in.jsonl", work / "out"
-        generate(data, args.rows)
+        out, rows = work / "out", args.rows
+        if args.documents:
+            data, rows = work / "docs", args.documents + args.scans
+            generate_documents(data, args.documents, args.pages, args.scans)
+        else:
+            data = work / "in.jsonl"
+            generate(data, rows)
         raw = job_config(data, out, args.replicas, args.shard_size, args.grounded)
+        if args.documents:
+            raw["dataset"]["format"] = "documents"
         if args.kills:
-            return _killed_runs(args, raw, work)
+            return _killed_runs(args, raw, work, rows)
         cfg = validate(raw)
         start = time.perf_counter()
         summary = Job(cfg, work).run()
         wall = time.perf_counter() - start
         return {
-            "rows": args.rows,
+            "rows": rows,
             "replicas": args.replicas,
             "shard_size": cfg.runtime.shard_size,
             "grounded": args.grounded,
             "wall_s": round(wall, 1),
-            "rows_per_s": round(args.rows / wall, 1),
+            "rows_per_s": round(rows / wall, 1),
             "driver_peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
             "files": _files(out),
             "records": summary.records,
             "rejects": summary.rejects,
-            "exactly_once": _exactly_once(out, args.rows),
-        }
+            "exactly_once": _exactly_once(out, rows),
+        } | (reading_speed(data, args.documents) if args.documents else {})
     finally:
         if args.dir is None:
             shutil.rmtree(work, ignore_errors=True)
@@ -143,13 +234,13 @@ def _exactly_once(out: Path, rows: int) -> bool:
     return sum(len(c) for c in ids) == len(set().union(*(c.to_pylist() for c in ids))) == rows
 
 
-def _killed_runs(args: argparse.Namespace, raw: dict[str, Any], work: Path) -> dict[str, Any]:
+def _killed_runs(args: argparse.Namespace, raw: dict[str, Any], work: Path, rows: int) -> dict[str, Any]:
     """Kill the driver at random commit counts, rerun to the end, and check nothing committed was redone."""
     from ..config import validate
 
     config, out = work / "job.json", Path(raw["output"]["dir"])
     config.write_text(json.dumps(raw))
-    shards = -(-args.rows // validate(raw).runtime.shard_size)
+    shards = -(-rows // validate(raw).runtime.shard_size)
     points = sorted(random.Random(args.seed).sample(range(1, shards), args.kills))
     command = [sys.executable, "-c", "import sys; from fucina_jobs.bench.pipeline import run_job; run_job(sys.argv[1])", str(config)]
     committed: dict[str, int] = {}
@@ -169,7 +260,7 @@ def _killed_runs(args: argparse.Namespace, raw: dict[str, Any], work: Path) -> d
     now = _committed(out)
     redone = [path for path, mtime in committed.items() if now.get(path) != mtime]
     return {
-        "rows": args.rows,
+        "rows": rows,
         "shards": shards,
         "killed_after_commits": points,
         "committed_before_last_run": len(committed),
@@ -177,7 +268,7 @@ def _killed_runs(args: argparse.Namespace, raw: dict[str, Any], work: Path) -> d
         "last_run_s": round(time.perf_counter() - start, 1),
         "committed_shards_redone": len(redone),
         "files": _files(out),
-        "exactly_once": _exactly_once(out, args.rows),
+        "exactly_once": _exactly_once(out, rows),
     }
 
 

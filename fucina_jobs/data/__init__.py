@@ -11,6 +11,7 @@ import these names from here, never one of the modules (``tests/test_layers.py``
 """
 
 from .dataset import Row, Slice, check_output_outside, failed_rows, read_rows, read_slice, scan
+from .documents import read as read_document
 from .rundir import Committed, RunDir, shard_key
 from .s3_retries import RetryTally, retries
 from .sink import META_FIELDS, Outcome, Validator, json_schema_fields, json_validator, outcome_tables, record_schema, schema_failure
@@ -32,6 +33,7 @@ __all__ = [
     "json_schema_fields",
     "json_validator",
     "outcome_tables",
+    "read_document",
     "read_rows",
     "read_slice",
     "record_schema",

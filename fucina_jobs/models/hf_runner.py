@@ -173,7 +173,7 @@ class _Step:
     spans: list[_Span]  # the sequences that attend on their own
     grid: _Grid | None  # the others, in one call
     kernel: torch.Tensor | None  # or every sequence through the CPU kernel: ``decode_attention.attend``'s spans
-    fused: bool = False  # a Llama layer's element-wise ops run on the CPU kernels (``layer_ops``)
+    fused: bool = False  # a Llama or Gemma layer's element-wise ops run on the CPU kernels (``layer_ops``)
 
 
 #: What transformers' attention interface passes that the slotted attention honours, beside the query, keys,
