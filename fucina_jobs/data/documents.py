@@ -432,14 +432,15 @@ class Layout:
                 yield number, a, b
 
     def render(self, number: int, dpi: int) -> bytes:
-        """Page ``number`` as a PNG at ``dpi`` dots per inch: the image the boxes' fractions are of."""
+        """Page ``number`` as a grayscale PNG at ``dpi`` dots per inch (a third of colour's bytes; the boxes drawn over
+        it bring the colour): the image the boxes' fractions are of."""
         import pypdfium2 as pdfium
 
         with _PDFIUM:
             pdf = pdfium.PdfDocument(self.data)
             try:
                 page = pdf[number - 1]
-                bitmap = page.render(scale=dpi / 72)
+                bitmap = page.render(scale=dpi / 72, grayscale=True)
                 image = bitmap.to_pil()
                 bitmap.close()
                 page.close()

@@ -36,7 +36,7 @@ from ..eval.sources import Sources, read_sources
 _TEMPLATE = "page.html"
 _DATA = "/*REVIEW_DATA*/"
 #: Dots per inch of a page shown beside its text: a page's own size on a screen (10-point text stays legible), at
-#: tens of KB a page of PNG (an office page at 150 dpi is 200 KB, and each card of a PDF row carries its pages).
+#: 20-45 KB a page of text in grayscale PNG (at 150 dpi, 4 times that; each card of a PDF row carries its pages).
 PAGE_DPI = 72
 #: The edges of a box as ``field_boxes`` holds them.
 _EDGES = ("left", "top", "right", "bottom")
