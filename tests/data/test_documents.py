@@ -324,6 +324,23 @@ def test_a_text_layer_value_s_box_is_where_the_pdf_draws_it_a_box_per_line_and_p
     assert inside.getextrema()[0] < 64 and left_of.getextrema()[0] == 255
 
 
+@pytest.mark.parametrize("rotation", [0, 90, 180])
+def test_a_box_holds_its_value_s_ink_on_the_page_as_rendered_a_rotated_page_too(tmp_path, rotation):
+    import pypdfium2 as pdfium
+    from PIL import ImageOps
+
+    pdf = pdfium.PdfDocument(pdf_bytes(["Acme GmbH"]))
+    pdf[0].set_rotation(rotation)  # /Rotate: the page is shown turned, its text drawn as before
+    pdf.save(tmp_path / "a.pdf")
+    (row,) = _rows(tmp_path / "a.pdf")
+    (box,) = row.layout.boxes(row.fields["text"], {"v": (0, 9)})["v"]
+    image = _page_image(row.layout, 1, 144)
+    width, height = image.size
+    ink = ImageOps.invert(image).getbbox()  # every dark pixel of the page: the value's, as rendered
+    assert (width > height) == (rotation == 90) and ((box.right - box.left) * width > (box.bottom - box.top) * height) == (rotation != 90)
+    assert ink == pytest.approx((box.left * width, box.top * height, box.right * width, box.bottom * height), abs=3)
+
+
 def _page_image(layout, page: int, dpi: int):
     from PIL import Image
 
