@@ -81,6 +81,15 @@ def test_fused_layers_match_transformers_past_the_window(family, dtype):
         assert error <= tolerance, f"{family} in {dtype}: max difference {error:.3g}, allowed {tolerance:.3g}"
 
 
+def test_gemma3_caps_no_attention_score_though_its_config_names_a_cap():
+    """Gemma 3's attention passes transformers' attention function no soft-cap, whatever its config says; the
+    runner's fused Gemma 3 attention must not cap either (capped at 0.5, the logits move by tenths)."""
+    model = tiny_family("gemma3_text", VOCAB, attn_logit_softcapping=0.5)
+    seqs = sequences(2, 44)
+    for s, got in zip(seqs, ragged(HFRunner(model), seqs)):
+        assert torch.allclose(got, eager(model, s), atol=1e-5, rtol=0), (got - eager(model, s)).abs().max()
+
+
 def test_greedy_tokens_equal_transformers(family_model):
     """Greedy decoding through the decoder against argmax over transformers' full forward, token by token."""
     family, model = family_model
