@@ -8,7 +8,7 @@ writes each layer's new keys and values into their slots, then attends in one
 of three ways, all over views of the store, so no cache is ever copied:
 
 - the CPU kernel (``decode_attention``), float32, float64 and bfloat16: one
-  call per layer for every sequence of the step, prompt chunks and token trees included, each
+  call per layer for every sequence of the step, prompt chunks included, each
   row's result independent of the batch. The CPU default where it builds:
   SDPA's calls per sequence took a fifth of a decode step. With it, in
   float32 and bfloat16, a Llama or Gemma layer's element-wise ops run fused too
@@ -131,7 +131,7 @@ class _Span:
     end: int  # the sequence's length once they are written
     mask: torch.Tensor | None  # bool ``[count, end]`` (``[group * count, end]`` folded); None when plain causal or a single token
     folded: bool  # the query heads that share a kv head are folded into the query axis
-    positions: torch.Tensor  # the new tokens' positions (a token tree's are its depths past the cached ones)
+    positions: torch.Tensor  # the new tokens' positions
 
     def windowed(self, window: int, group: int) -> torch.Tensor:
         """``mask`` within a sliding window: a query at position p sees the keys at positions (p - window, p]."""
@@ -141,30 +141,6 @@ class _Span:
             seen = near if self.count == 1 else near & (keys <= self.positions[:, None])
             return seen.repeat(group, 1) if self.folded else seen
         return self.mask & (near.repeat(group, 1) if self.folded else near)
-
-
-class _Tree:
-    """A sequence's new tokens as a token tree: token ``j`` continues new token ``parents[j]`` (-1: the ``length``
-    cached positions), parents before children. Each token takes the position it would have on its own path and
-    sees the cached keys and its ancestors' (``mask``, ``[tokens, length + tokens]``); a chain is plain causal."""
-
-    def __init__(self, length: int, parents: Sequence[int]):
-        self.length, self.parents = length, list(parents)
-        depth = [0] * len(parents)
-        for i, parent in enumerate(parents):
-            if parent >= 0:
-                depth[i] = depth[parent] + 1
-        self.positions = torch.tensor(depth, dtype=torch.long) + length
-
-    @property
-    def mask(self) -> torch.Tensor:
-        """What each token sees, for SDPA (the CPU kernel reads ``parents``)."""
-        n = len(self.parents)
-        ancestry = torch.eye(n, dtype=torch.bool)
-        for i, parent in enumerate(self.parents):
-            if parent >= 0:
-                ancestry[i] |= ancestry[parent]
-        return torch.cat([torch.ones(n, self.length, dtype=torch.bool), ancestry], 1)
 
 
 @dataclass(kw_only=True)
@@ -197,7 +173,6 @@ class _Step:
     spans: list[_Span]  # the sequences that attend on their own
     grid: _Grid | None  # the others, in one call
     kernel: torch.Tensor | None  # or every sequence through the CPU kernel: ``decode_attention.attend``'s spans
-    parents: torch.Tensor | None = None  # and its trees' parents
     fused: bool = False  # a Llama or Gemma layer's element-wise ops run on the CPU kernels (``layer_ops``)
 
 
@@ -283,9 +258,7 @@ def _attend_in_slots(
     if slot_step.grid is not None:
         out.index_copy_(0, slot_step.grid.tokens, _grid_attention(query, keys, values, shape, slot_step.grid))
     if slot_step.kernel is not None:
-        decode_attention.attend(
-            out, query[0], keys, values, slot_step.kernel, shape.scaling, slot_step.parents, window=shape.window, softcap=shape.softcap
-        )
+        decode_attention.attend(out, query[0], keys, values, slot_step.kernel, shape.scaling, window=shape.window, softcap=shape.softcap)
     return out[None], None
 
 
@@ -668,33 +641,18 @@ class HFRunner:
         batch: Sequence[tuple[SlotState, Sequence[int]]],
         *,
         logits: bool | Sequence[bool | Sequence[bool]] = True,
-        parents: Sequence[Sequence[int] | None] | None = None,
     ) -> list[torch.Tensor]:
         counts = [len(tokens) for _, tokens in batch]
         wanted = [logits] * len(batch) if isinstance(logits, bool) else list(logits)
         flags = [[want] * n if isinstance(want, bool) else list(want) for want, n in zip(wanted, counts)]
-        trees = [None if p is None else _Tree(state.length, p) for (state, _), p in zip(batch, parents or [None] * len(batch))]
         self.store.reserve(max(state.length + n for (state, _), n in zip(batch, counts)))
         ids = torch.tensor([t for _, tokens in batch for t in tokens], dtype=torch.long)
         stored = torch.cat([torch.arange(state.length, state.length + n) for (state, _), n in zip(batch, counts)])
-        step = self._plan(batch, counts, stored, trees)
-        positions = torch.cat(
-            [t.positions if t is not None else torch.arange(state.length, state.length + n) for (state, _), n, t in zip(batch, counts, trees)]
-        )
-        logits = self._run(ids, positions, step, _rows_to_keep(flags))
+        step = self._plan(batch, counts, stored)
+        logits = self._run(ids, stored, step, _rows_to_keep(flags))
         for (state, _), n in zip(batch, counts):
             state.length += n
         return list(logits.float().cpu().split([sum(f) for want, f in zip(wanted, flags) if want is not False]))
-
-    def tree(self, state: SlotState, length: int, tokens: Sequence[int], parents: Sequence[int]) -> torch.Tensor:
-        """The logits after each node of a token tree grown on ``state``'s first ``length`` positions, ``[nodes, vocab]``.
-
-        Node ``i`` holds ``tokens[i]`` and continues node ``parents[i]``
-        (``-1``: the prefix itself), and parents come before their children.
-        One forward over a scratch fork of the prefix (``forward``'s
-        ``parents``), so continuations that share their first tokens compute
-        them once. ``state`` is left as it was."""
-        return self.forward([(self.fork(state, length), tokens)], parents=[parents])[0]
 
     def _run(self, ids: torch.Tensor, positions: torch.Tensor, step: _Step, keep: torch.Tensor) -> torch.Tensor:
         """The model over one packed row, through the slotted attention; the logits of the rows in ``keep``."""
@@ -715,16 +673,12 @@ class HFRunner:
             config._attn_implementation = own
         return out.logits[0]
 
-    def _plan(
-        self, batch: Sequence[tuple[SlotState, Sequence[int]]], counts: list[int], positions: torch.Tensor, trees: list["_Tree | None"]
-    ) -> _Step:
+    def _plan(self, batch: Sequence[tuple[SlotState, Sequence[int]]], counts: list[int], positions: torch.Tensor) -> _Step:
         """Where the new keys go (``positions`` in their slots), and what each sequence's queries see.
 
         Query ``j`` of a sequence sees its keys up to ``length + j`` (causal,
         bottom-right aligned). A fresh sequence is plain causal, which SDPA
-        runs without a mask, faster; a single token needs no mask either. A
-        token tree's queries see the cached keys and their ancestors' (``_Tree``):
-        in the CPU kernel with the other sequences, else SDPA on its own, with that mask.
+        runs without a mask, faster; a single token needs no mask either.
         """
         store = self.store
         # Per-token lists are built in Python: CPU ``repeat_interleave`` wakes every intra-op thread even for
@@ -734,33 +688,13 @@ class HFRunner:
         rows = ((slots * store.keys.shape[2] + heads) * store.capacity + positions).flatten()
         starts = list(itertools.accumulate(counts[:-1], initial=0))
         if self._kernel:
-            table, parents = [], []
-            for (state, _), n, start, t in zip(batch, counts, starts, trees):
-                tree = -1
-                if t is not None:
-                    tree, parents = len(parents), parents + t.parents
-                table.append((state.slot, start, n, state.length + n, tree))
-            tree_parents = torch.tensor(parents, dtype=torch.long) if parents else None
-            return _Step(
-                store=store, rows=rows, spans=[], grid=None, kernel=torch.tensor(table, dtype=torch.long), parents=tree_parents, fused=self._fused
-            )
-        spans = [
-            _Span(
-                slot=state.slot,
-                start=start,
-                count=n,
-                end=state.length + n,
-                mask=t.mask.to(self.device),
-                folded=False,
-                positions=t.positions.to(self.device),
-            )
-            for (state, _), n, start, t in zip(batch, counts, starts, trees)
-            if t is not None
-        ]
-        in_grid = [self.batched_attention and n <= _GRID_QUERIES and t is None for n, t in zip(counts, trees)]
+            table = [(state.slot, start, n, state.length + n) for (state, _), n, start in zip(batch, counts, starts)]
+            return _Step(store=store, rows=rows, spans=[], grid=None, kernel=torch.tensor(table, dtype=torch.long), fused=self._fused)
+        spans: list[_Span] = []
+        in_grid = [self.batched_attention and n <= _GRID_QUERIES for n in counts]
         group = self.model.config.num_attention_heads // self.model.config.num_key_value_heads
-        for (state, _), n, grid, start, t in zip(batch, counts, in_grid, starts, trees):
-            if grid or t is not None:
+        for (state, _), n, grid, start in zip(batch, counts, in_grid, starts):
+            if grid:
                 continue
             end = state.length + n
             folded = self._fold_heads and n <= _GRID_QUERIES
