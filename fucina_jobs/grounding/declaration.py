@@ -11,16 +11,61 @@ so a grounded schema stays an ordinary schema everywhere else.
 from __future__ import annotations
 
 import re
-from dataclasses import field, make_dataclass, replace
+from dataclasses import dataclass, field, replace
+from decimal import Decimal
 from typing import Any, Callable, Iterator, Mapping, NamedTuple
 
 from .currencies import SIGNS
-from .options import ARRAY, ARRAY_OPTIONS, ITEM_UNITS, KEYWORD, OPTIONS, RECASINGS, Declared, GroundingError, read
+from . import old_spellings
+from .options import ARRAY, ARRAY_OPTIONS, ITEM_UNITS, KEYWORD, LINES_PARTS, OPTIONS, RECASINGS, Declared, GroundingError, Option, read
 from .paths import field_name
 
 
-class _GroundedField:
-    """What a grounded field's options mean for reading a text; ``Grounded`` adds the options themselves."""
+@dataclass(frozen=True)
+class Lines:
+    """The keys of ``lines`` (``options.LINES_PARTS``): where a run of words or of whole lines starts and stops."""
+
+    first: int | None = None
+    starts_on: str | None = None
+    ends_on: str | None = None
+    shortest: bool = False
+    cut_before: str | None = None
+    to_block_end: bool = False
+    within_line: bool = False
+
+
+@dataclass(frozen=True)
+class Grounded:
+    """One grounded field: where it is (``path`` names properties by key and array items by ``"[]"``), what kind of
+    value it holds (string, number, integer, date, enum, or quantity: a string with ``units``), its schema, and an
+    attribute per option of ``options.OPTIONS``, holding what the option keeps of the declared value (a tuple for a
+    list; ``labels`` keeps the labels that mark, ``preferred_labels`` those of weight 2). ``rivals``: the other
+    fields' labels (``grounded_fields``): where one of them is written, longer, around a label, it is theirs."""
+
+    path: tuple[str, ...]
+    kind: str
+    schema: dict[str, Any] = field(compare=False)
+    span: str = "words"
+    labels: tuple[str, ...] = ()
+    preferred_labels: tuple[str, ...] = ()
+    only_labelled: bool = False
+    lines: Lines = Lines()
+    includes: str | None = None
+    capitalized: bool = False
+    most_words: int | None = None
+    known_values: tuple[str, ...] = ()
+    whitespace: str = "normalize"
+    case: str = "exact"
+    drop_marks: str = ""
+    amount: bool = False
+    units: tuple[str, ...] = ()
+    day_first: bool | None = None
+    spellings: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    allow: tuple[Any, ...] = ()
+    rounding: Decimal | None = None
+    pick: str | None = None
+    prefer_members: bool = False
+    rivals: tuple[str, ...] = field(default=(), compare=False)
 
     @property
     def recasings(self) -> tuple[Callable[[str], str], ...]:
@@ -64,42 +109,57 @@ class _GroundedField:
         return Declared(kind, self.span if kind == "string" else kind, tuple(self.schema.get("enum", ())), self.nullable)
 
     def takes(self, option: str) -> bool:
-        """Could this field take ``option``: does it apply to its kind (a string's span), with the options it needs?"""
-        return OPTIONS[option].misplaced(self.declared, self.given) is None
+        """Could this field take ``option`` (``lines.first`` for a key of ``lines``): does it apply to its kind (a
+        string's span), with the options it needs?"""
+        head, _, part = option.partition(".")
+        table = OPTIONS[head].parts if part else OPTIONS
+        if part and OPTIONS[head].misplaced(self.declared, self.given) is not None:
+            return False
+        return table[part or head].misplaced(self.declared, self.given) is None
 
     def given(self, option: str) -> bool:
-        """Is ``option`` declared, not left at its default?"""
-        return getattr(self, option) != OPTIONS[option].kept(OPTIONS[option].default)
+        """Is ``option`` (``lines.first`` for a key of ``lines``) declared, not left at its default?"""
+        return _kept_attributes(self, option) != _kept_attributes(Grounded(self.path, self.kind, self.schema), option)
 
     def with_options(self, options: Mapping[str, Any]) -> Grounded:
-        """This field with ``options`` (as a schema writes them, e.g. a list of labels) in place of its own."""
-        return replace(self, **{name: OPTIONS[name].kept(value) for name, value in options.items()})
+        """This field with ``options`` (as a schema writes them, e.g. a list of labels; ``lines.first`` for a key of
+        ``lines``) in place of its own."""
+        lines = {part: value for name, value in options.items() if (part := name.partition(".")[2])}
+        changed = _attributes({name: value for name, value in options.items() if "." not in name})
+        if lines:
+            changed["lines"] = replace(changed.get("lines", self.lines), **{p: LINES_PARTS[p].kept(v) for p, v in lines.items()})
+        return replace(self, **changed)
 
     def without(self, *options: str) -> Grounded:
         """This field with ``options`` back at their defaults."""
-        return self.with_options({name: OPTIONS[name].default for name in options})
+        return self.with_options({name: _option(name).default for name in options})
 
 
-Grounded = make_dataclass(
-    "Grounded",
-    [
-        ("path", "tuple[str, ...]"),
-        ("kind", "str"),
-        ("schema", "dict[str, Any]", field(compare=False)),
-        *((option.name, "Any", field(default=option.kept(option.default))) for option in OPTIONS.values()),
-        ("rivals", "tuple[str, ...]", field(default=(), compare=False)),
-    ],
-    bases=(_GroundedField,),
-    namespace={
-        "__module__": __name__,
-        "__doc__": """One grounded field: where it is (``path`` names properties by key and array items by ``"[]"``), what
-        kind of value it holds (string, number, integer, date, enum, or quantity: a string with ``units``), its schema,
-        and an attribute per option of ``options.OPTIONS``, holding what the option keeps of the declared value (a
-        tuple for a list). ``rivals``: the other fields' labels (``grounded_fields``): where one of them is written,
-        longer, around a label, it is theirs.""",
-    },
-    frozen=True,
-)
+def _option(name: str) -> Option:
+    """The option ``name`` names (``lines.first``: a key of ``lines``)."""
+    head, _, part = name.partition(".")
+    return OPTIONS[head].parts[part] if part else OPTIONS[head]
+
+
+def _attributes(options: Mapping[str, Any]) -> dict[str, Any]:
+    """``Grounded``'s attributes for options as a schema writes them (``read``'s kept values, for ``_declared``)."""
+    out = {}
+    for name, value in options.items():
+        kept = OPTIONS[name].kept(value)
+        if name == "labels":
+            out["labels"], out["preferred_labels"] = kept
+        elif name == "lines":
+            out["lines"] = Lines(**kept)
+        else:
+            out[name] = kept
+    return out
+
+
+def _kept_attributes(g: Grounded, option: str) -> Any:
+    head, _, part = option.partition(".")
+    if part:
+        return getattr(g.lines, part)
+    return (g.labels, g.preferred_labels) if head == "labels" else getattr(g, head)
 
 
 def _nullable(node: dict[str, Any]) -> bool:
@@ -116,6 +176,7 @@ def grounded_fields(schema: Any) -> list[Grounded]:
     """Every grounded field of ``schema``, in key order; raise ``GroundingError`` naming a bad one."""
     if not isinstance(schema, dict):
         return []
+    old_spellings.warn_once({"/".join(p): d[KEYWORD] for p, d in _all_declarations(schema, ()) if isinstance(d[KEYWORD], dict)}, "a schema")
     found = _with_rivals(list(_walk(schema, ())))
     reachable = {id(g.schema) for g in found} | {id(node) for node, _ in _arrays(schema, ()).values()}
     stray = next((p for p, node in _all_declarations(schema, ()) if id(node) not in reachable), None)
@@ -126,7 +187,7 @@ def grounded_fields(schema: Any) -> list[Grounded]:
 
 def _with_rivals(fields: list[Grounded]) -> list[Grounded]:
     """Each field with the labels of the others: fields of one schema compete for the labels a text writes."""
-    labels = {g.path: {*g.labels, *g.prefer_labels} for g in fields}
+    labels = {g.path: {*g.labels, *g.preferred_labels} for g in fields}
     return [replace(g, rivals=tuple(sorted(set().union(*(v for p, v in labels.items() if p != g.path)) - labels[g.path]))) for g in fields]
 
 
@@ -205,9 +266,11 @@ def _declared(node: dict[str, Any], path: tuple[str, ...]) -> Grounded:
         options = {}
     if not isinstance(options, dict):
         raise GroundingError(f"{where}: {KEYWORD} must be true or an object of options, not {options!r}")
+    options = old_spellings.modern(options, where)
     kind = _kind(node, where)
     target = options.get("span", OPTIONS["span"].default) if kind == "string" else kind
-    kept = read(options, Declared(kind, target, tuple(node.get("enum", ())), _nullable(node)), where, OPTIONS)
+    read(options, Declared(kind, target, tuple(node.get("enum", ())), _nullable(node)), where, OPTIONS)
+    kept = _attributes({name: options.get(name, option.default) for name, option in OPTIONS.items()})
     return Grounded(path, "quantity" if kept["units"] else kind, node, **kept)
 
 

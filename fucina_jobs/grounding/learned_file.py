@@ -21,6 +21,7 @@ import json
 from pathlib import Path
 from typing import Any, Sequence
 
+from . import old_spellings
 from .declaration import KEYWORD, GroundingError, grounded_fields
 from .paths import schema_node
 
@@ -77,16 +78,31 @@ def under(learned: dict[str, dict[str, Any]], at: str | None, schema: dict[str, 
     return {name: field for name, field in moved.items() if schema_node(schema, field["path"]) is not None}
 
 
+def merged_options(learned: dict[str, Any], own: Any, where: str) -> dict[str, Any]:
+    """A field's learned options under its own (``true`` or an object), both in today's spelling: its own win key by
+    key, and within ``lines`` key by key too."""
+    learned = old_spellings.modern(learned, where)
+    own = old_spellings.modern(own, where) if isinstance(own, dict) else {}
+    both = [options.get("lines") for options in (learned, own)]
+    lines = {"lines": {**both[0], **both[1]}} if all(isinstance(part, dict) for part in both) else {}
+    return {**learned, **own, **lines}
+
+
 def apply(schema: dict[str, Any], learned: dict[str, dict[str, Any]], where: str) -> dict[str, Any]:
     """``schema`` with the learned options merged in under each field's own; ``LearnedError`` names a field the
     schema has no longer, or options it cannot take."""
+    old_spellings.warn_once({name: field[KEYWORD] for name, field in learned.items()}, where)
     merged = copy.deepcopy(schema)
     for name, field in learned.items():
         node = schema_node(merged, field["path"])
         if node is None:
             raise LearnedError(f"{where}: field {name} is not in the schema; run `fucina_jobs learn` for this schema, or set constraint.learned=null")
-        own = node.get(KEYWORD)
-        node[KEYWORD] = {**field[KEYWORD], **(own if isinstance(own, dict) else {})}
+        if isinstance(node.get(KEYWORD), dict):
+            old_spellings.warn_once({name: node[KEYWORD]}, f"{where}: the schema")
+        try:
+            node[KEYWORD] = merged_options(field[KEYWORD], node.get(KEYWORD), f"field {name}")
+        except GroundingError as err:
+            raise LearnedError(f"{where}: {err}") from None
         array = schema_node(merged, field["path"][:-1]) if field.get(ARRAY) else None
         if array is not None:
             array.update({k: v for k, v in field[ARRAY].items() if k not in array})

@@ -9,7 +9,9 @@ current); ``learn`` tries the options marked ``tried``. Adding an option is one 
 the grammar (and the check or spans, where it changes what a value is) and its tests.
 
 The options come in groups by what they do: where a value may be, how the text is read, which of the candidates
-left is preferred, and, on an array, which block of the text each item is read from.
+left is preferred, and, on an array, which block of the text each item is read from. An option may be an object
+whose keys are options of their own (``lines``: ``LINES_PARTS``), checked, documented and learned one by one, and
+named ``lines.first`` wherever one is meant. Former names are read by ``old_spellings.py``.
 """
 
 from __future__ import annotations
@@ -119,9 +121,12 @@ class Option:
     example: str = ""
     tried: bool = False
     required: bool = False
+    parts: Mapping[str, "Option"] | None = None  # an object's keys, each an option of its own
 
     def kept(self, value: Any) -> Any:
-        """What ``Grounded`` keeps of a declared value (None stays None)."""
+        """What ``Grounded`` keeps of a declared value (None stays None; an object: its keys' kept values, by name)."""
+        if self.parts is not None:
+            return {name: part.kept(value.get(name, part.default)) for name, part in self.parts.items()}
         return None if value is None else self.value.keep(value)
 
     def trials(self) -> list[Any]:
@@ -194,8 +199,33 @@ def count(unit: str) -> Value:
     return Value(f"a whole number of {unit}, at least 1", lambda value, declared: type(value) is int and value >= 1)
 
 
+#: What a label's weight says (``"labels": {"total": 1, "total rounded": 2}``). Why two weights: a label either marks
+#: the values a field may take, or, among those left, the ones preferred (a receipt's ``total rounded`` below its ``total``).
+MARKS, PREFERS = 1, 2
+
+
+def weighed(value: list[str] | dict[str, int]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """A ``labels`` value as (the labels that mark, the labels that prefer): a list's labels all mark."""
+    if isinstance(value, dict):
+        return tuple(k for k, w in value.items() if w == MARKS), tuple(k for k, w in value.items() if w == PREFERS)
+    return tuple(value), ()
+
+
+def _weighed(value: Any, declared: Declared) -> bool:
+    if isinstance(value, list):
+        return _strings(value, declared)
+    return (
+        isinstance(value, dict)
+        and all(isinstance(k, str) and k.strip() and type(w) is int and w in (MARKS, PREFERS) for k, w in value.items())
+        and (declared.target in VALUES or PREFERS not in value.values())
+    )
+
+
 BOOL = Value("true or false", lambda value, declared: isinstance(value, bool), (True, False))
 REGEX = Value("a regex without look-arounds or anchors", lambda value, declared: isinstance(value, str) and _readable_regex(value))
+LABELS = Value(
+    "a list of non-empty strings, or an object of them to a weight, 1 or 2 (2 on number, integer or date properties)", _weighed, keep=weighed
+)
 STRING_LIST = Value("a list of non-empty strings", _strings, keep=tuple)
 VALUE_LIST = Value("a list of {values}", lambda value, declared: isinstance(value, list) and all(_fits(v, declared) for v in value), keep=tuple)
 SPELLING_MAP = Value("an object of enum members to lists of non-empty strings", _spellings, keep=lambda v: tuple((k, tuple(w)) for k, w in v.items()))
@@ -204,7 +234,7 @@ STEP = Value(
     lambda value, declared: isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0,
     keep=lambda value: Decimal(str(value)),
 )
-MARKS = Value(
+PUNCTUATION = Value(
     "a string of punctuation marks", lambda value, declared: isinstance(value, str) and all(unicodedata.category(c).startswith("P") for c in value)
 )
 
@@ -229,35 +259,10 @@ def _table(*options: Option) -> dict[str, Option]:
     return {option.name: option for option in options}
 
 
-#: A grounded field's options, by group; ``span`` first, since what the others apply to depends on it.
-OPTIONS = _table(
+#: The keys of ``lines``: where a run of words (``span: words``) or of whole lines (``span: lines``) starts and stops.
+LINES_PARTS = _table(
     Option(
-        "span",
-        WHERE,
-        one_of(WORDS, WORD, LINES),
-        WORDS,
-        on=STRINGS,
-        doc="a run of whole words of the text; one word less the marks at its ends (`word`: an identifier); a run of whole lines (`lines`: an address)",
-    ),
-    Option(
-        "labels",
-        WHERE,
-        STRING_LIST,
-        [],
-        on=LABELLED,
-        doc="where the text writes one of these labels, only a value a label marks: the number or date after it (or below it), the words that start after it",
-    ),
-    Option(
-        "only_labelled",
-        WHERE,
-        BOOL,
-        False,
-        on=LABELLED,
-        doc="where the text writes none of the `labels` (with none given: always), the field is null, not any value the text writes",
-        needs=(Needs((NULLABLE,)),),
-    ),
-    Option(
-        "first_lines",
+        "first",
         WHERE,
         count("lines"),
         None,
@@ -275,23 +280,23 @@ OPTIONS = _table(
         example="[^\\W_]*[0-9][^\\W_]*",
     ),
     Option(
-        "includes",
-        WHERE,
-        REGEX,
-        None,
-        on=(WORD, LINES),
-        doc="where the text writes a word this regex matches whole, only such a word, or a run of lines that reaches a line writing one",
-        example="[0-9]{5}",
-    ),
-    Option(
         "ends_on",
         WHERE,
         REGEX,
         None,
         on=(WORDS, LINES),
         doc="only the runs that end on a line (a word) this regex matches, where a run the other options allow can",
-        needs=(Needs(("labels", "first_lines"), (WORDS,)),),
+        needs=(Needs(("labels", "lines.first"), (WORDS,)),),
         example="SDN|BHD",
+    ),
+    Option(
+        "shortest",
+        WHERE,
+        BOOL,
+        False,
+        on=(LINES,),
+        doc="of the runs that end on an `ends_on` line, for each such line only the shortest that names more than the ending",
+        needs=(Needs(("lines.ends_on",)),),
     ),
     Option(
         "cut_before",
@@ -303,13 +308,72 @@ OPTIONS = _table(
         example="TEL|FAX",
     ),
     Option(
+        "to_block_end",
+        WHERE,
+        BOOL,
+        False,
+        on=(LINES,),
+        doc="a run ends on its block's last line (before a line of marks or a cut), where it can reach it",
+    ),
+    Option(
         "within_line",
         WHERE,
         BOOL,
         False,
         on=(WORDS,),
         doc="a run takes no word of the next line: it ends where its line does, or before",
-        needs=(Needs(("labels", "first_lines"), (WORDS,)),),
+        needs=(Needs(("labels", "lines.first"), (WORDS,)),),
+    ),
+)
+
+
+#: A grounded field's options, by group; ``span`` first, since what the others apply to depends on it.
+OPTIONS = _table(
+    Option(
+        "span",
+        WHERE,
+        one_of(WORDS, WORD, LINES),
+        WORDS,
+        on=STRINGS,
+        doc="a run of whole words of the text; one word less the marks at its ends (`word`: an identifier); a run of whole lines (`lines`: an address)",
+    ),
+    Option(
+        "labels",
+        WHERE,
+        LABELS,
+        [],
+        on=LABELLED,
+        doc="where the text writes one of these labels, only a value a label marks: the number or date after it (or below it), the words that "
+        "start after it; a label of weight 2 (numbers and dates) only prefers: of the candidates left, those it marks, where it marks any",
+        example='{"total": 1, "total rounded": 2}',
+    ),
+    Option(
+        "only_labelled",
+        WHERE,
+        BOOL,
+        False,
+        on=LABELLED,
+        doc="where the text writes none of the `labels` (with none given: always), the field is null, not any value the text writes",
+        needs=(Needs((NULLABLE,)),),
+    ),
+    Option(
+        "lines",
+        WHERE,
+        Value("an object of " + ", ".join(LINES_PARTS), lambda value, declared: isinstance(value, dict)),
+        {},
+        on=(WORDS, LINES),
+        doc="where a run of words or lines may start and stop among the text's lines: the keys below",
+        example='{"first": 3, "cut_before": "TEL|FAX"}',
+        parts=LINES_PARTS,
+    ),
+    Option(
+        "includes",
+        WHERE,
+        REGEX,
+        None,
+        on=(WORD, LINES),
+        doc="where the text writes a word this regex matches whole, only such a word, or a run of lines that reaches a line writing one",
+        example="[0-9]{5}",
     ),
     Option(
         "capitalized",
@@ -318,15 +382,7 @@ OPTIONS = _table(
         False,
         on=(WORDS,),
         doc="a run after a label or on a top line starts on a word the text writes with a capital letter or a digit: a name, not a sentence's next word",
-        needs=(Needs(("labels", "first_lines"), (WORDS,)),),
-    ),
-    Option(
-        "to_block_end",
-        WHERE,
-        BOOL,
-        False,
-        on=(LINES,),
-        doc="a run ends on its block's last line (before a line of marks or a cut), where it can reach it",
+        needs=(Needs(("labels", "lines.first"), (WORDS,)),),
     ),
     Option(
         "most_words",
@@ -365,7 +421,7 @@ OPTIONS = _table(
     Option(
         "drop_marks",
         READ,
-        MARKS,
+        PUNCTUATION,
         "",
         on=STRINGS,
         doc="the value is its span without these punctuation marks (`Palm Inc.` for `Palm, Inc.`)",
@@ -415,14 +471,6 @@ OPTIONS = _table(
         doc="values held although the text does not write them (`0` for a tax); with `labels`, only where no label marks a value",
     ),
     Option(
-        "prefer_labels",
-        PREFER,
-        STRING_LIST,
-        [],
-        on=VALUES,
-        doc="of the candidates left, those one of these labels marks, where it marks any (`total rounded` over `total`)",
-    ),
-    Option(
         "rounding",
         PREFER,
         STEP,
@@ -432,21 +480,12 @@ OPTIONS = _table(
         example="0.05",
     ),
     Option(
-        "largest",
+        "pick",
         PREFER,
-        BOOL,
-        False,
+        one_of("largest", "smallest"),
+        None,
         on=(*NUMBERS, DATE),
-        doc="only the largest candidate left, the latest of dates: a total is the largest amount labelled total, a due date the latest date",
-        tried=True,
-    ),
-    Option(
-        "smallest",
-        PREFER,
-        BOOL,
-        False,
-        on=(*NUMBERS, DATE),
-        doc="only the smallest candidate left, the earliest of dates: an issue date is the earliest date an invoice writes",
+        doc="only the largest (smallest) candidate left, the latest (earliest) of dates: a total is the largest amount labelled total, a due date the latest date",
         tried=True,
     ),
     Option(
@@ -456,15 +495,6 @@ OPTIONS = _table(
         False,
         on=(ENUM,),
         doc="where the text writes some members themselves, only those, not the ones it shows by a spelling alone (`$1,450.00 CAD`: CAD)",
-    ),
-    Option(
-        "shortest",
-        PREFER,
-        BOOL,
-        False,
-        on=(LINES,),
-        doc="of the runs that end on an `ends_on` line, for each such line only the shortest that names more than the ending",
-        needs=(Needs(("ends_on",)),),
     ),
 )
 #: A grounded array's options.
@@ -486,28 +516,45 @@ ARRAY_OPTIONS = _table(
 
 def read(given: Mapping[str, Any], on: Declared, where: str, table: Mapping[str, Option]) -> dict[str, Any]:
     """The options of ``table`` that ``given`` (a declaration's object) declares on ``on``, as ``Grounded`` keeps them,
-    defaults for the rest; ``GroundingError`` with a one-line message where an option is unknown or not allowed."""
-    unknown = set(given) - set(table)
-    if unknown:
-        raise GroundingError(f"{where}: {KEYWORD} has unknown option(s) {sorted(unknown)}; known: {', '.join(table)}")
+    defaults for the rest (an object option's keys likewise, as a dict); ``GroundingError`` with a one-line message
+    where an option is unknown or not allowed."""
 
     def declares(name: str) -> bool:
-        return name in given and not _same(given[name], table[name].default)
+        head, _, part = name.partition(".")
+        value = given.get(head, table[head].default if head in table else None)
+        if part:
+            value, default = (value.get(part) if isinstance(value, dict) else None), table[head].parts[part].default
+        else:
+            default = table[head].default
+        return value is not None and not _same(value, default)
 
+    return _read(given, on, where, table, declares, "")
+
+
+def _read(
+    given: Mapping[str, Any], on: Declared, where: str, table: Mapping[str, Option], declares: Callable[[str], bool], prefix: str
+) -> dict[str, Any]:
+    unknown = set(given) - set(table)
+    if unknown:
+        raise GroundingError(
+            f"{where}: {KEYWORD}{'.' if prefix else ''}{prefix.rstrip('.')} has unknown option(s) {sorted(unknown)}; known: {', '.join(table)}"
+        )
     for option in table.values():
         if option.required and option.name not in given:
-            raise _error(where, option, on, "given")
+            raise _error(where, prefix, option, on, "given")
         value = given.get(option.name, option.default)
         if _same(value, option.default):
             continue
         problem = "" if not option.value.fits(value, on) else option.misplaced(on, declares)
         if problem is not None:
-            raise _error(where, option, on, _json(value) + problem)
+            raise _error(where, prefix, option, on, _json(value) + problem)
+        if option.parts:
+            _read(value, on, where, option.parts, declares, f"{prefix}{option.name}.")
     return {name: option.kept(given.get(name, option.default)) for name, option in table.items()}
 
 
-def _error(where: str, option: Option, on: Declared, instead: str) -> GroundingError:
-    return GroundingError(f"{where}: {KEYWORD}.{option.name} must be {option.rule(on)}; not {instead}")
+def _error(where: str, prefix: str, option: Option, on: Declared, instead: str) -> GroundingError:
+    return GroundingError(f"{where}: {KEYWORD}.{prefix}{option.name} must be {option.rule(on)}; not {instead}")
 
 
 def _json(value: Any) -> str:
@@ -546,21 +593,27 @@ def doc_table(tables: Iterable[Mapping[str, Option]] = (OPTIONS, ARRAY_OPTIONS))
         out += [
             f"**{group.title}.** {group.about}",
             "",
-            "| option | applies to | value | default | what it does |",
-            "| --- | --- | --- | --- | --- |",
+            *_HEADER,
         ]
         out += [_doc_row(option) for option in options if option.group == group]
         out.append("")
+        for option in (option for option in options if option.group == group and option.parts):
+            out += [f"**The keys of `{option.name}`.** Each applies where the table says, as an option of its own would.", "", *_HEADER]
+            out += [_doc_row(part, f"{option.name}.") for part in option.parts.values()]
+            out.append("")
     return "\n".join(out)
 
 
-def _doc_row(option: Option) -> str:
+_HEADER = ("| option | applies to | value | default | what it does |", "| --- | --- | --- | --- | --- |")
+
+
+def _doc_row(option: Option, prefix: str = "") -> str:
     value = option.value.says.format(values="the property's values")
     if option.value.choices and all(isinstance(c, str) for c in option.value.choices):
         value = "one of " + ", ".join(f"`{c}`" for c in option.value.choices)
     value += f" (e.g. `{option.example}`)" if option.example else ""
     on = "; ".join([_scope(option.on) or ("an array" if option.on == (ARRAY,) else "any property"), *(n.says() for n in option.needs)])
-    cells = [f"`{option.name}`", on, value, _doc_default(option), option.doc]
+    cells = [f"`{prefix}{option.name}`", on, value, _doc_default(option), option.doc]
     return "| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |"
 
 

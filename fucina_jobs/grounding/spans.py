@@ -43,7 +43,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any, Iterator, Mapping
 
 from .declaration import Grounded, Units, unit_spans
-from .grammar import written_values
+from .candidates import written_values
 from .paths import indexed_at, leaves
 from .values import dates_in, number_spans, numbers_in, quantities_in, spellings_written
 

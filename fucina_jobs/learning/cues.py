@@ -1,7 +1,7 @@
 """Learning a field's ``x-grounded`` options from gold rows: the grammar's narrowing, chosen by what it scores.
 
 A grounded field's grammar offers the model the values its text writes; options narrow that choice
-(``labels``: only the values after one of these words; ``day_first``; ``largest``; ...). Which options
+(``labels``: only the values after one of these words; ``day_first``; ``pick``; ...). Which options
 help a schema is a fact about its documents, which the user's gold shows. For every field this module
 scores candidate options on the gold rows by the **pick rate**: the chance that a model choosing
 uniformly among what the grammar offers takes the gold value (1/len(offered) where the gold is offered,
@@ -11,11 +11,11 @@ the rows show that it helps, and each comes with its counts.
 
 The options and their defaults are the table's (``grounding/options.py``): those it marks ``tried`` are tried
 value by value on the fields they apply to, and ``labels`` and ``only_labelled`` are learned where a field can take them
-(``Grounded.takes``). Runs of words (``most_words``, ``first_lines``, ``capitalized``, ``within_line``, ``cut_before``, ``ends_on``) are
+(``Grounded.takes``). Runs of words (``most_words``, ``lines.first``, ``capitalized``, ``within_line``, ``cut_before``, ``ends_on``) are
 learned for strings, not for quantities, whose candidates are counts; a ``span: lines`` string learns where its runs
 start, which line they must reach and where they stop (``_learn_lines``, from each of a few numbers of top lines),
 each tried again once the others are known (``_settled``); a one-word string its shape (``includes``). A number or
-date learns ``prefer_labels`` from the words written before its gold values (a receipt's ``total rounded`` below its
+date learns labels of weight 2 (preferred) from the words written before its gold values (a receipt's ``total rounded`` below its
 ``total``).
 
 Label candidates are the words written just before the gold values, or those words after the close of a defined
@@ -36,10 +36,20 @@ from dataclasses import KW_ONLY, dataclass, field
 from decimal import Decimal
 from typing import Any, Callable, Sequence
 
-from ..grounding.grammar import line_runs
+from ..grounding.candidates import (
+    candidates,
+    known_spans,
+    labelled_runs,
+    labelled_values,
+    line_runs,
+    line_starts,
+    members,
+    preferred,
+    words,
+    written_values,
+)
 from ..grounding.declaration import Grounded
-from ..grounding.grammar import candidates, known_spans, labelled_runs, labelled_values, line_starts, members, preferred, words, written_values
-from ..grounding.options import OPTIONS, RECASINGS
+from ..grounding.options import LINES_PARTS, MARKS, OPTIONS, PREFERS, RECASINGS, VALUES
 from ..grounding.paths import values_at
 from ..grounding.values import after_labels, json_number, labelled
 from .evidence import keyed, label_contexts, occurrences, verbatim
@@ -67,9 +77,9 @@ ENDINGS = 8
 FOLLOWERS = 32
 #: A shape of words is tried as a cut where it writes a word of at most this share of the gold values.
 SHAPE_SLACK = 0.02
-#: The most top lines ``first_lines`` is tried with.
+#: The most top lines ``lines.first`` is tried with.
 TOP_LINES = 15
-#: A run of lines' options are learned from each of this many ``first_lines``, the best alone first (``_learn_lines``).
+#: A run of lines' options are learned from each of this many ``lines.first``, the best alone first (``_learn_lines``).
 LINE_STARTS = 3
 #: A run of lines offered after ``i`` others is picked with weight ``FIRST_RUN_BIAS ** i`` (``_ordered_rate``).
 FIRST_RUN_BIAS = 0.25
@@ -164,7 +174,7 @@ def learn_field(g: Grounded, rows: list[Row]) -> FieldCues:
     runs = g.kind == "string" and g.span == "words" and bool(given)
     if runs:
         g = _kept(g, options, "most_words", max(len(_WORD.findall(str(v))) for v in given))
-        g = _kept(g, options, "first_lines", _first_lines(g, score))
+        g = _kept(g, options, "lines.first", _first_lines(g, score))
         g = _capitals(g, score, options)
     if g.takes("labels"):
         labelling, label_evidence = _labelling(g, rows, found, score)
@@ -172,26 +182,42 @@ def learn_field(g: Grounded, rows: list[Row]) -> FieldCues:
             evidence["labels"] = label_evidence
         g = g.with_options(labelling)
         options.update({name: value for name, value in labelling.items() if value})
-    if g.takes("prefer_labels"):
-        evidence["prefer_labels"] = _greedy(g, "prefer_labels", _contexts(rows, found).most_common(LABEL_CANDIDATES), score, list)
-        g = _kept(g, options, "prefer_labels", list(evidence["prefer_labels"]))
+    if g.takes("labels") and g.kind in VALUES:
+        marking = dict.fromkeys(g.labels, MARKS)
+        evidence["preferred_labels"] = _greedy(
+            g, "labels", _contexts(rows, found).most_common(LABEL_CANDIDATES), score, lambda kept: {**marking, **dict.fromkeys(kept, PREFERS)}
+        )
+        if evidence["preferred_labels"]:
+            g = _kept(g, options, "labels", {**marking, **dict.fromkeys(evidence["preferred_labels"], PREFERS)})
     if runs:
         known, evidence["known_values"] = _known_values(g, rows, score)
         g = _kept(g, options, "known_values", known)
-    if runs and (g.labels or g.first_lines):
+    if runs and (g.labels or g.lines.first):
         g = _capitals(g, score, options)
-        g = _kept(g, options, "within_line", _gaining(g, score, "within_line", True))
+        g = _kept(g, options, "lines.within_line", _gaining(g, score, "lines.within_line", True))
         g = _stops(g, rows, found, score, options, evidence)
     if g.kind == "string" and g.span == "lines" and given:
         g = _learn_lines(g, rows, found, score, options, evidence)
     evidence["pick_rate_after"] = round(score(g), 4)
-    return FieldCues(g.name, g.path, options, evidence=evidence)
+    return FieldCues(g.name, g.path, spelled(options), evidence=evidence)
+
+
+def spelled(options: dict[str, Any]) -> dict[str, Any]:
+    """Options as ``with_options`` takes them (``lines.first``) as a schema writes them (``"lines": {"first": ...}``)."""
+    out: dict[str, Any] = {}
+    for name, value in options.items():
+        head, _, part = name.partition(".")
+        if part:
+            out.setdefault(head, {})[part] = value
+        else:
+            out[name] = value
+    return out
 
 
 def _learn_lines(
     g: Grounded, rows: list[Row], found: list[list[list[tuple[int, int]]]], score: "_Scorer", options: dict[str, Any], evidence: dict[str, Any]
 ) -> Grounded:
-    """A run of lines' options, each kept where it raises the pick rate: where its runs start (``first_lines``, and
+    """A run of lines' options, each kept where it raises the pick rate: where its runs start (``lines.first``, and
     ``starts_on`` a word with a digit, a street's number), a line it must reach (``includes`` the digits of the
     length the gold values write most, a postcode), where it stops (``cut_before``, ``ends_on``, ``shortest``,
     ``to_block_end``). Options that help only together (more top lines, with ``shortest`` and the legal forms that
@@ -200,7 +226,7 @@ def _learn_lines(
     ended = []
     for lines in [_first_lines(g, score), *_top_lines(g, score)[1:LINE_STARTS]]:
         kept, noted = dict(options), dict(evidence)
-        h = _lines_from(_kept(g, kept, "first_lines", lines), rows, found, score, kept, noted)
+        h = _lines_from(_kept(g, kept, "lines.first", lines), rows, found, score, kept, noted)
         ended.append((score(h), h, kept, noted))
     _, g, kept, noted = max(ended, key=lambda end: end[0])
     options.update(kept)
@@ -213,24 +239,28 @@ def _lines_from(
 ) -> Grounded:
     """``_learn_lines`` from one number of top lines."""
     digits = Counter(n for r in rows for v in r.values if v is not None for n in {len(run) for run in re.findall(r"\d+", str(v))})
-    shapes = {"includes": f"[0-9]{{{n}}}" for n, _ in digits.most_common(1)} | {"starts_on": DIGIT_WORD}
+    shapes = {"includes": f"[0-9]{{{n}}}" for n, _ in digits.most_common(1)} | {"lines.starts_on": DIGIT_WORD}
     for name, shape in shapes.items():
         g = _kept(g, options, name, _gaining(g, score, name, shape))
     g = _stops(g, rows, found, score, options, evidence)
-    for name in ("shortest", "to_block_end"):
+    for name in ("lines.shortest", "lines.to_block_end"):
         g = _kept(g, options, name, g.takes(name) and _gaining(g, score, name, True))
-    trials = shapes | {name: options[name] for name in ("cut_before", "ends_on") if name in options} | {"shortest": True, "to_block_end": True}
+    trials = (
+        shapes
+        | {name: options[name] for name in ("lines.cut_before", "lines.ends_on") if name in options}
+        | {"lines.shortest": True, "lines.to_block_end": True}
+    )
     g = _settled(g, options, score, trials)
     while (
-        g.first_lines
-        and (lines := _first_lines(g.without("first_lines"), score))
-        and score(g.with_options({"first_lines": lines})) > score(g) + MIN_GAIN
+        g.lines.first
+        and (lines := _first_lines(g.without("lines.first"), score))
+        and score(g.with_options({"lines.first": lines})) > score(g) + MIN_GAIN
     ):
-        g = _settled(_kept(g, options, "first_lines", lines), options, score, trials)  # more top lines, once a start is known
-    cut, cuts = _cut(g.without("cut_before"), rows, found, score)  # words that help only once the run's start and end are known
-    if cut and score(g.with_options({"cut_before": cut})) > score(g) + MIN_GAIN:
+        g = _settled(_kept(g, options, "lines.first", lines), options, score, trials)  # more top lines, once a start is known
+    cut, cuts = _cut(g.without("lines.cut_before"), rows, found, score)  # words that help only once the run's start and end are known
+    if cut and score(g.with_options({"lines.cut_before": cut})) > score(g) + MIN_GAIN:
         evidence["cuts"] = cuts
-        g = _settled(_kept(g, options, "cut_before", cut), options, score, trials | {"cut_before": cut})
+        g = _settled(_kept(g, options, "lines.cut_before", cut), options, score, trials | {"lines.cut_before": cut})
     return g
 
 
@@ -253,14 +283,14 @@ def _settled(g: Grounded, options: dict[str, Any], score: Callable[[Grounded], f
 def _stops(
     g: Grounded, rows: list[Row], found: list[list[list[tuple[int, int]]]], score: "_Scorer", options: dict[str, Any], evidence: dict[str, Any]
 ) -> Grounded:
-    """Where a run stops (``cut_before``, ``ends_on``), then ``first_lines`` again: cuts and endings may make more top
+    """Where a run stops (``cut_before``, ``ends_on``), then ``lines.first`` again: cuts and endings may make more top
     lines worth offering."""
     cut, evidence["cuts"] = _cut(g, rows, found, score)
-    g = _kept(g, options, "cut_before", cut)
+    g = _kept(g, options, "lines.cut_before", cut)
     ending, evidence["endings"], shortest = _ending(g, [v for r in rows for v in r.values if v is not None], score)
-    g = _kept(_kept(g, options, "ends_on", ending), options, "shortest", shortest)
-    if g.first_lines:
-        g = _kept(g, options, "first_lines", _first_lines(g.without("first_lines"), score) or g.first_lines)
+    g = _kept(_kept(g, options, "lines.ends_on", ending), options, "lines.shortest", shortest)
+    if g.lines.first:
+        g = _kept(g, options, "lines.first", _first_lines(g.without("lines.first"), score) or g.lines.first)
     return g
 
 
@@ -349,11 +379,14 @@ def _ending(g: Grounded, given: list[Any], score: Callable[[Grounded], float]) -
     first = {words[0].casefold() for words in names}
     last = Counter(words[-1].casefold() for words in names)
     counted = [(w, n) for w, n in last.most_common() if w not in first][:ENDINGS]
-    plain = _greedy_words(g, "ends_on", counted, score)
-    if OPTIONS["shortest"].misplaced(g.declared, lambda _: True) or g.shortest:
+    plain = _greedy_words(g, "lines.ends_on", counted, score)
+    if LINES_PARTS["shortest"].misplaced(g.declared, lambda _: True) or g.lines.shortest:
         return (*plain, False)
-    shortest = _greedy_words(g, "ends_on", counted, lambda h: score(h.with_options({"shortest": True}) if h.ends_on else h))
-    rated = [(score(g.with_options({"ends_on": e, "shortest": on}) if e else g), e, kept, on) for (e, kept), on in ((plain, False), (shortest, True))]
+    shortest = _greedy_words(g, "lines.ends_on", counted, lambda h: score(h.with_options({"lines.shortest": True}) if h.lines.ends_on else h))
+    rated = [
+        (score(g.with_options({"lines.ends_on": e, "lines.shortest": on}) if e else g), e, kept, on)
+        for (e, kept), on in ((plain, False), (shortest, True))
+    ]
     _, ending, kept, on = max(rated, key=lambda rated: rated[0])
     return ending, kept, on and ending is not None
 
@@ -378,7 +411,7 @@ def _cut(
         beside = {w for spans in value_spans for a, b in spans for w in _lines_beside(r.text, a, b)} if g.span == "lines" else set()
         seen.update(_cut_words(r.text, after | beside | _wrong_starts(g, r), inside))
     counted = [(w, n) for w, n in seen.most_common() if _writes_few(w, values)]
-    return _greedy_words(g, "cut_before", counted[:FOLLOWERS], score)
+    return _greedy_words(g, "lines.cut_before", counted[:FOLLOWERS], score)
 
 
 def _lines_beside(text: str, a: int, b: int) -> list[int]:
@@ -491,16 +524,16 @@ class _Shape(str):
 
 
 def _first_lines(g: Grounded, score: Callable[[Grounded], float]) -> int | None:
-    """The ``first_lines`` (1 to ``TOP_LINES``) that raises the pick rate most, the fewest where two tie:
+    """The ``lines.first`` (1 to ``TOP_LINES``) that raises the pick rate most, the fewest where two tie:
     a letterhead's name is written on the first line or two of most documents, and runs from there are
     the choice wherever no label is written (a label learned after it still marks the rows that write one)."""
     best = _top_lines(g, score)[0]
-    return best if score(g.with_options({"first_lines": best})) > score(g) + MIN_GAIN else None
+    return best if score(g.with_options({"lines.first": best})) > score(g) + MIN_GAIN else None
 
 
 def _top_lines(g: Grounded, score: Callable[[Grounded], float]) -> list[int]:
     """The numbers of top lines (1 to ``TOP_LINES``), the best first, the fewest of equals."""
-    rates = {n: score(g.with_options({"first_lines": n})) for n in range(1, TOP_LINES + 1)}
+    rates = {n: score(g.with_options({"lines.first": n})) for n in range(1, TOP_LINES + 1)}
     return sorted(rates, key=lambda n: (-rates[n], n))
 
 
@@ -580,7 +613,7 @@ def _word_starts(g: Grounded, text: str) -> set[int] | int:
     starts = after_labels(text, g.labels, g.rivals) if g.labels else []
     if g.only_labelled:
         return set(starts)
-    starts = starts or (line_starts(text, g) if g.first_lines else [])
+    starts = starts or (line_starts(text, g) if g.lines.first else [])
     return set(starts) if starts else len(_WORD.findall(text))
 
 
@@ -622,7 +655,7 @@ def _labelling(g: Grounded, rows: list[Row], found: list[list[list[tuple[int, in
 
 def _contexts(rows: list[Row], found: list[list[list[tuple[int, int]]]]) -> Counter[str]:
     """The label candidates written just before the gold values (``label_contexts``), each counted once a row: what
-    labels and ``prefer_labels`` are learned from (a receipt's ``total rounded`` below its ``total``)."""
+    labels and preferred labels are learned from (a receipt's ``total rounded`` below its ``total``)."""
     seen: Counter[str] = Counter()
     for r, spans in zip(rows, found):  # in text order, so that ties are broken the same way every run
         seen.update(list(dict.fromkeys(label for s in spans for start, _ in s for label in label_contexts(r.text, start, LONGEST_LABEL))))

@@ -14,7 +14,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from ..grounding.declaration import Grounded
-from ..grounding.grammar import written_values
+from ..grounding.candidates import written_values
 
 Span = tuple[int, int]
 _WORD = re.compile(r"\w+")

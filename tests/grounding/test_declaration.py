@@ -74,7 +74,10 @@ def test_nested_objects_and_array_items_are_found():
         ({"type": "number", "x-grounded": {"allow": ["zero"]}}, "x-grounded.allow must be a list of number values"),
         ({"type": "string", "format": "date", "x-grounded": {"allow": ["03/04/2025"]}}, "list of date values"),
         ({"anyOf": [{"type": "string", "x-grounded": True}]}, "properties/x/anyOf/0: x-grounded only applies under properties or array items"),
-        ({"enum": ["a"], "x-grounded": {"labels": ["total"]}}, "x-grounded.labels must be a list of non-empty strings, on number"),
+        (
+            {"enum": ["a"], "x-grounded": {"labels": ["total"]}},
+            "x-grounded.labels must be a list of non-empty strings, or an object of them to a weight",
+        ),
         ({"type": "string", "x-grounded": {"span": "lines", "labels": ["to"]}}, 'not ["to"] on a string of span: lines'),
         ({"type": "number", "x-grounded": {"labels": "total"}}, "x-grounded.labels must be a list of non-empty strings"),
         ({"type": "string", "x-grounded": {"includes": "[0-9]"}}, 'on a string of span: word or lines only; not "[0-9]" on a string of span: words'),
@@ -82,35 +85,58 @@ def test_nested_objects_and_array_items_are_found():
         ({"type": "string", "x-grounded": {"includes": "(?<![0-9])[0-9]{5}"}}, "x-grounded.includes must be a regex"),
         ({"type": "string", "x-grounded": {"includes": "^[0-9]{5}$"}}, "x-grounded.includes must be a regex"),
         (
-            {"type": "string", "x-grounded": {"span": "word", "first_lines": 3}},
-            "at least 1 (e.g. 3), on a string of span: words or lines only; not 3 on a string of span: word",
+            {"type": "string", "x-grounded": {"span": "word", "lines": {"first": 3}}},
+            'x-grounded.lines must be an object of first, starts_on, ends_on, shortest, cut_before, to_block_end, within_line (e.g. {"first": 3, '
+            '"cut_before": "TEL|FAX"}), on a string of span: words or lines only; not {"first": 3} on a string of span: word',
         ),
-        ({"type": "string", "x-grounded": {"span": "lines", "first_lines": 0}}, "x-grounded.first_lines must be a whole number"),
+        ({"type": "string", "x-grounded": {"span": "lines", "lines": {"first": 0}}}, "x-grounded.lines.first must be a whole number"),
         (
-            {"type": "string", "x-grounded": {"ends_on": "BHD"}},
-            "x-grounded.ends_on must be a regex without look-arounds or anchors (e.g. SDN|BHD), on a string of span: words or lines only, "
-            'with labels or first_lines on a string of span: words; not "BHD" without labels or first_lines',
+            {"type": "string", "x-grounded": {"span": "lines", "lines": {"firsts": 2}}},
+            "x-grounded.lines has unknown option(s) ['firsts']; known: first,",
         ),
-        ({"type": "string", "x-grounded": {"span": "word", "ends_on": "BHD"}}, "x-grounded.ends_on must be a regex"),
-        ({"type": "string", "x-grounded": {"span": "lines", "cut_before": "(?=TEL)"}}, "x-grounded.cut_before must be a regex"),
-        ({"type": "string", "x-grounded": {"span": "word", "cut_before": "TEL"}}, "x-grounded.cut_before must be a regex without look-arounds"),
-        ({"type": "number", "x-grounded": {"cut_before": "TEL"}}, 'on a string of span: words or lines only; not "TEL" on a number property'),
-        ({"type": "string", "x-grounded": {"largest": True}}, "x-grounded.largest must be true or false, on number, integer or date properties only"),
-        ({"type": "number", "x-grounded": {"largest": "yes"}}, "x-grounded.largest must be true or false"),
+        ({"type": "string", "x-grounded": {"span": "lines", "lines": 2}}, "x-grounded.lines must be an object of first,"),
         (
-            {"type": "string", "x-grounded": {"span": "lines", "shortest": True}},
-            "x-grounded.shortest must be true or false, on a string of span: lines only, with ends_on; not true without ends_on",
+            {"type": "string", "x-grounded": {"lines": {"ends_on": "BHD"}}},
+            "x-grounded.lines.ends_on must be a regex without look-arounds or anchors (e.g. SDN|BHD), on a string of span: words or lines only, "
+            'with labels or lines.first on a string of span: words; not "BHD" without labels or lines.first',
         ),
-        ({"type": "string", "x-grounded": {"to_block_end": True}}, "x-grounded.to_block_end must be true or false, on a string of span: lines only"),
-        ({"type": "string", "x-grounded": {"span": "lines", "to_block_end": 1}}, "x-grounded.to_block_end must be true or false"),
+        ({"type": "string", "x-grounded": {"span": "word", "lines": {"ends_on": "BHD"}}}, "x-grounded.lines must be an object"),
+        ({"type": "string", "x-grounded": {"span": "lines", "lines": {"cut_before": "(?=TEL)"}}}, "x-grounded.lines.cut_before must be a regex"),
         (
-            {"type": "string", "x-grounded": {"starts_on": "[0-9]"}},
-            "x-grounded.starts_on must be a regex without look-arounds or anchors (e.g. [^\\W_]*[0-9][^\\W_]*), on a string of span: lines only",
+            {"type": "number", "x-grounded": {"lines": {"cut_before": "TEL"}}},
+            'on a string of span: words or lines only; not {"cut_before": "TEL"} on a number property',
         ),
-        ({"type": "string", "x-grounded": {"span": "lines", "starts_on": "^[0-9]"}}, "x-grounded.starts_on must be a regex"),
-        ({"type": "string", "x-grounded": {"prefer_labels": ["net total"]}}, "on number, integer or date properties only"),
-        ({"type": "number", "x-grounded": {"prefer_labels": "net total"}}, "x-grounded.prefer_labels must be a list of non-empty strings"),
-        ({"type": "number", "x-grounded": {"prefer_labels": [" "]}}, "x-grounded.prefer_labels must be a list of non-empty strings"),
+        (
+            {"type": "string", "x-grounded": {"pick": "largest"}},
+            "x-grounded.pick must be one of largest, smallest, on number, integer or date properties only",
+        ),
+        (
+            {"type": "number", "x-grounded": {"pick": "biggest"}},
+            'x-grounded.pick must be one of largest, smallest, on number, integer or date properties only; not "biggest"',
+        ),
+        (
+            {"type": "string", "x-grounded": {"span": "lines", "lines": {"shortest": True}}},
+            "x-grounded.lines.shortest must be true or false, on a string of span: lines only, with lines.ends_on; not true without lines.ends_on",
+        ),
+        (
+            {"type": "string", "x-grounded": {"lines": {"to_block_end": True}}},
+            "x-grounded.lines.to_block_end must be true or false, on a string of span: lines only",
+        ),
+        ({"type": "string", "x-grounded": {"span": "lines", "lines": {"to_block_end": 1}}}, "x-grounded.lines.to_block_end must be true or false"),
+        (
+            {"type": "string", "x-grounded": {"lines": {"starts_on": "[0-9]"}}},
+            "x-grounded.lines.starts_on must be a regex without look-arounds or anchors (e.g. [^\\W_]*[0-9][^\\W_]*), on a string of span: lines only",
+        ),
+        ({"type": "string", "x-grounded": {"span": "lines", "lines": {"starts_on": "^[0-9]"}}}, "x-grounded.lines.starts_on must be a regex"),
+        (
+            {"type": "string", "x-grounded": {"labels": {"net total": 2}}},
+            "x-grounded.labels must be a list of non-empty strings, or an object of them to a weight, 1 or 2 (2 on number, integer or date properties)",
+        ),
+        ({"type": "number", "x-grounded": {"labels": {"net total": 3}}}, 'not {"net total": 3}'),
+        ({"type": "number", "x-grounded": {"labels": {" ": 2}}}, "x-grounded.labels must be a list of non-empty strings"),
+        ({"type": "number", "x-grounded": {"largest": "yes"}}, 'x-grounded.largest must be true or false; write pick: "largest" instead'),
+        ({"type": "number", "x-grounded": {"labels": ["net"], "prefer_labels": ["net"]}}, "names ['net'] in both labels and prefer_labels"),
+        ({"type": "string", "x-grounded": {"first_lines": 2, "lines": {"first": 3}}}, "writes ['first'] both inside lines and out"),
         (
             {"type": "string", "x-grounded": {"day_first": True}},
             "x-grounded.day_first must be true or false, on date properties only; not true on a string",
@@ -141,10 +167,13 @@ def test_nested_objects_and_array_items_are_found():
             'x-grounded.case must be one of exact, upper, lower, title, insensitive, on enum or string properties only; not "upper" on a number',
         ),
         (
-            {"type": "number", "x-grounded": {"labels": ["total"], "first_lines": 2}},
-            "x-grounded.first_lines must be a whole number of lines, at least 1",
+            {"type": "number", "x-grounded": {"labels": ["total"], "lines": {"first": 2}}},
+            "x-grounded.lines must be an object of first,",
         ),
-        ({"type": "string", "x-grounded": {"labels": ["from"], "ends_on": "LTD", "shortest": True}}, "not true on a string of span: words"),
+        (
+            {"type": "string", "x-grounded": {"labels": ["from"], "lines": {"ends_on": "LTD", "shortest": True}}},
+            "not true on a string of span: words",
+        ),
         (
             {"type": "array", "items": {"type": "string"}, "x-grounded": True},
             "x-grounded on an array must be an object of options (items, every), not True",
@@ -244,3 +273,38 @@ def test_the_invoice_amounts_read_vat_inclusive_and_exclusive_totals():
     fields = {g.name: g for g in grounded_fields({"type": "object", "properties": amounts})}
     text = "Total excl. VAT   £100.00\nVAT 20%   £20.00\nTotal incl. VAT   £120.00"
     assert [field_values(fields[f], text) for f in ("subtotal", "tax", "total")] == [[100], [0, 20], [120]]  # a tax may be 0
+
+
+OLD_AND_NEW = [
+    (
+        {"span": "lines", "first_lines": 3, "cut_before": "TEL", "ends_on": "BHD", "shortest": True},
+        {"span": "lines", "lines": {"first": 3, "cut_before": "TEL", "ends_on": "BHD", "shortest": True}},
+    ),
+    ({"labels": ["from"], "within_line": True, "most_words": 4}, {"labels": ["from"], "lines": {"within_line": True}, "most_words": 4}),
+    ({"span": "lines", "starts_on": "[0-9]+", "to_block_end": True}, {"span": "lines", "lines": {"starts_on": "[0-9]+", "to_block_end": True}}),
+]
+
+
+@pytest.mark.parametrize("old, new", OLD_AND_NEW)
+def test_an_old_spelling_reads_as_the_new_one_with_one_note_per_schema(old, new, caplog):
+    name = "_".join(old)  # a schema of its own: the note is logged once a process for each
+
+    def field(options):
+        return grounded_fields({"type": "object", "properties": {name: {"type": "string", "x-grounded": options}}})[0]
+
+    with caplog.at_level("WARNING"):
+        assert field(old) == field(new) and field(old).lines.first == new.get("lines", {}).get("first")
+    notes = [r.message for r in caplog.records if "old x-grounded spellings" in r.message]
+    assert len(notes) == 1 and all(f"lines.{key}" in notes[0] for key in new["lines"])  # one line, naming each new spelling
+
+
+def test_old_largest_smallest_and_prefer_labels_read_as_pick_and_weighted_labels():
+    def field(options):
+        return grounded_fields({"type": "object", "properties": {"x": {"type": "number", "x-grounded": options}}})[0]
+
+    old = field({"labels": ["total"], "prefer_labels": ["rounded"], "largest": True})
+    assert old == field({"labels": {"total": 1, "rounded": 2}, "pick": "largest"})
+    assert (old.labels, old.preferred_labels, old.pick) == (("total",), ("rounded",), "largest")
+    assert (
+        field({"smallest": True}).pick == "smallest" and field({"largest": True, "smallest": True}).pick == "largest"
+    )  # as the old grammar read both

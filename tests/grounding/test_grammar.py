@@ -8,7 +8,8 @@ import pytest
 from fucina_jobs.decoding.constraint import Constraint
 from fucina_jobs.grounding.declaration import grounded_fields
 from fucina_jobs.grounding.check import ungrounded_values
-from fucina_jobs.grounding.grammar import NothingToGround, candidates, grounded_lark
+from fucina_jobs.grounding.candidates import candidates
+from fucina_jobs.grounding.grammar import NothingToGround, grounded_lark
 from fucina_jobs.grounding.spans import value_spans
 
 from tests.helpers import STOP, instance_accepted
@@ -308,9 +309,9 @@ def test_includes_keeps_the_spans_that_hold_such_a_word_where_the_text_writes_on
     )
 
 
-def test_first_lines_keeps_the_runs_that_start_at_the_top(tokenizer):
+def test_lines_first_keeps_the_runs_that_start_at_the_top(tokenizer):
     schema = json.loads(json.dumps(PARTY))
-    schema["properties"]["name"] = {"type": "string", "maxLength": 80, "x-grounded": {"span": "lines", "first_lines": 2}}
+    schema["properties"]["name"] = {"type": "string", "maxLength": 80, "x-grounded": {"span": "lines", "lines": {"first": 2}}}
     text = "CASHIER: AINA\nKEDAI MURNI\nSDN BHD\nSUBTOTAL 9.00\nTHANK YOU"
     for name, ok in [("CASHIER: AINA", True), ("KEDAI MURNI SDN BHD", True), ("SUBTOTAL 9.00", False), ("SDN BHD", False)]:
         assert accepts(tokenizer, schema, text, rec(name)) is ok, name
@@ -318,16 +319,16 @@ def test_first_lines_keeps_the_runs_that_start_at_the_top(tokenizer):
     with_legal_form["properties"]["name"]["x-grounded"]["includes"] = "BHD"  # both: a top line, on to the legal form
     assert accepts(tokenizer, with_legal_form, text, rec("KEDAI MURNI SDN BHD"))
     assert not accepts(tokenizer, with_legal_form, text, rec("KEDAI MURNI")) and not accepts(tokenizer, with_legal_form, text, rec("SDN BHD"))
-    far = "CASHIER: AINA\nKEDAI MURNI\n" + "\n".join(f"ITEM {i}" for i in range(12)) + "\nBHD"  # the word out of reach: first_lines alone
+    far = "CASHIER: AINA\nKEDAI MURNI\n" + "\n".join(f"ITEM {i}" for i in range(12)) + "\nBHD"  # the word out of reach: lines.first alone
     assert accepts(tokenizer, with_legal_form, far, rec("KEDAI MURNI")) and not accepts(tokenizer, with_legal_form, far, rec("BHD"))
     tight = json.loads(json.dumps(with_legal_form))
     tight["properties"]["name"]["maxLength"] = 15  # "KEDAI MURNI SDN BHD" is 19: the word out of reach again
     assert accepts(tokenizer, tight, text, rec("KEDAI MURNI")) and not accepts(tokenizer, tight, text, rec("KEDAI MURNI SDN BHD"))
 
 
-def test_first_lines_starts_a_run_of_words_at_a_top_line_where_no_label_is_written(tokenizer):
+def test_lines_first_starts_a_run_of_words_at_a_top_line_where_no_label_is_written(tokenizer):
     schema = json.loads(json.dumps(PARTY))
-    schema["properties"]["name"] = {"type": "string", "maxLength": 40, "x-grounded": {"labels": ["from:"], "first_lines": 2}}
+    schema["properties"]["name"] = {"type": "string", "maxLength": 40, "x-grounded": {"labels": ["from:"], "lines": {"first": 2}}}
     text = "\n  TAX INVOICE\nCopperline Audio LLC | 301 Broadway\nSold to: Blue Hour Podcast"
     for name, ok in [("Copperline Audio LLC", True), ("TAX INVOICE", True), ("Audio LLC", False), ("Blue Hour Podcast", False)]:
         assert accepts(tokenizer, schema, text, rec(name)) is ok, name
@@ -335,15 +336,15 @@ def test_first_lines_starts_a_run_of_words_at_a_top_line_where_no_label_is_writt
     assert not accepts(tokenizer, schema, "From: Halden LLC\nCopperline Audio", rec("Copperline Audio"))
 
 
-def test_within_line_ends_a_run_of_words_at_its_line_break(tokenizer):
+def test_lines_within_line_ends_a_run_of_words_at_its_line_break(tokenizer):
     schema = json.loads(json.dumps(PARTY))
     schema["properties"]["name"] = {"type": "string", "maxLength": 40, "x-grounded": {"labels": ["supplier:"], "most_words": 5}}
     text = "Supplier: Oxbow Freight\nServices Department\nCustomer: Granite Peak"
     assert accepts(tokenizer, schema, text, rec("Oxbow Freight Services"))  # a run goes on to the next line
-    schema["properties"]["name"]["x-grounded"]["within_line"] = True
+    schema["properties"]["name"]["x-grounded"]["lines"] = {"within_line": True}
     for name, ok in [("Oxbow Freight", True), ("Oxbow", True), ("Oxbow Freight Services", False), ("Services Department", False)]:
         assert accepts(tokenizer, schema, text, rec(name)) is ok, name
-    first = {"type": "string", "maxLength": 40, "x-grounded": {"first_lines": 1, "within_line": True}}
+    first = {"type": "string", "maxLength": 40, "x-grounded": {"lines": {"first": 1, "within_line": True}}}
     schema["properties"]["name"] = first  # from a top line too, with the text's whitespace kept as it is
     for whitespace in ("normalize", "exact"):
         first["x-grounded"]["whitespace"] = whitespace
@@ -353,7 +354,7 @@ def test_within_line_ends_a_run_of_words_at_its_line_break(tokenizer):
 
 def test_capitalized_starts_a_run_of_words_only_on_a_capital_or_a_digit(tokenizer):
     schema = json.loads(json.dumps(PARTY))
-    grounded = {"labels": ["between"], "first_lines": 2, "most_words": 4}
+    grounded = {"labels": ["between"], "lines": {"first": 2}, "most_words": 4}
     schema["properties"]["name"] = {"type": "string", "maxLength": 40, "x-grounded": grounded}
     text = "Notices pass between the parties by post.\nThis deal is between “Halden Robotics LLC” and 99 Cents Only Stores."
     assert accepts(tokenizer, schema, text, rec("the parties"))  # without the option: any run after the label
@@ -369,9 +370,9 @@ def test_capitalized_starts_a_run_of_words_only_on_a_capital_or_a_digit(tokenize
     assert accepts(tokenizer, recased, top, rec("Acme Widgets Inc")) and not accepts(tokenizer, recased, top, rec("Date Of The Latter"))
 
 
-def test_cut_before_ends_a_run_of_words_and_starts_none(tokenizer):
+def test_lines_cut_before_ends_a_run_of_words_and_starts_none(tokenizer):
     schema = json.loads(json.dumps(PARTY))
-    grounded = {"labels": ["from:"], "first_lines": 3, "cut_before": "(?i:tax invoice|invoice|dear)"}
+    grounded = {"labels": ["from:"], "lines": {"first": 3, "cut_before": "(?i:tax invoice|invoice|dear)"}}
     schema["properties"]["name"] = {"type": "string", "maxLength": 40, "x-grounded": grounded}
     text = "Dear Liam,\nTAX INVOICE\nSaltbush Plumbing - Tax Invoice 118\nSold to: Liam Ng"
     for name, ok in [
@@ -391,25 +392,25 @@ def test_cut_before_ends_a_run_of_words_and_starts_none(tokenizer):
 
 def test_no_run_of_words_crosses_a_column_gap(tokenizer):
     schema = json.loads(json.dumps(PARTY))
-    schema["properties"]["name"] = {"type": "string", "maxLength": 48, "x-grounded": {"labels": ["bill to"], "first_lines": 2}}
+    schema["properties"]["name"] = {"type": "string", "maxLength": 48, "x-grounded": {"labels": ["bill to"], "lines": {"first": 2}}}
     letterhead = "Storyblok GmbH    Invoice 7\nPeter-Behrens-Platz 2    SimFin Analytics GmbH"
     for name, ok in [("Storyblok GmbH", True), ("Peter-Behrens-Platz 2", True), ("Peter-Behrens-Platz 2 SimFin Analytics GmbH", False)]:
         assert accepts(tokenizer, schema, letterhead, rec(name)) is ok, name
     assert accepts(tokenizer, schema, "Bill to: Storyblok GmbH  Linz", rec("Storyblok GmbH Linz"))  # two spaces are no gap
 
 
-def test_ends_on_keeps_the_runs_that_end_on_such_a_line(tokenizer):
+def test_lines_ends_on_keeps_the_runs_that_end_on_such_a_line(tokenizer):
     schema = json.loads(json.dumps(PARTY))
-    schema["properties"]["name"] = {"type": "string", "maxLength": 80, "x-grounded": {"span": "lines", "ends_on": "BHD|LTD", "first_lines": 2}}
+    schema["properties"]["name"] = {"type": "string", "maxLength": 80, "x-grounded": {"span": "lines", "lines": {"ends_on": "BHD|LTD", "first": 2}}}
     text = "KEDAI MURNI\nSDN BHD\nNO. 3, JALAN MAWAR\nTEL 07-3507405"
     for name, ok in [("KEDAI MURNI SDN BHD", True), ("SDN BHD", True), ("KEDAI MURNI SDN BHD NO. 3, JALAN MAWAR", False), ("KEDAI MURNI", False)]:
         assert accepts(tokenizer, schema, text, rec(name)) is ok, name
     assert accepts(tokenizer, schema, "KEDAI MURNI\nNO. 3, JALAN MAWAR", rec("KEDAI MURNI NO. 3, JALAN MAWAR"))  # none written: every run
 
 
-def test_ends_on_keeps_the_runs_of_words_that_end_on_such_a_word(tokenizer):
+def test_lines_ends_on_keeps_the_runs_of_words_that_end_on_such_a_word(tokenizer):
     schema = json.loads(json.dumps(PARTY))
-    grounded = {"first_lines": 4, "ends_on": r"B\.V\.?|AG|Ltd\.?", "cut_before": "(?i:factuur)"}
+    grounded = {"lines": {"first": 4, "ends_on": r"B\.V\.?|AG|Ltd\.?", "cut_before": "(?i:factuur)"}}
     schema["properties"]["name"] = {"type": "string", "maxLength": 48, "x-grounded": grounded}
     letterhead = "                    Coolblue B.V.\nFACTUUR.            Weena 664\nPino Bluebird\n                    Nederland"
     for name, ok in [("Coolblue B.V.", True), ("Coolblue", False), ("Coolblue B.V. FACTUUR", False), ("Nederland", False), ("Pino Bluebird", False)]:
@@ -418,9 +419,9 @@ def test_ends_on_keeps_the_runs_of_words_that_end_on_such_a_word(tokenizer):
     assert accepts(tokenizer, schema, plain, rec("Saltbush Plumbing & Gas")) and accepts(tokenizer, schema, plain, rec("Saltbush Plumbing"))
 
 
-def test_shortest_keeps_the_shortest_run_to_a_legal_form_that_names_more_than_it(tokenizer):
+def test_lines_shortest_keeps_the_shortest_run_to_a_legal_form_that_names_more_than_it(tokenizer):
     schema = json.loads(json.dumps(PARTY))
-    grounded = {"span": "lines", "ends_on": "SDN|BHD|CO|ENTERPRISE", "shortest": True, "first_lines": 3}
+    grounded = {"span": "lines", "lines": {"ends_on": "SDN|BHD|CO|ENTERPRISE", "shortest": True, "first": 3}}
     schema["properties"]["name"] = {"type": "string", "maxLength": 80, "x-grounded": grounded}
     brand = "SUSHI MENTAI - PANDAN INDAH\nKMF FOODICIOUS SDN BHD\nNO. 9-G, JALAN PERUBATAN 2"
     assert accepts(tokenizer, schema, brand, rec("KMF FOODICIOUS SDN BHD"))
@@ -434,10 +435,10 @@ def test_shortest_keeps_the_shortest_run_to_a_legal_form_that_names_more_than_it
     assert accepts(tokenizer, schema, bracket, rec("AIK HUAT ENTERPRISE (SETIA"))  # the model still chooses between the ends
 
 
-def test_cut_before_stops_a_line_and_the_run_at_such_a_word(tokenizer):
+def test_lines_cut_before_stops_a_line_and_the_run_at_such_a_word(tokenizer):
     schema = json.loads(json.dumps(PARTY))
     cut = r"\(?[0-9]{5,}-[A-Z]\)?|TEL"
-    schema["properties"]["name"] = {"type": "string", "maxLength": 80, "x-grounded": {"span": "lines", "cut_before": cut}}
+    schema["properties"]["name"] = {"type": "string", "maxLength": 80, "x-grounded": {"span": "lines", "lines": {"cut_before": cut}}}
     text = "AEON CO. (M) BHD (126926-H)\nNO. 3, JALAN MAWAR, TEL 07-3507405\n(519537-X)\n81100 JOHOR BAHRU"
     for name, ok in [
         ("AEON CO. (M) BHD", True),  # the line, less the registration number and its space
@@ -450,13 +451,13 @@ def test_cut_before_stops_a_line_and_the_run_at_such_a_word(tokenizer):
     ]:
         assert accepts(tokenizer, schema, text, rec(name)) is ok, name
     narrowed = json.loads(json.dumps(schema))
-    narrowed["properties"]["name"]["x-grounded"] |= {"ends_on": "BHD", "first_lines": 1}  # the narrowed runs cut the same
+    narrowed["properties"]["name"]["x-grounded"]["lines"] |= {"ends_on": "BHD", "first": 1}  # the narrowed runs cut the same
     assert accepts(tokenizer, narrowed, text, rec("AEON CO. (M) BHD")) and not accepts(tokenizer, narrowed, text, rec("AEON CO. (M) BHD (126926-H)"))
 
 
-def test_to_block_end_runs_to_the_line_before_marks_or_a_cut(tokenizer):
+def test_lines_to_block_end_runs_to_the_line_before_marks_or_a_cut(tokenizer):
     schema = json.loads(json.dumps(PARTY))
-    grounded = {"span": "lines", "includes": "[0-9]{5}", "cut_before": "TEL|GST", "to_block_end": True}
+    grounded = {"span": "lines", "includes": "[0-9]{5}", "lines": {"cut_before": "TEL|GST", "to_block_end": True}}
     schema["properties"]["name"] = {"type": "string", "maxLength": 80, "x-grounded": grounded}
     text = "KEDAI MURNI SDN BHD\nNO. 3, JALAN MAWAR\n81100 JOHOR BAHRU\nJOHOR\nT: TEL 07-3507405\nGST NO 1"
     for name, ok in [
@@ -470,9 +471,13 @@ def test_to_block_end_runs_to_the_line_before_marks_or_a_cut(tokenizer):
     assert accepts(tokenizer, schema, far, rec("NO. 3, JALAN MAWAR 81100 JOHOR BAHRU"))  # the block's end out of reach: as without it
 
 
-def test_starts_on_starts_a_block_on_its_first_line_that_writes_such_a_word(tokenizer):
+def test_lines_starts_on_starts_a_block_on_its_first_line_that_writes_such_a_word(tokenizer):
     schema = json.loads(json.dumps(PARTY))
-    grounded = {"span": "lines", "includes": "[0-9]{5}", "cut_before": "TEL|SDN", "to_block_end": True, "starts_on": "[^\\W_]*[0-9][^\\W_]*"}
+    grounded = {
+        "span": "lines",
+        "includes": "[0-9]{5}",
+        "lines": {"cut_before": "TEL|SDN", "to_block_end": True, "starts_on": "[^\\W_]*[0-9][^\\W_]*"},
+    }
     schema["properties"]["name"] = {"type": "string", "maxLength": 120, "x-grounded": grounded}
     text = "KEDAI MURNI SDN BHD\nMURNI MART TAMAN DAYA\n3RD FLR, PLAZA MAWAR\nJLN MAWAR\n81100 JOHOR BAHRU\nTEL 07-3507405"
     for name, ok in [
@@ -510,8 +515,8 @@ def test_day_first_reads_a_date_of_numbers_one_way_where_both_are_dates(tokenize
         assert accepts(tokenizer, schema(day_first), text, {"d": date}) is ok, (day_first, date)
 
 
-def test_largest_keeps_the_largest_labelled_amount(tokenizer):
-    schema = {"type": "object", "properties": {"total": {"type": "number", "x-grounded": {"amount": True, "labels": ["total"], "largest": True}}}}
+def test_pick_largest_keeps_the_largest_labelled_amount(tokenizer):
+    schema = {"type": "object", "properties": {"total": {"type": "number", "x-grounded": {"amount": True, "labels": ["total"], "pick": "largest"}}}}
     schema["required"] = ["total"]
     receipt = "MILO 1KG 17.90\nSUB TOTAL 24.30\nTOTAL:\n25.75\nCASH 30.00"
     for total, ok in [(25.75, True), (24.3, False), (30, False)]:
@@ -523,9 +528,9 @@ def test_largest_keeps_the_largest_labelled_amount(tokenizer):
         assert instance_accepted(constraint, tokenizer, {"total": total}, separators=(",", ":")) is ok, total
 
 
-def test_largest_and_smallest_keep_the_latest_and_the_earliest_date(tokenizer):
+def test_pick_keeps_the_latest_and_the_earliest_date(tokenizer):
     def schema(option: str) -> dict:
-        return {"type": "object", "properties": {"d": {"type": "string", "format": "date", "x-grounded": {option: True}}}, "required": ["d"]}
+        return {"type": "object", "properties": {"d": {"type": "string", "format": "date", "x-grounded": {"pick": option}}}, "required": ["d"]}
 
     invoice = "Invoice date: 14-11-2025\nService period 01-10-2025 to 31-10-2025\nVervaldatum: 28-11-2025"
     for option, kept in [("largest", "2025-11-28"), ("smallest", "2025-10-01")]:
@@ -536,8 +541,8 @@ def test_largest_and_smallest_keep_the_latest_and_the_earliest_date(tokenizer):
     assert instance_accepted(constraint, tokenizer, {"d": "2025-10-31"}, separators=(",", ":"))
 
 
-def test_prefer_labels_hold_the_values_they_mark_where_the_text_writes_one(tokenizer):
-    grounded = {"amount": True, "labels": ["total"], "prefer_labels": ["total rounded", "grand total"], "largest": True}
+def test_labels_of_weight_2_hold_the_values_they_mark_where_the_text_writes_one(tokenizer):
+    grounded = {"amount": True, "labels": {"total": 1, "total rounded": 2, "grand total": 2}, "pick": "largest"}
     schema = {"type": "object", "properties": {"total": {"type": "number", "x-grounded": grounded}}, "required": ["total"]}
     receipt = "TOTAL 33.92\nROUNDING -0.02\nTOTAL ROUNDED 33.90\nCASH 50.00"
     for total, ok in [(33.9, True), (33.92, False), (50, False)]:  # the rounded total, though not the largest
@@ -550,7 +555,7 @@ def test_prefer_labels_hold_the_values_they_mark_where_the_text_writes_one(token
 
 
 def test_rounding_holds_the_rounded_amount_where_the_text_writes_a_rounding_line(tokenizer):
-    grounded = {"amount": True, "labels": ["total"], "largest": True, "rounding": 0.05}
+    grounded = {"amount": True, "labels": ["total"], "pick": "largest", "rounding": 0.05}
     schema = {"type": "object", "properties": {"total": {"type": "number", "x-grounded": grounded}}, "required": ["total"]}
     receipt = "TOTAL SALES (INCL GST) 177.22\nROUNDING ADJ -0.02\nTOTAL 177.20\nCASH 200.00"
     for total, ok in [(177.2, True), (177.22, False), (200, False)]:  # the rounded total, though not the largest
@@ -769,7 +774,7 @@ def parties(grounded: dict, low: int = 1, high: int | None = 2) -> dict:
 
 
 def test_a_list_of_labelled_names_names_each_once(tokenizer):
-    schema = parties({"labels": ["between"], "ends_on": "Inc\\."})
+    schema = parties({"labels": ["between"], "lines": {"ends_on": "Inc\\."}})
     one = "This agreement is made between Acme Inc. and its employee."
     assert accepts(tokenizer, schema, one, {"party": ["Acme Inc."]})
     assert not accepts(tokenizer, schema, one, {"party": ["Acme Inc.", "Acme Inc."]})  # the one name the label marks, once

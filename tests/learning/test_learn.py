@@ -9,7 +9,8 @@ import pytest
 from fucina_jobs.decoding.constraint import Constraint
 from fucina_jobs.grounding.check import ungrounded_values
 from fucina_jobs.grounding.declaration import grounded_fields
-from fucina_jobs.grounding.grammar import candidates, grounded_lark
+from fucina_jobs.grounding.candidates import candidates
+from fucina_jobs.grounding.grammar import grounded_lark
 from fucina_jobs.grounding import learned_file
 from fucina_jobs.learning import learned as learned_cues
 from fucina_jobs.learn_command import learn_command
@@ -330,7 +331,7 @@ def supply(n: int, name: str) -> tuple[str, dict]:
 def test_the_last_words_of_gold_names_are_learned_as_where_a_run_ends(tokenizer):
     cues = by_name(learned_cues.learn(SUPPLY, [supply(n, name) for n, name in enumerate(SUPPLIERS)]))
     options, evidence = cues["supplier"].options, cues["supplier"].evidence
-    assert options["labels"] == ["by"] and options["ends_on"] == "(?i:inc\\.|llc)", options  # the shortest label that marks them all
+    assert options["labels"] == ["by"] and options["lines"]["ends_on"] == "(?i:inc\\.|llc)", options  # the shortest label that marks them all
     assert evidence["endings"] == {"llc": 3, "inc.": 3}
     merged = learned_file.apply(SUPPLY, _entries(learned_cues.learn(SUPPLY, [supply(n, name) for n, name in enumerate(SUPPLIERS)])), "test")
     text, _ = supply(9, "Gorse Textiles LLC")  # a supplier no row gave
@@ -374,7 +375,7 @@ def test_the_word_written_after_gold_names_is_learned_as_where_a_run_stops(token
     gold = [lease(n, name) for n, name in enumerate(TENANTS)]
     cues = by_name(learned_cues.learn(LEASE, gold))
     options, evidence = cues["tenant"].options, cues["tenant"].evidence
-    assert options["labels"] == ["by"] and options["cut_before"] == "(?i:a)", options
+    assert options["labels"] == ["by"] and options["lines"]["cut_before"] == "(?i:a)", options
     assert evidence["cuts"] == {"a": 6}
     merged = learned_file.apply(LEASE, _entries(cues.values()), "test")
     text, _ = lease(9, "Gus Lee")  # a tenant no row gave, whose run after the label would reach "a" within three words

@@ -5,9 +5,9 @@ restates."""
 import json
 import random
 
-from fucina_jobs.grounding.grammar import line_runs
+from fucina_jobs.grounding.candidates import line_runs
 from fucina_jobs.grounding.declaration import grounded_fields, whole_words
-from fucina_jobs.grounding.grammar import candidates, preferred, text_lines
+from fucina_jobs.grounding.candidates import candidates, preferred, text_lines
 from fucina_jobs.grounding import learned_file
 from fucina_jobs.learning import learned as learned_cues
 
@@ -61,9 +61,9 @@ def fields() -> dict:
 
 def test_an_address_is_learned_as_the_run_of_lines_between_numbers_of_any_shape():
     address = fields()["address"]
-    cut = whole_words(address.cut_before)
-    assert cut.search("(SA12345678-T)") and cut.search("TEL:012-3456789"), address.cut_before  # shapes no gold row writes
-    assert not any(cut.search(label["address"]) for _, label in GOLD), address.cut_before
+    cut = whole_words(address.lines.cut_before)
+    assert cut.search("(SA12345678-T)") and cut.search("TEL:012-3456789"), address.lines  # shapes no gold row writes
+    assert not any(cut.search(label["address"]) for _, label in GOLD), address.lines
     rng = random.Random(99)
     for n in range(100, 110):
         text, label = receipt(n)
@@ -74,14 +74,14 @@ def test_an_address_is_learned_as_the_run_of_lines_between_numbers_of_any_shape(
 
 def test_a_rounded_total_is_learned_as_the_label_to_prefer():
     total = fields()["total"]
-    assert any("rounded" in label for label in total.prefer_labels), total
+    assert any("rounded" in label for label in total.preferred_labels), total
     for n in range(100, 110):
         text, label = receipt(n)
         assert preferred(total, candidates(total, text), text) == [f"{label['total']:.2f}".rstrip("0").rstrip(".")], text
 
 
 def test_a_line_cut_inside_brackets_loses_the_bracket_it_opened():
-    (g,) = [g.with_options({"cut_before": r"\S*\d{5,}\S*"}) for g in grounded_fields(SCHEMA) if g.name == "address"]
+    (g,) = [g.with_options({"lines.cut_before": r"\S*\d{5,}\S*"}) for g in grounded_fields(SCHEMA) if g.name == "address"]
     lines, cut = text_lines("DION REALTIES SDN BHD (CO. NO:20154-T)\nMENARA DION, 50250 KUALA LUMPUR", g)
     assert lines == ["DION REALTIES SDN BHD", "MENARA DION"] and cut == [True, True]
 
@@ -102,7 +102,7 @@ def test_a_top_line_that_starts_no_gold_company_is_learned_as_a_cut():
         gold.append(("\n".join([*top, shop, *rest]), {"company": shop}))
     (company,) = learned_cues.learn(schema, gold)
     assert "welcome" in company.evidence["cuts"], company.evidence["cuts"]
-    assert whole_words(company.options["cut_before"]).search("WELCOME TO PAVILION MALL"), company.options
+    assert whole_words(company.options["lines"]["cut_before"]).search("WELCOME TO PAVILION MALL"), company.options
 
 
 def bracketed(n: int) -> tuple[str, dict]:
@@ -121,7 +121,7 @@ def test_a_number_in_brackets_is_learned_as_a_cut_where_its_bare_shape_is_a_stre
     digits that of a postcode: the bracket that opens it is what no gold address writes."""
     gold = [bracketed(n) for n in range(40)]
     (address,) = [c for c in learned_cues.learn(SCHEMA, [(text, label | {"total": 12.3}) for text, label in gold]) if c.name == "address"]
-    cut = whole_words(address.options["cut_before"])
+    cut = whole_words(address.options["lines"]["cut_before"])
     assert cut.search("(8110-A)") and cut.search("(1074617-K)"), address.options
     assert not any(cut.search(label["address"]) for _, label in gold), address.options
     (g,) = [g for g in grounded_fields(learned_file.apply(SCHEMA, learned_cues.entries([address]), "learned")) if g.name == "address"]
