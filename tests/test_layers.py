@@ -95,7 +95,7 @@ def module_name(path: Path) -> str:
 def imports(module: str, source: str) -> set[str]:
     """Every module ``source`` imports, relative imports made absolute; ``from X import name`` counts ``X.name`` where that is a module."""
     found: set[str] = set()
-    here = module.split(".") if (PACKAGE.parent.joinpath(*module.split(".")) / "__init__.py").is_file() else module.split(".")[:-1]
+    here = _package(module)
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
             found |= {alias.name for alias in node.names}
@@ -106,6 +106,31 @@ def imports(module: str, source: str) -> set[str]:
                 sub = f"{target}.{alias.name}"
                 found.add(sub if _is_module(sub) else target)
     return found
+
+
+#: A package -> the packages whose modules it imports public names of only (no leading underscore): ``learn``
+#: scores options by the grounding's candidates, through their public API, not the grammar's internals.
+PUBLIC_ONLY: dict[str, set[str]] = {"fucina_jobs.learning": {"fucina_jobs.grounding"}}
+
+
+def private_imports(module: str, source: str) -> list[str]:
+    """The private names (a leading underscore) that ``module`` imports from a package ``PUBLIC_ONLY`` names for it, one line each."""
+    guarded = _rule(PUBLIC_ONLY, module) or set()
+    here = _package(module)
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom):
+            base = here[: len(here) - node.level + 1] if node.level else []
+            target = ".".join(base + ([node.module] if node.module else []))
+            if any(target == p or target.startswith(p + ".") for p in guarded):
+                found += [f"{module} imports {target}.{alias.name}" for alias in node.names if alias.name.startswith("_")]
+    return found
+
+
+def _package(module: str) -> list[str]:
+    """The package a relative import in ``module`` starts from, as its parts (a package's ``__init__`` is its own)."""
+    parts = module.split(".")
+    return parts if (PACKAGE.parent.joinpath(*parts) / "__init__.py").is_file() else parts[:-1]
 
 
 def _is_module(name: str) -> bool:
@@ -202,6 +227,13 @@ def test_the_data_and_run_packages_are_imported_through_their_facades():
 def test_no_module_imports_itself_through_a_cycle():
     found = cycles(import_graph())
     assert not found, "import cycles:\n" + "\n".join(" <-> ".join(c) for c in found)
+
+
+def test_the_learner_imports_only_public_names_of_the_grounding():
+    found = [v for path in sorted(PACKAGE.rglob("*.py")) for v in private_imports(module_name(path), path.read_text(encoding="utf-8"))]
+    assert not found, "private names imported across a public-API boundary (tests/test_layers.py PUBLIC_ONLY):\n" + "\n".join(found)
+    assert private_imports("fucina_jobs.learning.cues", "from ..grounding.candidates import _capitalized, words")  # the check finds one
+    assert not private_imports("fucina_jobs.learning.cues", "from ..grounding.candidates import words\nfrom .evidence import _x")
 
 
 def test_the_cycle_check_finds_a_cycle():
