@@ -36,10 +36,10 @@ class ForwardClock:
         self.reset()
         inner = runner.forward
 
-        def forward(batch, *, logits=True, parents=None):
+        def forward(batch, *, logits=True):
             start = time.perf_counter()
             try:
-                return inner(batch, logits=logits, parents=parents)
+                return inner(batch, logits=logits)
             finally:
                 elapsed = time.perf_counter() - start
                 if logits is True or (logits is not False and any(logits)):  # prompt chunks inside a decode step count as decode
