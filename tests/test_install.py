@@ -18,6 +18,8 @@ from fucina_jobs.pipeline.cli import compose
 from fucina_jobs.config import SHIPPED, locate
 from fucina_jobs.data.rundir import RunDir
 from tests.helpers import REPO
+from tests.readme import argv as readme_argv
+from tests.readme import commands_run_by
 
 #: The checkout's top-level folders the wheel ships inside the package (``config.SHIPPED``).
 SHIPPED_FOLDERS = ("conf", "jobs", "schemas")
@@ -132,7 +134,9 @@ def installed(tmp_path_factory):
 @pytest.mark.slow
 def test_the_wheel_runs_a_starter_job_and_a_shipped_job_from_a_folder_of_ones_own(installed, tmp_path):
     bin_dir, env = installed
-    project = tmp_path / "project"
+    # The README's commands as it writes them (the wheel the fixture installs is its `pip install`).
+    shipped_job, _, init, cd, starter = commands_run_by("test_the_wheel_runs_a_starter_job_and_a_shipped_job_from_a_folder_of_ones_own")
+    project = tmp_path / cd.removeprefix("cd ")
 
     def run(*args: str, cwd: Path = project) -> subprocess.CompletedProcess:
         done = subprocess.run([str(a) for a in args], cwd=cwd, env=env, capture_output=True, text=True, timeout=1200)
@@ -142,16 +146,16 @@ def test_the_wheel_runs_a_starter_job_and_a_shipped_job_from_a_folder_of_ones_ow
     where = run(bin_dir / "python", "-c", "import fucina_jobs; print(fucina_jobs.__file__)", cwd=tmp_path).stdout
     assert where.startswith(str(bin_dir.parent)), f"the wheel's package, not the checkout's: {where}"
     assert run(bin_dir / "fucina-jobs", "--help", cwd=tmp_path).stdout == run(bin_dir / "python", "-m", "fucina_jobs", "--help", cwd=tmp_path).stdout
-    run(bin_dir / "fucina-jobs", "init", project, cwd=tmp_path)
+    run(*readme_argv(init, bin_dir / "python", bin_dir), cwd=tmp_path)
 
     # The starter job, in the folder's own conf/, with the canned engine: every row ends exactly once.
-    run(bin_dir / "fucina-jobs", "run", "conf=invoices", "engine=canned", "runtime.replicas=1")
+    run(*readme_argv(starter, bin_dir / "python", bin_dir), "engine=canned", "runtime.replicas=1")
     rejects = RunDir.open(project / "outputs" / "invoices").read("rejects").to_pylist()
     assert sorted(r["row_id"] for r in rejects) == [f"inv-00{k}" for k in range(1, 6)]
     assert {r["reason"] for r in rejects} == {"schema_violation"}  # "{}" is no invoice
 
     # A shipped job by name, its schema, prompts and rows read from the package, on the default model.
-    run(bin_dir / "python", "-m", "fucina_jobs", "run", "conf=extract_invoices", "dataset.limit=2", "runtime.replicas=1", "output.dir=shipped")
+    run(*readme_argv(shipped_job, bin_dir / "python"), "dataset.limit=2", "runtime.replicas=1", "output.dir=shipped")
     out = RunDir.open(project / "shipped")
     ids = [r["row_id"] for kind in ("records", "rejects") for r in out.read(kind).to_pylist()]
     assert sorted(ids) == ["inv-001", "inv-002"] and out.read_manifest()["status"] == "complete"

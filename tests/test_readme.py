@@ -1,4 +1,5 @@
-"""The docs tell the truth: docs/CONFIG.md's config table is the pydantic models' own, and the README's Python API block runs as written."""
+"""The docs tell the truth: docs/CONFIG.md's config table is the pydantic models' own, and every command the README
+shows runs as written (``tests/readme.py`` says which test runs each)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import json
 import re
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any, Literal, get_args, get_origin
 
 import jsonschema
@@ -13,7 +15,9 @@ import pytest
 from pydantic import BaseModel
 
 from fucina_jobs.config import DEFAULT_OUTPUT_DIR, ENGINES, SHIPPED, JobConfig
+from fucina_jobs.data.rundir import RunDir
 from tests.helpers import REPO
+from tests.readme import CI, PYTHON_BLOCK, RUN_BY, argv, commands_run_by, readme_commands
 
 README = (REPO / "README.md").read_text(encoding="utf-8")
 CONFIG_DOC = (REPO / "docs" / "CONFIG.md").read_text(encoding="utf-8")
@@ -83,3 +87,116 @@ def test_block_runs_and_prints_valid_invoice_json():
     schema = json.loads((SHIPPED / "schemas/invoice.json").read_text())
     jsonschema.Draft202012Validator(schema, format_checker=jsonschema.FormatChecker()).validate(json.loads(first))
     assert second.startswith("stop ")
+
+
+# -- every README command is run by a test ------------------------------------------------------------------------
+
+
+def test_every_readme_command_is_run_by_a_test():
+    """``tests/readme.py``'s ``RUN_BY`` names a runner for each command the README shows, and each runner runs them:
+    a test that takes them from ``commands_run_by`` (by its own name), or CI's script, which holds them verbatim."""
+    shown = readme_commands()
+    assert len(shown) >= 15, "the README's commands were not found: is the parser reading the indented blocks?"
+    assert set(shown) <= set(RUN_BY), "README commands no test runs; add each to RUN_BY in tests/readme.py with its test:\n" + "\n".join(
+        c for c in shown if c not in RUN_BY
+    )
+    assert set(RUN_BY) <= set(shown), "RUN_BY lists commands the README no longer shows:\n" + "\n".join(c for c in RUN_BY if c not in shown)
+    ci = (REPO / CI).read_text()
+    for command, runner in RUN_BY.items():
+        if runner == CI:
+            assert command in ci, f"{CI} does not run {command!r}"
+            continue
+        path, name = runner.split("::")
+        source = (REPO / path).read_text()
+        body = re.search(rf"^def {name}\(.*?(?=^def |^@|\Z)", source, re.S | re.M)
+        assert body, f"{runner}: no such test"
+        takes = "_python_api_block()" if command == PYTHON_BLOCK else f'commands_run_by("{name}")'
+        assert takes in body.group(0), f"{runner} does not take its commands from the README ({takes})"
+
+
+def test_the_parser_reads_indented_and_chained_commands_and_leaves_comments_out():
+    text = "Run:\n\n    a x=1   # why\n    b \\\n        c && d\n\n```yaml\n    not: a command\n```\n```python\nprint(1)\n```\n"
+    assert readme_commands(text) == ["a x=1", "b c", "d", PYTHON_BLOCK]
+
+
+def _cli(command: str, *overrides: str, cwd: Path) -> subprocess.CompletedProcess:
+    done = subprocess.run([*argv(command), *overrides], cwd=cwd, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, f"{command}: exit {done.returncode}\n{done.stderr[-3000:]}"
+    return done
+
+
+def test_commands_that_need_no_model_run_as_written(tmp_path):
+    """From a folder of one's own (the shipped jobs are found by name); the documents run on the canned engine."""
+    (tmp_path / "scans").mkdir()
+    for name, vendor in (("a", "Acme Tools GmbH"), ("b", "Nordlicht Bakery")):
+        (tmp_path / "scans" / f"{name}.html").write_text(
+            f"<html><body><h1>{vendor}</h1><p>Invoice {name.upper()}-1, total EUR 9.00</p></body></html>"
+        )
+    for command in commands_run_by("test_commands_that_need_no_model_run_as_written"):
+        if command.endswith("--cfg job"):
+            assert "name: extract_invoices" in _cli(command, cwd=tmp_path).stdout
+        elif command.endswith("--help"):
+            assert "output.dir" in _cli(command, cwd=tmp_path).stdout
+        else:
+            _cli(command, "engine=canned", "runtime.replicas=1", "output.dir=out", cwd=tmp_path)
+            rejects = RunDir.open(tmp_path / "out").read("rejects").to_pylist()
+            assert sorted(r["row_id"] for r in rejects) == ["a", "b"]  # a row per document: the canned "{}" is no invoice
+
+
+def _job_of_ones_own(folder: Path) -> None:
+    """The README's ``tickets`` job, its YAML as the README writes it, with a schema, a prompt and rows of its own."""
+    yaml_block = re.search(r"```yaml\n(.*?)```", README, re.S).group(1)
+    (folder / "conf").mkdir()
+    (folder / "conf" / "tickets.yaml").write_text(yaml_block)
+    schema = {
+        "type": "object",
+        "properties": {"product": {"type": "string", "maxLength": 40, "x-grounded": True}, "priority": {"enum": ["low", "high"], "x-grounded": True}},
+        "required": ["product", "priority"],
+    }
+    (folder / "schemas").mkdir()
+    (folder / "schemas" / "ticket.json").write_text(json.dumps(schema))
+    (folder / "prompts").mkdir()
+    (folder / "prompts" / "tickets.txt").write_text("Extract the product and the priority of the ticket as JSON.")
+    rows, gold = [], []
+    for k, (product, priority) in enumerate([("Laser Printer", "high"), ("Desk Lamp", "low"), ("Coffee Grinder", "high"), ("Office Chair", "low")]):
+        rows.append({"id": f"t{k}", "text": f"Ticket {k}: Product: {product}. Priority: {priority}. Please help."})
+        gold.append({"id": f"t{k}", "label": {"product": product, "priority": priority}})
+    for name, lines in (("inputs.jsonl", rows), ("gold.jsonl", gold), ("data/tickets.jsonl", rows)):
+        (folder / name).parent.mkdir(exist_ok=True)
+        (folder / name).write_text("".join(json.dumps(line) + "\n" for line in lines))
+
+
+def test_learn_then_run_with_the_cues_as_written(tmp_path):
+    """``NAME`` is the README's own ``tickets`` job; the run reads the learned cues, on the canned engine."""
+    _job_of_ones_own(tmp_path)
+    learn, run = (c.replace("NAME", "tickets") for c in commands_run_by("test_learn_then_run_with_the_cues_as_written"))
+    assert "constraint.learned=jobs/tickets/learned.json" in _cli(learn, cwd=tmp_path).stdout
+    learned = json.loads((tmp_path / "jobs" / "tickets" / "learned.json").read_text())
+    assert "product" in learned["fields"]  # with its evidence, for review in git
+    _cli(run, "engine=canned", "runtime.replicas=1", "output.dir=out", cwd=tmp_path)
+    manifest = RunDir.open(tmp_path / "out").read_manifest()
+    assert manifest["status"] == "complete" and manifest["config"]["constraint"]["learned"] == "jobs/tickets/learned.json"
+
+
+@pytest.mark.slow
+def test_a_run_and_the_review_loop_as_written(tmp_path):
+    """A run of 4 invoices on the model, its least certain values, the review page, Label Studio's tasks, their
+    answers back as gold (every prediction accepted), and the eval scored against that gold."""
+    (run, review, page, export, import_, evaluate) = commands_run_by("test_a_run_and_the_review_loop_as_written")
+    _cli(run, cwd=tmp_path)
+    records = RunDir.open(tmp_path / "outputs" / "extract_invoices").read("records").to_pylist()
+    assert len(records) == 4
+    table = _cli(review, cwd=tmp_path).stdout.splitlines()
+    assert table[0].split()[:2] == ["confidence", "record_id"] and 1 < len(table) <= 11
+    _cli(page, cwd=tmp_path)
+    assert "<html" in (tmp_path / "review.html").read_text()
+    _cli(export, cwd=tmp_path)
+    tasks = json.loads((tmp_path / "tasks.json").read_text())
+    assert (tmp_path / "labelstudio.xml").is_file() and len(tasks) == 4
+    answered = [{**t, "annotations": [{"id": k, "result": t["predictions"][0]["result"]}]} for k, t in enumerate(tasks)]
+    (tmp_path / "project-export.json").write_text(json.dumps(answered))
+    _cli(import_, cwd=tmp_path)
+    gold = [json.loads(line) for line in (tmp_path / "gold.jsonl").read_text().splitlines()]
+    assert sorted(g["id"] for g in gold) == sorted(r["row_id"] for r in records)
+    scored = _cli(evaluate, "eval.gold=gold.jsonl", cwd=tmp_path).stdout
+    assert "content hash" in scored and "accuracy:" in scored
