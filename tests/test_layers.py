@@ -114,7 +114,8 @@ PUBLIC_ONLY: dict[str, set[str]] = {"fucina_jobs.learning": {"fucina_jobs.ground
 
 
 def private_imports(module: str, source: str) -> list[str]:
-    """The private names (a leading underscore) that ``module`` imports from a package ``PUBLIC_ONLY`` names for it, one line each."""
+    """The private names (a leading underscore, or not in the module's ``__all__``) that ``module`` imports from a
+    package ``PUBLIC_ONLY`` names for it, one line each."""
     guarded = _rule(PUBLIC_ONLY, module) or set()
     here = _package(module)
     found = []
@@ -123,7 +124,12 @@ def private_imports(module: str, source: str) -> list[str]:
             base = here[: len(here) - node.level + 1] if node.level else []
             target = ".".join(base + ([node.module] if node.module else []))
             if any(target == p or target.startswith(p + ".") for p in guarded):
-                found += [f"{module} imports {target}.{alias.name}" for alias in node.names if alias.name.startswith("_")]
+                public = getattr(importlib.import_module(target), "__all__", None)  # a module that lists its API: that list
+                found += [
+                    f"{module} imports {target}.{alias.name}"
+                    for alias in node.names
+                    if alias.name.startswith("_") or (public is not None and alias.name not in public)
+                ]
     return found
 
 
@@ -233,6 +239,7 @@ def test_the_learner_imports_only_public_names_of_the_grounding():
     found = [v for path in sorted(PACKAGE.rglob("*.py")) for v in private_imports(module_name(path), path.read_text(encoding="utf-8"))]
     assert not found, "private names imported across a public-API boundary (tests/test_layers.py PUBLIC_ONLY):\n" + "\n".join(found)
     assert private_imports("fucina_jobs.learning.cues", "from ..grounding.candidates import _capitalized, words")  # the check finds one
+    assert private_imports("fucina_jobs.learning.cues", "from ..grounding.candidates import LINE_BREAK")  # not in candidates.__all__
     assert not private_imports("fucina_jobs.learning.cues", "from ..grounding.candidates import words\nfrom .evidence import _x")
 
 

@@ -32,6 +32,27 @@ from .values import (
     written,
 )
 
+__all__ = [  # what learn and the grammar read: a field's values, words, runs of words and runs of lines in a text
+    "LEAST_CHARS",
+    "RUN_LINES",
+    "candidates",
+    "escaped",
+    "known_spans",
+    "known_written",
+    "labelled_runs",
+    "labelled_values",
+    "line_run_starts",
+    "line_runs",
+    "line_starts",
+    "members",
+    "offered_values",
+    "preferred",
+    "text_lines",
+    "word_chunks",
+    "words",
+    "written_values",
+]
+
 #: With ``includes``, ``ends_on`` or ``lines.first``, the most lines a run of lines (``span: lines``) takes past the
 #: line it must reach (the one that writes the word, or its first line), and the farthest an included line may be from its start.
 #: Why 7: the gold addresses of the 625 dev receipts span at most 5 lines, their postcode at most 4 lines below the
@@ -75,15 +96,15 @@ _JOIN = re.compile(r"[.\-/'&]")
 
 
 def candidates(g: Grounded, text: str) -> list[str]:
-    """The JSON spellings of the numbers, dates or quantities ``text`` writes that the field's schema admits."""
+    """The JSON spellings of the numbers, dates or quantities ``text`` writes that the field's schema _admits."""
     if g.kind in ("date", "quantity"):
         return sorted(_spelled(g, set(written_values(g, text)) | set(g.allow)))
     values = set(written_values(g, text)) | {Decimal(str(v)) for v in g.allow}
-    return sorted(_spelled(g, (v for v in values if admits(g, v))), key=lambda s: (len(s), s))
+    return sorted(_spelled(g, (v for v in values if _admits(g, v))), key=lambda s: (len(s), s))
 
 
 def written_values(g: Grounded, text: str) -> dict[Any, list[tuple[int, int]]]:
-    """The numbers (dates, counts) the text writes that a number (date, count) field admits -> their spans; with
+    """The numbers (dates, counts) the text writes that a number (date, count) field _admits -> their spans; with
     ``labels``, only the labelled ones, where the text labels any (with ``only_labelled``, none where it labels
     none, or where there are no labels). Offsets are into the NFC form of ``text``."""
     found, text = _found(g, text)
@@ -92,13 +113,13 @@ def written_values(g: Grounded, text: str) -> dict[Any, list[tuple[int, int]]]:
 
 
 def _found(g: Grounded, text: str) -> tuple[dict[Any, list[tuple[int, int]]], str]:
-    """Every number (date) the text writes that the field admits -> its spans, and the text they are in (NFC)."""
+    """Every number (date) the text writes that the field _admits -> its spans, and the text they are in (NFC)."""
     if g.kind == "date":
         return dates_in(text, g.day_first), text
     if g.kind == "quantity":
         return quantities_in(text, g.units), text
     text = unicodedata.normalize("NFC", text)
-    return {v: spans for v, spans in number_spans(text, g.amount).items() if admits(g, v)}, text
+    return {v: spans for v, spans in number_spans(text, g.amount).items() if _admits(g, v)}, text
 
 
 def _spelled(g: Grounded, values: Iterable[Any]) -> set[str]:
@@ -150,8 +171,8 @@ def words(g: Grounded, text: str, narrowed: bool = False) -> list[str]:
     if not narrowed:
         return fitting
     labelled = fits(_strip_marks(text[start:].split()[0]) for start in after_labels(text, g.labels, g.rivals))
-    if writes_included(g, text):
-        fitting, labelled = ([w for w in found if writes_included(g, w)] for found in (fitting, labelled))
+    if _writes_included(g, text):
+        fitting, labelled = ([w for w in found if _writes_included(g, w)] for found in (fitting, labelled))
     return labelled or ([] if g.only_labelled else fitting)
 
 
@@ -390,7 +411,7 @@ def line_starts(text: str, g: Grounded) -> list[int]:
     return starts
 
 
-def writes_included(g: Grounded, text: str) -> bool:
+def _writes_included(g: Grounded, text: str) -> bool:
     """Does ``text`` write a word that the field's ``includes`` matches whole? (True where there is no ``includes``.)"""
     pattern = g.included()
     return pattern is None or pattern.search(text) is not None
@@ -460,10 +481,11 @@ def _ending_runs(chunks: list[str], ending: re.Pattern) -> list[str]:
 
 
 def escaped(text: str) -> str:
+    """``text`` as it is written inside a JSON string (the grammar's pieces are JSON-escaped text)."""
     return json.dumps(text, ensure_ascii=False)[1:-1]
 
 
-def admits(g: Grounded, value: Decimal) -> bool:
+def _admits(g: Grounded, value: Decimal) -> bool:
     s = g.schema
     if g.kind == "integer" and value != value.to_integral_value():
         return False
