@@ -112,10 +112,9 @@ class Grounded:
         """Could this field take ``option`` (``lines.first`` for a key of ``lines``): does it apply to its kind (a
         string's span), with the options it needs?"""
         head, _, part = option.partition(".")
-        table = OPTIONS[head].parts if part else OPTIONS
-        if part and OPTIONS[head].misplaced(self.declared, self.given) is not None:
+        if part and not self.takes(head):
             return False
-        return table[part or head].misplaced(self.declared, self.given) is None
+        return _option(option).misplaced(self.declared, self.given) is None
 
     def given(self, option: str) -> bool:
         """Is ``option`` (``lines.first`` for a key of ``lines``) declared, not left at its default?"""
@@ -176,10 +175,11 @@ def grounded_fields(schema: Any) -> list[Grounded]:
     """Every grounded field of ``schema``, in key order; raise ``GroundingError`` naming a bad one."""
     if not isinstance(schema, dict):
         return []
-    old_spellings.warn_once({"/".join(p): d[KEYWORD] for p, d in _all_declarations(schema, ()) if isinstance(d[KEYWORD], dict)}, "a schema")
+    declarations = list(_all_declarations(schema, ()))
+    old_spellings.warn_once({"/".join(p): node[KEYWORD] for p, node in declarations if isinstance(node[KEYWORD], dict)}, "a schema")
     found = _with_rivals(list(_walk(schema, ())))
     reachable = {id(g.schema) for g in found} | {id(node) for node, _ in _arrays(schema, ()).values()}
-    stray = next((p for p, node in _all_declarations(schema, ()) if id(node) not in reachable), None)
+    stray = next((p for p, node in declarations if id(node) not in reachable), None)
     if stray is not None:
         raise GroundingError(f"{'/'.join(stray)}: {KEYWORD} only applies under properties or array items, not inside anyOf, oneOf, allOf or $defs")
     return found
