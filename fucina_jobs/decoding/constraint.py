@@ -137,10 +137,11 @@ def only_allowed(bitmask: np.ndarray) -> int | None:
     return None if word & (word - 1) else index * 32 + word.bit_length() - 1
 
 
-#: llguidance's limits, but for the lexer's fuel at compile time: ten times its default of 1,000,000. A grounded grammar
-#: over a long document (17-38k characters of an NDA's text, ``docs/LONG_DOCUMENTS.md``) needs 1-3 million to
-#: precompute its spans' lexemes, and its matcher failed at the default ("lexer precomputation failed"); compiling
-#: took 0.07-0.15 s either way. Computing those lexemes lazily instead fails later, mid-decode ("too many expressions").
+#: llguidance's limits, but for the lexer's fuel at compile time: ten times its default of 1,000,000. Why ten times: a
+#: grounded grammar over a long document (tens of thousands of characters) needs a few million to precompute its spans'
+#: lexemes, and its matcher fails at the default ("lexer precomputation failed"); with the headroom it compiles as fast
+#: as before (``docs/LONG_DOCUMENTS.md`` has the measurement). Computing those lexemes lazily instead fails later,
+#: mid-decode ("too many expressions").
 LIMITS = llguidance.LLParserLimits(initial_lexer_fuel=10_000_000)
 
 

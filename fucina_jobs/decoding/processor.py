@@ -3,7 +3,7 @@
 A processor masks or biases one vocab row before sampling and observes every
 token the sampler selects. When it allows exactly one token, it may name that
 token instead of masking: the sampler then takes it without reading the row.
-Under the invoice job's grounded grammar most tokens are forced, and masking
+Under a grounded grammar most tokens are forced, and masking
 a whole vocab row to keep one of them, then normalising it, is work for nothing.
 
 A processor knows nothing of grammars: a grammar engine is one

@@ -55,9 +55,9 @@ __all__ = [  # what learn and the grammar read: a field's values, words, runs of
 
 #: With ``includes``, ``ends_on`` or ``lines.first``, the most lines a run of lines (``span: lines``) takes past the
 #: line it must reach (the one that writes the word, or its first line), and the farthest an included line may be from its start.
-#: Why 7: the gold addresses of the 625 dev receipts span at most 5 lines, their postcode at most 4 lines below the
-#: first and 3 above the last; 7 leaves room for a longer block, and every line of reach is one more nested
-#: optional piece in the grammar, for each start.
+#: Why 7: a postal address or a company's block spans a handful of lines, its postcode or legal form on one of them;
+#: 7 leaves room for a longer block, and every line of reach is one more nested optional piece in the grammar, for
+#: each start.
 RUN_LINES = 7
 
 #: What a line that ``cut_before`` cuts loses at its new end, besides spaces: the marks that opened what was cut.
@@ -91,7 +91,7 @@ _ROUNDING = re.compile(r"(?i)\b(round|rundung|gerundet|arrondi|redondeo|arrotond
 _CHUNK = re.compile(r"\\u[0-9a-fA-F]{4}|\\.|\w+|\s|.", re.DOTALL)
 
 #: Marks that join the parts of one word (``K.K.``, ``3-8-2``, ``O'Brien``, ``A/C``, ``AT&T``): a run of words
-#: neither starts nor ends between them (``Kitagawa Tool Works K.`` is no value).
+#: neither starts nor ends between them (``Acme Tool Works K.`` is no value).
 _JOIN = re.compile(r"[.\-/'&]")
 
 
@@ -129,11 +129,11 @@ def _spelled(g: Grounded, values: Iterable[Any]) -> set[str]:
 def preferred(g: Grounded, values: list[str], text: str) -> list[str]:
     """Of a number or date field's candidates left (JSON spellings), the ones its grammar holds: none of its
     ``allow`` values where its ``labels`` mark a value the text writes (a tax of 0 is for an invoice that labels
-    no tax, not for one that writes ``BTW 21% € 124,61``); those that a label of weight 2 marks, where any is
+    no tax, not for one that writes ``VAT 21% € 42,00``); those that a label of weight 2 marks, where any is
     left (a receipt's ``TOTAL ROUNDED`` below its ``TOTAL``); with ``rounding``, where the text writes a rounding
-    line, none that a multiple of the step left is within a step of (``177.22`` beside ``177.20``: cash paid is
+    line, none that a multiple of the step left is within a step of (``12.47`` beside ``12.45``: cash paid is
     rounded); of those, with ``pick``, the largest (smallest) alone, the latest (earliest) of dates. All are preferences, not facts: a rule's repair
-    excludes the value held where it breaks a rule (inv-022's ``Items total`` before its discount), and the next
+    excludes the value held where it breaks a rule (an items total written before a discount), and the next
     one is held then, an allowance last."""
     found, text = _found(g, text) if (g.allow and g.labels) or g.preferred_labels else ({}, text)
     if g.allow and g.labels:
@@ -160,7 +160,7 @@ def words(g: Grounded, text: str, narrowed: bool = False) -> list[str]:
     """The distinct words of ``text`` (``span: word``) that fit the string's length bounds, in order: each a
     maximal run without whitespace, less the punctuation marks at its ends (``(HP-55021),`` is ``HP-55021``);
     ``narrowed``: of those that match ``includes``, where the text writes such words, the ones right after a
-    label, where there are any. A label may end inside a word (``Facture n°562044387``): the rest is the word."""
+    label, where there are any. A label may end inside a word (``Facture n°10042``): the rest is the word."""
     low, high = g.schema.get("minLength", LEAST_CHARS), g.schema.get("maxLength", len(text))
     recase = g.recasings
 
@@ -257,8 +257,8 @@ def line_runs(g: Grounded, text: str) -> Iterator[str]:
 def _first_in_block(starts: list[_Start], lines: list[str], starting: re.Pattern) -> list[_Start]:
     """Each block's runs from its first start whose line writes a ``starts_on`` word, and none from a block whose
     starts write none; all of them where no start's line writes one. A letterhead's address block starts on its
-    first line with a number (``3RD FLR, AEON TAMAN MALURI SC`` above ``CHERAS, 55100 KUALA LUMPUR``), not on a
-    brand line above it (``MYDIN MART SRI MUDA``); left to choose among the block's lines, a model starts on the
+    first line with a number (``2ND FLR, 12 MILL ROAD`` above ``12345 SOMETOWN``), not on a
+    brand line above it (``ACME MART``); left to choose among the block's lines, a model starts on the
     postcode's line."""
     firsts: dict[int, int] = {}
     for start in starts:  # in text order
@@ -269,8 +269,8 @@ def _first_in_block(starts: list[_Start], lines: list[str], starting: re.Pattern
 
 def _shortest(starts: list[_Start], lines: list[str], ending: re.Pattern) -> list[_Start]:
     """Of the runs that end on an ``ends_on`` line, for each such line the shortest that writes a word besides what
-    ``ends_on`` matches and what brackets hold (``KMF FOODICIOUS SDN BHD (1132106-H)`` alone, below a brand line;
-    ``POPULAR BOOK`` then ``CO. (M) SDN BHD``, both lines); the other runs as they are."""
+    ``ends_on`` matches and what brackets hold (``ACME TRADING LTD (12345-X)`` alone, below a brand line;
+    ``ACME BOOK`` then ``CO. (UK) LTD``, both lines); the other runs as they are."""
     firsts: dict[int, list[int]] = {}
     for start in starts:
         if start.ends:
@@ -281,7 +281,7 @@ def _shortest(starts: list[_Start], lines: list[str], ending: re.Pattern) -> lis
 
 def _names(run: str, ending: re.Pattern) -> bool:
     """Does ``run`` write a word besides what ``ending`` matches and what brackets hold? A run that starts inside
-    brackets (``ALAM) SDN BHD`` below ``... ENTERPRISE (SETIA``) names nothing: its start is no name's."""
+    brackets (``HILL) LTD`` below ``... TRADING (GREEN``) names nothing: its start is no name's."""
     closed, opened = run.find(")"), run.find("(")
     if closed >= 0 and not 0 <= opened < closed:
         return False
@@ -313,7 +313,7 @@ def labelled_runs(g: Grounded, text: str) -> tuple[list[list[str]], list[str]] |
     ``cut_before``, up to the first word it matches (none from a start it matches); and, with ``ends_on``, the runs
     (escaped) that end on such a word. None where neither narrows anything, or no run is left. No run crosses a column
     gap, three spaces or more between two words of a line: laid-out text puts the letterhead and the customer's block
-    side by side (``Peter-Behrens-Platz 2    SimFin Analytics GmbH``); with ``within_line``, none crosses a line break."""
+    side by side (``12 Mill Road    Acme Analytics GmbH``); with ``within_line``, none crosses a line break."""
     if not g.labels and not g.lines.first:
         return None
     normalize = g.whitespace == "normalize"
@@ -350,7 +350,7 @@ def labelled_runs(g: Grounded, text: str) -> tuple[list[list[str]], list[str]] |
 
 def _capitalized(g: Grounded, text: str, starts: list[int]) -> list[int]:
     """With ``capitalized``: the ``starts`` of ``text`` whose first letter the text writes as a capital, or that
-    start with a digit (a name's word, ``99¢ Only Stores``), not a sentence's next word (``date of the latter``,
+    start with a digit (a name's word, ``24 Acme Stores``), not a sentence's next word (``date of the latter``,
     offered re-cased as ``Date``); all of them without the option."""
     if not g.capitalized:
         return starts
@@ -449,7 +449,7 @@ def text_lines(text: str, g: Grounded) -> tuple[list[str], list[bool]]:
 
 def _kept(head: str) -> str:
     """What is left of a cut line: up to a bracket it opens and does not close, whose rest was cut (``(CO.`` of
-    ``DION REALTIES SDN BHD (CO. NO:20154-T)``); nothing where a letter or a mark alone is left (``T:`` before a
+    ``ACME REALTY LTD (CO. NO:12345-X)``); nothing where a letter or a mark alone is left (``T:`` before a
     phone number)."""
     opened = head.rfind("(")
     if opened > head.rfind(")"):

@@ -52,7 +52,7 @@ DISTINCT_MOST = 4
 _AROUND = r"/[\s,.;:!?-]*/"
 
 #: A grounded string neither starts nor ends with whitespace or a lone punctuation mark (``- ACME``,
-#: ``LOT 6,``+space), and so holds something else; the text's own line breaks, JSON-escaped, count
+#: ``UNIT 6,``+space), and so holds something else; the text's own line breaks, JSON-escaped, count
 #: as whitespace too where whitespace is exact. (Written positively: the negation of a regex over a
 #: 50 KB document's substrings is too large for llguidance to build.)
 _TRIMMED = r"/([^\s\p{P}]|\p{P}+[^\s\p{P}]).*/ & /.*([^\s\p{P}]|[^\s\p{P}]\p{P}+)/"
@@ -207,7 +207,7 @@ class _Builder:
         """Lists that start with one of ``values``, each later item a run of ``g``'s that neither holds that first one nor
         is a run of its words (a terminal per value: the item's span less those, ``_same_thing``), within the array's item
         counts. Spelling every list that names each value once grows as the permutations of tens of runs; this keeps
-        out the repeat a greedy model falls into, the first name again or a run around it (``Mark T. Bobak ("Bobak")``),
+        out the repeat a greedy model falls into, the first name again or a run around it (``Jane Q. Roe ("Roe")``),
         one rule per value."""
         span, firsts = self.span(g), []
         for value in values:

@@ -43,7 +43,7 @@ _MONTHS = {
     )
     for name in names.split()
 }
-#: Where PDF text extraction glued two cells, a lower-case letter then an upper-case one: ``Invoice dateOct 31, 2023``.
+#: Where PDF text extraction glued two cells, a lower-case letter then an upper-case one: ``Invoice dateMar 3, 2025``.
 _CASE_CHANGE = r"(?-i:(?<=[a-z])(?=[A-Z]))"
 _MONTH = "(?P<month>" + "|".join(sorted(map(re.escape, _MONTHS), key=len, reverse=True)) + r")\.?"
 _DAY = r"(?P<day>\d{1,2})(?:st|nd|rd|th|er|\.)?"
@@ -62,7 +62,7 @@ _DATES = [
     # the 1st day of March, 2015
     # (a dash or slash between day and month has no spaces around it: ``July 1 - July 31, 2014`` writes no 1 July 2031)
     re.compile(rf"(?<!\d){_DAY}(?:[/-]|\s*)(?:(?:day\s+)?of\s+|de\s+)?{_MONTH}[\s,/-]*(?:de\s+)?(?P<year>\d{{4}}|\d{{2}})(?![\d:])", re.IGNORECASE),
-    # October 2, 2024, Jan 7 2025, August 3 , 2014, and glued to its label: Invoice dateOct 31, 2023
+    # October 2, 2024, Jan 7 2025, August 3 , 2014, and glued to its label: Invoice dateMar 3, 2025
     re.compile(rf"(?:(?<![^\W\d_])|{_CASE_CHANGE}){_MONTH}\s*{_DAY}\s*,?\s*{_YEAR}(?!\d)", re.IGNORECASE),
     # 2025年1月14日
     re.compile(r"(?P<year>\d{4})年(?P<a>\d{1,2})月(?P<b>\d{1,2})日"),
@@ -276,8 +276,8 @@ def labelled(
 ) -> dict[K, list[tuple[int, int]]]:
     """The values of ``found`` (value -> its spans in ``text``) that ``text`` writes after one of ``labels``, with those spans.
 
-    A label marks the first value written after it on its own line, but a rate's base (``Tax 15% on $ 112.90
-    $ 16.94`` marks 16.94). Where the rest of that line writes none, it
+    A label marks the first value written after it on its own line, but a rate's base (``Tax 15% on $ 100.00
+    $ 15.00`` marks 15.00). Where the rest of that line writes none, it
     marks one below it, read the way OCR and PDF text lay out a form (``_below``). Labels match whole words, in any
     case, across any spaces, and not inside a longer one of ``rivals`` (``_label_matches``)."""
     starts: dict[int, list[tuple[K, tuple[int, int]]]] = {}
@@ -301,8 +301,8 @@ def labelled(
     return marked
 
 
-#: A rate's base before a value (``Tax 15% on $ 112.90  $ 16.94``, ``19,0% MwSt. aus 100,00 €  19,00 €``: the rate
-#: applies to 112.90 and 100.00; the tax is the other value).
+#: A rate's base before a value (``Tax 15% on $ 100.00  $ 15.00``, ``19,0% MwSt. aus 200,00 €  38,00 €``: the rate
+#: applies to 100.00 and 200.00; the tax is the other value).
 _BASE = re.compile(r"\d\s?%[^\n]*?(?<![^\W\d_])(?:on|of|over|sur|auf|aus|von|su|sobre|de|op|od)\s*\Z", re.IGNORECASE)
 
 
@@ -347,9 +347,9 @@ def _below(read: list[_Line], n: int, text: str, label: tuple[int, int]) -> int 
       Where both lines are laid out in columns (``COLUMN_GAP``), as a PDF's text keeps a table's
       header above its row, the label marks what that line writes in its column (``_in_column``).
     - A table of labels and amounts comes out as a column of labels, then a column of values (``TOTAL``, ``CASH``,
-      ``CHANGE``, then ``43.70``, ``50.00``, ``6.30``): a label in such a column marks the value in its place,
-      counted from the columns' ends, since lines above the labels (an item's name) often join their column. Of
-      625 dev receipts, this found the total of 78 that no label had marked, and lost 3.
+      ``CHANGE``, then ``12.30``, ``20.00``, ``7.70``): a label in such a column marks the value in its place,
+      counted from the columns' ends, since lines above the labels (an item's name) often join their column
+      (docs/history/ACCURACY.md measures what this found and lost).
     """
     first = last = n
     if read[n].kind == "text":
@@ -376,8 +376,8 @@ COLUMN_GAP = re.compile(rf"(?<=\S) {{{GAP_SPACES},}}(?=\S)")
 
 def _in_column(text: str, header: _Line, row: _Line, label: tuple[int, int]) -> int | None:
     """The value of ``row`` below the ``label`` on ``header``, two lines laid out in columns: the word of ``row``
-    that overlaps the label's columns, else the one nearest them (``Invoice Date:  Due Date:`` above ``03/20/2023
-    04/04/2023``; ``Tax`` above ``40.39`` beside ``14.50%`` below ``Tax(%)``). Where that word is no value but
+    that overlaps the label's columns, else the one nearest them (``Invoice Date:  Due Date:`` above ``03/02/2025
+    04/01/2025``; ``Tax`` above ``12.50`` beside ``10.00%`` below ``Tax(%)``). Where that word is no value but
     writes a digit (a rate, a quantity), the label marks none; otherwise, as for lines not laid out, the row's
     first value."""
     head, line = (text[x.start : _line_end(text, x.start)] for x in (header, row))
@@ -396,7 +396,7 @@ def after_labels(text: str, labels: Sequence[str], rivals: Sequence[str] = ()) -
     """Where the first word after each of ``labels`` in ``text`` starts (past the marks and spaces that follow a
     label: ``Bill to:`` then a line break, ``Invoice #: 2025-044``), in text order; not inside one of ``rivals``.
     Where the label's line and the next one are laid out in columns, the cell below it starts one too: invoices
-    print ``Bill To:  Ship To:`` above ``Taylor Riddel  Taylor's Store``."""
+    print ``Bill To:  Ship To:`` above ``Jane Roe  Acme Store``."""
     if not labels:
         return []
     starts = set()

@@ -85,14 +85,14 @@ LINE_STARTS = 3
 FIRST_RUN_BIAS = 0.25
 
 _WORD = re.compile(r"\w+")
-#: The word written after a value, past the spaces and marks between (``Nike, Inc., an Oregon corporation``).
+#: The word written after a value, past the spaces and marks between (``Acme, Inc., an Oregon corporation``).
 _FOLLOWER = re.compile(r"[\W_]*?(\w+)")
 _MARKS = ".,;:!?()[]{}\"'"
-#: Marks that open a word, which a cut's shape of it keeps (``(81109-A)``).
+#: Marks that open a word, which a cut's shape of it keeps (``(12345-X)``).
 _OPENERS = "(["
 #: A word of a name as ``ends_on`` learns it: its own period kept (``Inc.``), a comma between two words a break.
 _NAME_WORD = re.compile(r"[^\s,;]+")
-#: A word as a cut reads its shape: up to a space, less the marks that end it (``126926-H`` of ``(126926-H).``).
+#: A word as a cut reads its shape: up to a space, less the marks that end it (``12345-X`` of ``(12345-X).``).
 _TOKEN = re.compile(r"\S*?(?=[^\w]*(?:\s|$))")
 #: A word with a digit in it: an identifier (``includes`` of a ``span: word`` string), a reference, a postcode.
 DIGIT_WORD = r"[^\W\d_]*\d[^\W_]*"
@@ -323,7 +323,7 @@ def _written_spans(rows: list[Row], found: list[list[list[tuple[int, int]]]]) ->
 
 def _dropped_marks(written: list[tuple[str, list[str]]]) -> str:
     """The punctuation marks that the spans writing the gold values hold and no gold value does, where at least
-    ``MARK_SUPPORT`` of those values' spans hold them: the gold's normal form leaves them out (``Palm Inc.``)."""
+    ``MARK_SUPPORT`` of those values' spans hold them: the gold's normal form leaves them out (``Acme Inc.``)."""
     kept = {c for v, _ in written for c in v}
     held = Counter(c for _, spans in written for c in {c for span in spans for c in span if unicodedata.category(c).startswith("P")})
     return "".join(sorted(c for c, n in held.items() if c not in kept and n >= max(2, MARK_SUPPORT * len(written))))
@@ -332,7 +332,7 @@ def _dropped_marks(written: list[tuple[str, list[str]]]) -> str:
 def _case(written: list[tuple[str, list[str]]], exact: int, drop: str = "") -> tuple[str, dict[str, int]]:
     """The ``case`` that writes the gold values as the gold spells them, and how many each recasing writes: the one
     recasing that writes the most (``exact`` where none writes more than the text's own case does), so re-cased
-    gold (``Aol Inc.`` for ``AOL Inc.``) is decoded in the gold's case, not in one the model picks; ``insensitive``
+    gold (``Acme Inc.`` for ``ACME Inc.``) is decoded in the gold's case, not in one the model picks; ``insensitive``
     (any, the model's pick) only where no one recasing writes ``VERBATIM_SHARE`` of the values some recasing writes."""
     undropped = str.maketrans("", "", drop)
     pairs = [([span.translate(undropped) for span in spans], v) for v, spans in written]
@@ -400,9 +400,9 @@ def _cut(
     (``, a Delaware corporation``, a signature's ``By:``), so a run stops where the name does; and the first words
     of the runs the grammar offers that no gold value starts with, a title or a greeting on a letterhead's line
     (``INVOICE``, ``Dear``), so that line starts no run; and, for a run of lines, the words of the lines just above
-    and below the gold values, a block's other lines (a company's ``SDN BHD`` above its address, ``TEL`` below). The
+    and below the gold values, a block's other lines (a company's name and its ``LTD`` above its address, ``TEL`` below). The
     shapes of such words are tried too (``CUT_SHAPES``): another field's label (``Subject:``), an e-mail address, a
-    registration number (``126926-H``)."""
+    registration number (``12345-X``)."""
     values = [{w.casefold() for w in [*_WORD.findall(str(v)), *str(v).split()]} for r in rows for v in r.values if v is not None]
     inside = set().union(*values)
     seen: Counter[str] = Counter()
@@ -443,8 +443,8 @@ def _first_word(run: str) -> str:
 def _cut_words(text: str, starts: set[int], inside: set[str]) -> set[str]:
     """What a cut may try for the words starting at ``starts`` in ``text`` that no gold value holds: each word of
     letters (casefolded), each of ``CUT_SHAPES`` that writes it, and for a word with a digit its shape (``_shape``)
-    and its run of digits (``_digit_run``), with the bracket that opens it (``(81109-A)``: a registration number,
-    where ``81109-A`` alone has a street number's shape)."""
+    and its run of digits (``_digit_run``), with the bracket that opens it (``(12345-X)``: a registration number,
+    where ``12345-X`` alone has a street number's shape)."""
     found: set[str] = set()
     for start in starts:
         m = _WORD.match(text, start)
@@ -472,7 +472,7 @@ def _writes_few(candidate: str, values: list[set[str]]) -> bool:
 
 def _shape(token: str, counted: bool = True) -> "_Shape":
     """A word with digits as a regex of its shape: its digits counted (or any, where not ``counted``), its letters any,
-    its marks as written (``126926-H`` is ``\\d{6}-[^\\W\\d_]+``, ``03-7890 1234``'s first word ``\\d{2}-\\d{4}``,
+    its marks as written (``123456-X`` is ``\\d{6}-[^\\W\\d_]+``, ``03-7890 1234``'s first word ``\\d{2}-\\d{4}``,
     uncounted ``\\d+-\\d+``)."""
     parts = []
     for run in re.finditer(r"\d+|[^\W\d_]+|.", token):
@@ -482,8 +482,8 @@ def _shape(token: str, counted: bool = True) -> "_Shape":
 
 
 def _digit_run(token: str) -> "_Shape":
-    """A word with digits as the class of words that hold a run of as many digits or more (``JM0325955-V``,
-    ``(1074617K)`` and ``002693074-K`` all hold one of 7): registration and phone numbers written in many shapes."""
+    """A word with digits as the class of words that hold a run of as many digits or more (``AB1234567-X``,
+    ``(1234567K)`` and ``001234567-K`` all hold one of 7): registration and phone numbers written in many shapes."""
     longest = max(len(run) for run in re.findall(r"\d+", token))
     return _Shape(rf"[^\W_]*\d{{{longest},}}[^\W_]*")
 
@@ -581,9 +581,9 @@ def _values_rate(offered: set[str], gold: list[Any]) -> float:
 def _ordered_rate(offered: list[str], gold: list[Any]) -> float:
     """``_values_rate`` of runs of lines offered in the text's order (by first line, then by last), weighed by that
     order as a greedy decoder picks: it copies from the top, and takes the first run the grammar offers in most
-    rows where it offers several (SmolLM2 on 625 receipts: 0.8 of the rows that offer two, 0.9 of those that offer
-    three), so the ``i``-th run is weighed ``FIRST_RUN_BIAS ** i``, and an option that puts the gold value first is
-    worth more than one that offers fewer runs above it."""
+    rows where it offers several (docs/history/ACCURACY.md has the measurement), so the ``i``-th run is weighed
+    ``FIRST_RUN_BIAS ** i``, and an option that puts the gold value first is worth more than one that offers fewer
+    runs above it."""
     given = {_folded(v) for v in gold if v is not None}
     if len(given) != 1 or not offered:
         return _values_rate(set(offered), gold)

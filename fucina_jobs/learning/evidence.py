@@ -1,7 +1,7 @@
 """Where a gold value is written in its document: the evidence every learned cue is counted from.
 
-A user's gold is normalised (``Nike Inc.`` for ``NIKE, Inc.``, ``2001-04-18`` for ``the 18th day of
-April, 2001``, ``3 years`` for ``three (3) years``), so a value is looked for the way grounding reads
+A user's gold is normalised (``Acme Inc.`` for ``ACME, Inc.``, ``2025-04-18`` for ``the 18th day of
+April, 2025``, ``3 years`` for ``three (3) years``), so a value is looked for the way grounding reads
 its kind: a string as the same run of words in any case and punctuation, a date or a number among the
 values the text writes, a count of units among the counts it writes. Nothing here knows a schema's
 domain; it reads text with the grounding's own readers.
@@ -44,7 +44,7 @@ def _value_key(g: Grounded, value: Any) -> Any:
 
 def word_runs(value: str, text: str) -> list[Span]:
     """Where ``text`` writes the words of ``value`` one after another, in any case and whatever marks or spaces
-    stand between them (``NIKE, Inc.`` writes ``Nike Inc.``)."""
+    stand between them (``ACME, Inc.`` writes ``Acme Inc.``)."""
     wanted = [w.casefold() for w in _WORD.findall(value)]
     if not wanted:
         return []
@@ -99,5 +99,5 @@ def keyed(text: str, start: int) -> bool:
 _RATE_END = re.compile(r"\(?\d+(?:[.,]\d+)?\s*%[\W_]*$")
 #: A word a label is made of: it starts with a letter.
 _LABEL_WORD = re.compile(r"[^\W\d_][\w'&.-]*")
-#: The closing bracket, and the marks after it, that end a word (``(“MSC”),`` ends on ``),``).
+#: The closing bracket, and the marks after it, that end a word (``(“ACME”),`` ends on ``),``).
 _CLOSING = re.compile(r"[)\]][^\w\s]*$")

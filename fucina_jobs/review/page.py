@@ -144,8 +144,8 @@ def _utf16_offsets(text: str) -> list[int] | None:
 def render(data: dict[str, Any]) -> str:
     """The page: the template with the data embedded once, as gzipped JSON in base64.
 
-    A quarter of the bytes for the browser to read and tokenise (10,000 invoices: 12 MB of JSON,
-    3 MB embedded); the page inflates it with the browser's own ``DecompressionStream``, and
+    A quarter of the bytes for the browser to read and tokenise (``docs/REVIEW.md`` has the sizes at
+    10,000 records); the page inflates it with the browser's own ``DecompressionStream``, and
     base64 holds no character that could close the script."""
     template = resources.files(__package__).joinpath(_TEMPLATE).read_text(encoding="utf-8")
     payload = json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
