@@ -11,7 +11,7 @@ so a grounded schema stays an ordinary schema everywhere else.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import KW_ONLY, dataclass, field, replace
 from decimal import Decimal
 from typing import Any, Callable, Iterator, Mapping, NamedTuple
 
@@ -21,7 +21,7 @@ from .options import ARRAY, ARRAY_OPTIONS, ITEM_UNITS, KEYWORD, LINES_PARTS, OPT
 from .paths import field_name
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Lines:
     """The keys of ``lines`` (``options.LINES_PARTS``): where a run of words or of whole lines starts and stops."""
 
@@ -45,6 +45,7 @@ class Grounded:
     path: tuple[str, ...]
     kind: str
     schema: dict[str, Any] = field(compare=False)
+    _: KW_ONLY
     span: str = "words"
     labels: tuple[str, ...] = ()
     preferred_labels: tuple[str, ...] = ()
