@@ -2,7 +2,7 @@
 
 The sources live here, and the Python that calls each says why it exists:
 attention over the slotted store (``decode_attention.cpp``, for
-``models/decode_attention.py``), a Llama layer's element-wise ops fused into
+``models/decode_attention.py``), a Llama or Gemma layer's element-wise ops fused into
 single passes (``layer_ops.cpp``, for ``models/layer_ops.py``; both share
 ``native.h``), and llguidance's packed token mask applied to a logits row
 (``token_mask.cpp``, for ``decoding/constraint.py``).
