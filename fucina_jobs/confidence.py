@@ -152,3 +152,20 @@ def confidence(text: str, spans: Sequence[tuple[int, int]], probs: Sequence[floa
             result.field_mean[leaf.path] = sum(chosen) / len(chosen)
     result.record = min(result.field_mean.values(), default=None)
     return result
+
+
+#: The most confidence a value gets that does not look like its field's gold (``x-grounded.shape``). Why 0.05: below
+#: the mean token probability of nearly every value a model writes with a grammar's help, so the review page, least
+#: certain first, shows such a value before the values the model was unsure of for its own reasons.
+MISFIT_CONFIDENCE = 0.05
+
+
+def capped(result: Confidence, misfits: Sequence[str]) -> Confidence:
+    """``result`` with the values at ``misfits`` (paths) held to at most ``MISFIT_CONFIDENCE``: a value grounded in
+    the text that does not look like its field's values slipped past the soft filter, and a person should see it
+    first. The record's confidence is its least certain value's, as before."""
+    if not misfits or result.record is None:
+        return result
+    means = {p: min(m, MISFIT_CONFIDENCE) if p in misfits else m for p, m in result.field_mean.items()}
+    mins = {p: min(m, MISFIT_CONFIDENCE) if p in misfits else m for p, m in result.field_min.items()}
+    return Confidence(min(means.values(), default=None), mins, means)

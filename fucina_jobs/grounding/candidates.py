@@ -3,7 +3,8 @@
 Text + a field (``Grounded``) -> the numbers, dates, members, words and runs of words or lines the field may hold,
 as the grammar offers them: ``candidates`` and ``preferred`` (numbers, dates, quantities), ``members`` (enums),
 ``words`` (``span: word``), ``labelled_runs``, ``labelled_values``, ``known_spans`` and ``line_starts`` (runs of
-words), ``line_run_starts``, ``text_lines`` and ``line_runs`` (runs of lines). ``grammar.py`` writes them as Lark;
+words), ``line_run_starts``, ``text_lines`` and ``line_runs`` (runs of lines), less what ``shape`` refuses (``shaped``,
+``refused_runs``). ``grammar.py`` writes them as Lark;
 ``learn`` scores options by what they leave here. Nothing here knows Lark, models or jobs.
 """
 
@@ -47,6 +48,8 @@ __all__ = [  # what learn and the grammar read: a field's values, words, runs of
     "members",
     "offered_values",
     "preferred",
+    "refused_runs",
+    "shaped",
     "text_lines",
     "word_chunks",
     "words",
@@ -96,11 +99,35 @@ _JOIN = re.compile(r"[.\-/'&]")
 
 
 def candidates(g: Grounded, text: str) -> list[str]:
-    """The JSON spellings of the numbers, dates or quantities ``text`` writes that the field's schema _admits."""
+    """The JSON spellings of the numbers, dates or quantities ``text`` writes that the field's schema _admits (of a
+    number's, those its ``shape`` fits, where any does: ``shaped``), and its ``allow`` values."""
     if g.kind in ("date", "quantity"):
         return sorted(_spelled(g, set(written_values(g, text)) | set(g.allow)))
-    values = set(written_values(g, text)) | {Decimal(str(v)) for v in g.allow}
+    values = set(shaped(g, list(written_values(g, text)))) | {Decimal(str(v)) for v in g.allow}
     return sorted(_spelled(g, (v for v in values if _admits(g, v))), key=lambda s: (len(s), s))
+
+
+def shaped(g: Grounded, values: list[Any]) -> list[Any]:
+    """Of the values a field's text writes, those its ``shape`` fits; all of them where it fits none, so that a shape
+    learned from a few gold rows never leaves a field less than the text gave it (a soft filter)."""
+    if not g.shape:
+        return values
+    return [v for v in values if g.shape.fits(v)] or values
+
+
+def refused_runs(g: Grounded, text: str) -> list[str]:
+    """The runs of words after a label (``labelled_values``) or of lines (``line_runs``, where ``line_run_starts``
+    narrows) that the grammar lists and the field's ``shape`` refuses, as the grammar writes them, where it fits
+    another; the grammar takes them away. [] for runs it does not list: a free run of words is any of the text's."""
+    if not g.shape:
+        return []
+    if g.span == "lines":
+        starts = line_run_starts(g, *text_lines(text, g))
+        offered = [recase(json.loads(run)) for run in line_runs(g, text) for recase in g.recasings] if starts else []
+    else:
+        offered = sorted(labelled_values(g, text) or ()) if not known_spans(g, text) else []
+    kept = shaped(g, offered)
+    return [] if kept is offered else [run for run in offered if run not in kept]
 
 
 def written_values(g: Grounded, text: str) -> dict[Any, list[tuple[int, int]]]:
@@ -157,7 +184,7 @@ def _rounded(values: list[str], step: Decimal) -> list[str]:
 
 
 def words(g: Grounded, text: str, narrowed: bool = False) -> list[str]:
-    """The distinct words of ``text`` (``span: word``) that fit the string's length bounds, in order: each a
+    """The distinct words of ``text`` (``span: word``) that fit the string's length bounds (and ``shape``: ``shaped``), in order: each a
     maximal run without whitespace, less the punctuation marks at its ends (``(HP-55021),`` is ``HP-55021``);
     ``narrowed``: of those that match ``includes``, where the text writes such words, the ones right after a
     label, where there are any. A label may end inside a word (``Facture n°10042``): the rest is the word."""
@@ -169,11 +196,11 @@ def words(g: Grounded, text: str, narrowed: bool = False) -> list[str]:
 
     fitting = fits(_strip_marks(w) for w in text.split())
     if not narrowed:
-        return fitting
+        return shaped(g, fitting)
     labelled = fits(_strip_marks(text[start:].split()[0]) for start in after_labels(text, g.labels, g.rivals))
     if _writes_included(g, text):
         fitting, labelled = ([w for w in found if _writes_included(g, w)] for found in (fitting, labelled))
-    return labelled or ([] if g.only_labelled else fitting)
+    return shaped(g, labelled) or ([] if g.only_labelled else shaped(g, fitting))
 
 
 class _Start(NamedTuple):

@@ -19,6 +19,7 @@ from .currencies import SIGNS
 from . import old_spellings
 from .options import ARRAY, ARRAY_OPTIONS, ITEM_UNITS, KEYWORD, LINES_PARTS, OPTIONS, RECASINGS, Declared, GroundingError, Option, read
 from .paths import field_name
+from .shape import Shape
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -55,6 +56,7 @@ class Grounded:
     capitalized: bool = False
     most_words: int | None = None
     known_values: tuple[str, ...] = ()
+    shape: Shape = Shape()
     whitespace: str = "normalize"
     case: str = "exact"
     drop_marks: str = ""

@@ -33,6 +33,7 @@ from .candidates import (
     members,
     offered_values,
     preferred,
+    refused_runs,
     text_lines,
     word_chunks,
     words,
@@ -288,6 +289,7 @@ class _Builder:
             most = f" & /\\S+(\\s\\S+){{0,{g.most_words - 1}}}/" if g.most_words and not narrowed else ""
             bounds = f"{narrowed or self.source(g)}{most} & {trimmed}{self.length(g)}"
         banned = [term for v in excluded if isinstance(v, str) for term in _same_thing(v)]
+        banned += [_literal(escaped(run)) for run in refused_runs(g, self.text)]  # a listed run that does not look like the field's
         self.rules.append(f"{name}: {bounds}" + (f" & ~({' | '.join(dict.fromkeys(banned))})" if banned else ""))
         return name
 

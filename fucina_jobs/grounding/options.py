@@ -26,6 +26,8 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, NamedTuple
 
+from . import shape
+
 KEYWORD = "x-grounded"
 #: How a value may recase its span of the text: ``case`` -> the recasings the grammar offers (``exact``: none; the
 #: others, learned from gold that is re-cased: one of them each; ``insensitive``: any of them).
@@ -234,6 +236,9 @@ STEP = Value(
     lambda value, declared: isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0,
     keep=lambda value: Decimal(str(value)),
 )
+SHAPE = Value(
+    "an object of " + ", ".join(f"{key} ({says})" for key, says in shape.KEYS.items()), lambda value, declared: shape.valid(value), keep=shape.kept
+)
 PUNCTUATION = Value(
     "a string of punctuation marks", lambda value, declared: isinstance(value, str) and all(unicodedata.category(c).startswith("P") for c in value)
 )
@@ -401,6 +406,17 @@ OPTIONS = _table(
         on=(WORDS,),
         doc="where the text writes some of these values (any case and spacing), the value is one of those spans: of those a label marks, where it writes a label",
         example='["New York"]',
+    ),
+    Option(
+        "shape",
+        WHERE,
+        SHAPE,
+        {},
+        on=(*NUMBERS, *STRINGS),
+        doc="the candidates the text writes are only those that look like the field's gold (`learn` writes it): with a letter, at least "
+        "`least_chars` long, not made only of `not_only` words, a number within `magnitude`; where none would be left, all of them. "
+        "Free runs of words (no labels, no known values) are not listed, and stay as they are",
+        example='{"letter": true, "least_chars": 3, "not_only": ["the", "to"], "magnitude": [10, 50000]}',
     ),
     Option(
         "whitespace",

@@ -20,11 +20,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..confidence import Confidence, Leaf, confidence, output_values
+from ..confidence import Confidence, Leaf, capped, confidence, output_values
 from .. import engines
 from ..engines import DRAFT_SOURCES, Completion, GrammarError, Prompt, load_tokenizer, prompt_overflow, sampling_params
-from ..grounding.declaration import GroundingError, grounded_fields
+from ..grounding.declaration import Grounded, GroundingError, grounded_fields
 from ..grounding.grammar import NothingToGround, field_values, grounded_lark
+from ..grounding.shape import misfits
 from ..rules.expression import RuleError
 from ..rules.repair import Field, Repair
 from .chunking import Chunk, Chunker, ChunkingError, chunk_id, gather
@@ -114,8 +115,9 @@ class ShardWorker:
         for row, prompt in pending:
             decoded = [by_id[s.id] for s in samples[prompt.id]]
             ids = [e.id for e in self._examples(row)]
+            shaped = [g for g in grounded_fields(self._schema(row)) if g.shape] if kind in (None, "json_schema") else []
             found = [
-                _as_dict(c, output_values(c.text, kind, pattern) if c.token_probs else None)
+                _shaped(_as_dict(c, output_values(c.text, kind, pattern) if c.token_probs else None), shaped)
                 | {"row_id": row.id, "relaxations": relaxed[row.id], "example_ids": ids}
                 for c in decoded
             ]
@@ -343,6 +345,13 @@ def _kept_confidence(before: dict, after: dict) -> Confidence | None:
     )
     result.record = min(result.field_mean.values(), default=None)
     return result
+
+
+def _shaped(output: dict, fields: list[Grounded]) -> dict:
+    """``output`` with its values that do not look like their field's gold (``fields``' shapes) at a low confidence."""
+    if not fields or output["confidence"] is None:
+        return output
+    return output | {"confidence": capped(output["confidence"], misfits(fields, _parsed(output["text"])))}
 
 
 def _parsed(text: str) -> dict:
