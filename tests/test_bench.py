@@ -108,7 +108,8 @@ def test_decode_json_four_arms_constrained_rows_identical(tiny_model, capsys):
     assert [r["context"] for r in profile["rows"]] == [500, 2000]
     for r in profile["rows"]:
         assert 0 < r["attention_ms"] < r["ms_per_forward"] and 0 < r["output_layer_ms"] < r["ms_per_forward"]
-        assert r["attention_ms"] + r["output_layer_ms"] + r["rest_ms"] == pytest.approx(r["ms_per_forward"])
+        # The parts are timed apart: on a busy machine they may add up to more than the step, never to a negative rest.
+        assert r["rest_ms"] == pytest.approx(max(0.0, r["ms_per_forward"] - r["attention_ms"] - r["output_layer_ms"]))
     assert unconstrained["processor_us_per_token"]["calls"] == 0
     assert plain["processor_us_per_token"]["calls"] >= plain["tokens"]
     # Grammar drafting must report the forced source; the JSON skeleton has forced spans.
