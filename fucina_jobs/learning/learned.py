@@ -12,10 +12,11 @@ import math
 import re
 from typing import Any, Sequence
 
-from ..grounding.declaration import KEYWORD, grounded_fields
+from ..grounding.declaration import KEYWORD, Grounded, grounded_fields
 from ..grounding.learned_file import entry
 from ..grounding.paths import field_name, schema_leaves, values_at
-from .cues import MIN_GAIN, FieldCues, field_rows, learn_field
+from .cues import MIN_GAIN, FieldCues, Row, field_rows, learn_field
+from .shape import learn_shape
 
 #: A gold value that is a count of a unit (``3 years``, ``18 months``, ``55.5 months``).
 COUNT_VALUE = re.compile(r"\d+(?:\.\d+)? ([^\W\d_]+)")
@@ -45,15 +46,26 @@ def learn_fields(schema: dict[str, Any], gold: Sequence[tuple[str, Any]]) -> lis
     probe, probed = _probe(schema, gold)
     fields = []
     for g in grounded_fields(probe):
-        cues = learn_field(g, field_rows(g, gold))
+        rows = field_rows(g, gold)
+        cues = learn_field(g, rows)
         if g.path in probed:
             cues.options = {**probed[g.path], **cues.options}
         if g.path[-1:] == ("[]",):
             cues.array = _item_counts(g.path[:-1], gold)
         cues.left = _left(cues, g.path in probed)
+        _add_shape(cues, g, rows, grounded=cues.left is None or g.path not in probed)
         fields.append(cues)
     tried = {cues.path for cues in fields}
     return fields + [FieldCues(field_name(path), path, {}, left=_untried(node)) for path, node in schema_leaves(schema) if path not in tried]
+
+
+def _add_shape(cues: FieldCues, g: Grounded, rows: list[Row], *, grounded: bool) -> None:
+    """Give ``cues`` the value shape its gold shows (``learning/shape.py``), with its evidence, where the field is
+    ``grounded`` (by its cues, or by the schema itself): a shape narrows a grounded field's candidates, and grounds
+    nothing by itself."""
+    shape, evidence = learn_shape(g, rows)
+    if shape and grounded:
+        cues.options["shape"], cues.evidence["shape"], cues.left = shape, evidence, None
 
 
 def kept(fields: list[FieldCues]) -> list[FieldCues]:
