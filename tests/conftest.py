@@ -38,12 +38,26 @@ def local_ray(_shared_ray):
     """A private 2-CPU Ray with two model slots, for a module's end-to-end jobs.
 
     It stays up for the next module that asks for it: starting one costs about 8 s on these cores, and
-    a dozen modules ask. A module that needs no Ray, or a cluster of its own, calls ``no_ray`` first."""
+    a dozen modules ask. It starts anew where the environment changed since it started (a module's
+    object store sets its credentials, which Ray's workers inherit when it starts). A module that needs
+    no Ray, or a cluster of its own, calls ``no_ray`` first."""
     import ray
 
+    global _RAY_ENV
+    if ray.is_initialized() and _environment() != _RAY_ENV:
+        no_ray()
     if not ray.is_initialized():
         ray.init(address="local", num_cpus=2, resources={"replica": 2}, include_dashboard=False, object_store_memory=150 * 2**20, log_to_driver=False)
+        _RAY_ENV = _environment()  # after ray.init, which sets some of its own
     yield
+
+
+#: The environment the shared local Ray started with: its workers' environment.
+_RAY_ENV: dict[str, str] = {}
+
+
+def _environment() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
 
 
 @pytest.fixture
