@@ -12,15 +12,11 @@ import pyarrow.fs as pafs
 import pytest
 import torch
 
-from tests.helpers import STOP, VOCAB, no_ray
+from tests.helpers import VOCAB, no_ray, tiny_llama
 
 torch.set_num_threads(1)
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # no token: another cluster's may sit in ~/.ray
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-
-#: Sharpens the random model's logits (final RMSNorm weight) so that sampling at
-#: temperature 0.8 is not uniform noise and n-gram drafts are accepted sometimes.
-LOGIT_SCALE = 15.0
 
 
 # -- fixtures ----------------------------------------------------------------
@@ -80,33 +76,10 @@ def gemma_tokenizer():
     return load_tokenizer("gemma3-270m")
 
 
-def _tiny_llama(vocab_size: int, seed: int = 0):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(seed)
-    config = LlamaConfig(
-        vocab_size=vocab_size,
-        hidden_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        intermediate_size=128,
-        max_position_embeddings=1024,
-        tie_word_embeddings=True,
-        bos_token_id=1,
-        eos_token_id=STOP,
-        pad_token_id=STOP,
-    )
-    model = LlamaForCausalLM(config).double().eval()
-    with torch.no_grad():
-        model.model.norm.weight.fill_(LOGIT_SCALE)
-    return model
-
-
 @pytest.fixture(scope="session")
 def tiny_model():
     """Random-weight Llama with the real vocab, float64 (robust against fp32 near-ties)."""
-    return _tiny_llama(VOCAB)
+    return tiny_llama(VOCAB)
 
 
 @pytest.fixture(scope="session")
@@ -121,7 +94,7 @@ def padded_runner():
     """The same shape with a padded vocab: logits rows wider than the tokenizer."""
     from fucina_jobs.models.hf_runner import HFRunner
 
-    return HFRunner(_tiny_llama(VOCAB + 8, seed=1))
+    return HFRunner(tiny_llama(VOCAB + 8, seed=1))
 
 
 @pytest.fixture(scope="session")

@@ -316,3 +316,33 @@ def no_ray() -> None:
 
     if ray.is_initialized():
         ray.shutdown()
+
+
+#: Sharpens the random model's logits (final RMSNorm weight) so that sampling at
+#: temperature 0.8 is not uniform noise and n-gram drafts are accepted sometimes.
+LOGIT_SCALE = 15.0
+
+
+def tiny_llama(vocab_size: int = VOCAB, seed: int = 0, *, logit_scale: float = LOGIT_SCALE, dtype: torch.dtype = torch.float64):
+    """A random 2-layer Llama over ``vocab_size`` ids, its logits scaled by ``logit_scale``; float64 by default
+    (robust against fp32 near-ties)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=vocab_size,
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=128,
+        max_position_embeddings=1024,
+        tie_word_embeddings=True,
+        bos_token_id=1,
+        eos_token_id=STOP,
+        pad_token_id=STOP,
+    )
+    model = LlamaForCausalLM(config).to(dtype).eval()
+    with torch.no_grad():
+        model.model.norm.weight.fill_(logit_scale)
+    return model

@@ -24,9 +24,8 @@ from fucina_jobs.models import adapters
 from fucina_jobs.models.hf_runner import HFRunner
 from fucina_jobs.models.loading import load_model, load_tokenizer
 from fucina_jobs.pipeline import Job, compact_json
-from tests.conftest import LOGIT_SCALE
 from tests.decoding.test_equivalence import RECORD, accepted, assert_same, make_requests
-from tests.helpers import GREEDY, SPEC, STOP, VOCAB, decode, write_jsonl
+from tests.helpers import GREEDY, LOGIT_SCALE, SPEC, STOP, decode, tiny_llama, write_jsonl
 
 SCHEMA = {
     "type": "object",
@@ -49,25 +48,7 @@ NOTES = [note(n) for n in range(16)]
 def tiny_model_dir(folder: Path, seed: int, sharp: bool = True) -> Path:
     """A random 2-layer Llama with SmolLM2's vocab and tokenizer, saved as a model folder; ``sharp``: its logits
     scaled as the decoding tests' are, so that n-gram drafts are accepted sometimes."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(seed)
-    config = LlamaConfig(
-        vocab_size=VOCAB,
-        hidden_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        intermediate_size=128,
-        max_position_embeddings=1024,
-        tie_word_embeddings=True,
-        bos_token_id=1,
-        eos_token_id=STOP,
-        pad_token_id=STOP,
-    )
-    model = LlamaForCausalLM(config)
-    with torch.no_grad():
-        model.model.norm.weight.fill_(LOGIT_SCALE if sharp else 1.0)
+    model = tiny_llama(seed=seed, logit_scale=LOGIT_SCALE if sharp else 1.0, dtype=torch.float32)
     model.save_pretrained(folder)
     load_tokenizer().save_pretrained(folder)
     return folder
