@@ -318,6 +318,16 @@ def no_ray() -> None:
         ray.shutdown()
 
 
+def tiny_model_dir(path: Path) -> Path:
+    """``tiny_llama`` saved with the default model's tokenizer: a ``model.source`` for jobs that need a model, not
+    its answers (context 1,024 tokens)."""
+    from fucina_jobs.models.loading import load_tokenizer
+
+    tiny_llama(VOCAB).save_pretrained(path)
+    load_tokenizer().save_pretrained(path)
+    return path
+
+
 #: Sharpens the random model's logits (final RMSNorm weight) so that sampling at
 #: temperature 0.8 is not uniform noise and n-gram drafts are accepted sometimes.
 LOGIT_SCALE = 15.0

@@ -47,7 +47,7 @@ RUN_BY = {
     "python -m fucina_jobs review outputs/extract_invoices --html review.html": _LOOP,
     "python -m fucina_jobs export labelstudio outputs/extract_invoices tasks.json": _LOOP,
     "python -m fucina_jobs import labelstudio project-export.json gold.jsonl": _LOOP,
-    "python -m fucina_jobs eval conf=eval_invoices dataset.limit=4": _LOOP,
+    "python -m fucina_jobs eval conf=eval_invoices eval.run_dir=outputs/extract_invoices eval.gold=gold.jsonl": _LOOP,
     "python -m fucina_jobs run conf=extract_invoices dataset.path=scans/ dataset.format=documents": _CHEAP,
     PYTHON_BLOCK: "tests/test_readme.py::test_block_runs_and_prints_valid_invoice_json",
 }

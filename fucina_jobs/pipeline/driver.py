@@ -194,7 +194,7 @@ class Job:
             reasons = ds.dataset(files, format="parquet", filesystem=self.dir.store.fs).to_table(columns=["reason"]).column("reason")
             summary.count(Counter(reasons.to_pylist()))
 
-    def _manifest(self, started: str, summary: JobSummary, model_path: str, status: str, error: str | None = None) -> dict[str, Any]:
+    def _manifest(self, started: str, summary: JobSummary, model_hash: str, status: str, error: str | None = None) -> dict[str, Any]:
         c = self.cfg
         committed = self.dir.shard_files("stats")
         manifest = {
@@ -205,7 +205,7 @@ class Job:
             "hashes": {
                 "dataset": self.index.hash,  # of what the scan read, even if the files change or go during the run
                 "constraint": self.constraint.digest if self.constraint else None,
-                "model": file_hash(Path(model_path)) if Path(model_path).exists() else model_path,
+                "model": model_hash,
             },
             "versions": package_versions(),
             "started": started,
@@ -228,6 +228,7 @@ class Job:
         """Decode every row no committed shard holds; the manifest ends complete, failed or interrupted, never running."""
         started = utc_now()
         model_path = self._check_model()
+        model_hash = file_hash(Path(model_path)) if Path(model_path).exists() else model_path  # once: both manifests name it
         if self.cfg.runtime.ray_address is not None:
             from .ray_pool import probe_cluster
 
@@ -236,7 +237,7 @@ class Job:
             self.dir.claim(self.cfg.output.fresh)
             self.dir.start_run()
             summary = JobSummary(rows=len(self.index))
-            self.dir.write_manifest(self._manifest(started, summary, model_path, "running"))  # before any shard changes
+            self.dir.write_manifest(self._manifest(started, summary, model_hash, "running"))  # before any shard changes
             status, error = "interrupted", "stopped by Ctrl-C; rerun the same command to resume"
             try:
                 self._plan(summary)
@@ -254,10 +255,10 @@ class Job:
                 raise
             finally:
                 with deferred():  # a stop signal now waits until the manifest says how the run ended
-                    self._close(started, summary, model_path, status, error)
+                    self._close(started, summary, model_hash, status, error)
         return summary
 
-    def _close(self, started: str, summary: JobSummary, model_path: str, status: str, error: str | None) -> None:
+    def _close(self, started: str, summary: JobSummary, model_hash: str, status: str, error: str | None) -> None:
         summary.store_retries += retries() - self.retries_at
         try:
             if self.dir.run_id() != self.run_id:  # an object store has no lock: a run that took over keeps its manifest
@@ -265,7 +266,7 @@ class Job:
                 return
             self.dir.remove_leftovers()  # also frees what a half-written shard took on a full disk
             self.dir.release()  # the room a full disk keeps for this manifest
-            self.dir.write_manifest(self._manifest(started, summary, model_path, status, error))
+            self.dir.write_manifest(self._manifest(started, summary, model_hash, status, error))
         except OSError as err:
             log.error("could not record the run's end (%s) in %s: %s", status, self.dir.manifest_path, err)
 

@@ -1,8 +1,11 @@
-"""Documents past the model's context on the real model and a real local Ray: chunked, merged, written once.
+"""Documents past the model's context on a real local Ray: chunked, merged, written once.
 
 One document of about 9,500 tokens (the shipped invoices, twice) with a one-field grounded
-schema: the model's own context check (8,192 for SmolLM2) decides the chunks. A driver
-``kill -9`` while chunked rows decode, and the rerun: every row once, each record whole.
+schema: the real model refuses it, naming its context (8,192 for SmolLM2) and the fix; chunked,
+the model's own context decides the chunks. The chunked run decodes on a tiny random model with
+the real vocabulary and a context of 1,024: the same pipeline, without prefilling 9,500 tokens
+on these cores (90 s). A driver ``kill -9`` while chunked rows decode on the real model, and the
+rerun: every row once, each record whole.
 """
 
 import json
@@ -18,7 +21,7 @@ import pytest
 from fucina_jobs.config import validate
 from fucina_jobs.pipeline.driver import Job
 
-from tests.helpers import INVOICES, REPO, assert_exactly_once, invoice_rows, manifest, read_dir, shard_files, small_job, write_jsonl
+from tests.helpers import INVOICES, REPO, assert_exactly_once, invoice_rows, manifest, read_dir, shard_files, small_job, tiny_model_dir, write_jsonl
 
 pytestmark = [pytest.mark.slow]
 
@@ -42,19 +45,20 @@ def test_a_document_past_the_context_is_chunked_merged_and_points_at_its_text(tm
     assert off.rejects == 1 and "exceeds the model's context of 8192 tokens" in reject["error"]
     assert "dataset.chunking.enabled=true" in reject["error"], "the reject says how to fix it"
 
-    raw = small_job(tmp_path / "on", data, **sections)
+    tiny = tiny_model_dir(tmp_path / "tiny")
+    raw = small_job(tmp_path / "on", data, **sections, model={"source": str(tiny), "dtype": "float64"})
     raw["dataset"]["chunking"] = {"enabled": True}
     on = Job(validate(raw), REPO).run()
-    assert on.chunking["chunked_rows"] == 1 and on.chunking["chunks"] == 2, "9.5k tokens: two chunks of the context's budget"
+    assert on.chunking["chunked_rows"] == 1 and on.chunking["chunks"] >= 10, "9.5k tokens: chunks of a 1,024-token context's budget"
     [record] = read_dir(tmp_path / "on", "records")
-    assert record["chunk_count"] == 2
+    assert record["chunk_count"] == on.chunking["chunks"]
     value = json.loads(record["text"])["vendor"]
     spans, chunks = dict(record["field_spans"]), dict(record["field_chunks"])
     start, end = spans["vendor"]
     assert " ".join(text[start:end].split()) == value, "the span is the value's place in the whole document"
-    assert chunks["vendor"] in (0, 1) and dict(record["field_confidence_mean"])["vendor"] > 0
+    assert chunks["vendor"] in range(record["chunk_count"]) and dict(record["field_confidence_mean"])["vendor"] > 0
     [stats] = read_dir(tmp_path / "on", "stats")
-    assert stats["chunked_rows"] == 1 and stats["chunks"] == 2 and stats["prompt_tokens"] > 8192
+    assert stats["chunked_rows"] == 1 and stats["chunks"] == record["chunk_count"] and 9500 < stats["prompt_tokens"] <= 1024 * stats["chunks"]
 
 
 def _command(out, data, schema):

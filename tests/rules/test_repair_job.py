@@ -22,7 +22,7 @@ from fucina_jobs.pipeline.driver import Job
 from fucina_jobs.pipeline.replica import record_seed
 from fucina_jobs.pipeline.voting import sample_prompts
 
-from tests.helpers import GREEDY, REPO, VOCAB, assert_exactly_once, read_dir, tiny_llama
+from tests.helpers import GREEDY, REPO, assert_exactly_once, read_dir, tiny_model_dir
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("local_ray")]
 SYSTEM = "Extract the order."
@@ -45,11 +45,8 @@ SCHEMA = {
 
 
 @pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory, tokenizer):
-    path = tmp_path_factory.mktemp("tiny-float64")
-    tiny_llama(VOCAB).save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
+def tiny_dir(tmp_path_factory):
+    return tiny_model_dir(tmp_path_factory.mktemp("tiny-float64"))
 
 
 @pytest.fixture(scope="module")

