@@ -9,7 +9,9 @@ process's peak RSS is the driver's.
 
 ``--documents N`` makes the rows PDF files instead (``dataset.format=documents``): N of the invoice's text on
 ``--pages`` pages each, and ``--scans`` more of the same pages rendered to images (no text layer, read by
-OCR); the table adds the pages per second of the reader and of OCR, each timed on its own in this process.
+OCR); the table adds the pages per second of the reader and of OCR, each timed on its own in this process, OCR's
+CPU seconds a page (Tesseract's own, which a replica's decoder shares the cores with), and the F1 of OCR's words
+against the words the scanned pages were made of.
 
 ``--kills N`` runs the job as a child process instead and ``kill -9``s it N
 times, each once a random number of shards has committed, then reruns it to
@@ -30,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -83,14 +86,19 @@ def generate_documents(folder: Path, documents: int, pages: int, scans: int) -> 
     pages are those pages rendered to grayscale images at ``_SCAN_DPI``, with no text layer: scans for OCR."""
     import pypdfium2 as pdfium
 
-    text = json.loads((_JOB / "inputs.jsonl").read_text().splitlines()[0])["text"]
     folder.mkdir(parents=True, exist_ok=True)
     for i in range(documents + scans):
-        pdf = _text_pdf([f"Ref r{i:08d}. {text}"] * pages)
+        pdf = _text_pdf([_page_text(i)] * pages)
         if i >= documents:
             pdf = _scanned(pdf, pdfium)
         pdf.save(folder / f"r{i:08d}.pdf")
         pdf.close()
+
+
+def _page_text(i: int) -> str:
+    """Each page of the ``i``-th made PDF: the first shipped invoice under the id ``r{i:08d}``."""
+    text = json.loads((_JOB / "inputs.jsonl").read_text().splitlines()[0])["text"]
+    return f"Ref r{i:08d}. {text}"
 
 
 def _text_pdf(pages: list[str]) -> Any:
@@ -134,19 +142,42 @@ def _scanned(pdf: Any, pdfium: Any) -> Any:
 
 
 def reading_speed(folder: Path, documents: int) -> dict[str, Any]:
-    """Pages per second of the text reader (the first ``documents`` files) and of OCR (the rest), in this process."""
+    """Pages per second of the text reader (the first ``documents`` files) and of OCR (the rest), in this process; OCR's
+    CPU seconds a page, and its words' F1 against the text each scanned page was made of."""
+    files = sorted(folder.glob("*.pdf"))
+    text, text_s, _ = _read(files[:documents])
+    scans, ocr_s, ocr_cpu = _read(files[documents:])
+    f1s = [_word_f1(page, _page_text(i)) for i, pages in scans.items() for page in pages]
+    return {
+        "read_pages_per_s": round(sum(map(len, text.values())) / text_s, 2) if text else None,
+        "ocr_pages_per_s": round(len(f1s) / ocr_s, 2) if f1s else None,
+        "ocr_cpu_s_per_page": round(ocr_cpu / len(f1s), 2) if f1s else None,
+        "ocr_word_f1": round(sum(f1s) / len(f1s), 4) if f1s else None,
+    }
+
+
+def _read(paths: list[Path]) -> tuple[dict[int, list[str]], float, float]:
+    """Each made PDF's pages as read, by its number; the wall seconds and the CPU seconds of the children (OCR's)."""
     from ..data import read_document
 
-    files = sorted(folder.glob("*.pdf"))
-    speed: dict[str, Any] = {}
-    for kind, paths in (("read", files[:documents]), ("ocr", files[documents:])):
-        pages, start = 0, time.perf_counter()
-        for path in paths:
-            with path.open("rb") as f:
-                pages += read_document(f, path.name).text.count("\f") + 1
-        wall = time.perf_counter() - start
-        speed[f"{kind}_pages_per_s"] = round(pages / wall, 2) if pages else None
-    return speed
+    read, cpu, start = {}, _children_cpu(), time.perf_counter()
+    for path in paths:
+        with path.open("rb") as f:
+            read[int(path.stem[1:])] = read_document(f, path.name).text.split("\f")
+    return read, time.perf_counter() - start, _children_cpu() - cpu
+
+
+def _children_cpu() -> float:
+    """CPU seconds of this process's finished children: the tesseract commands OCR runs."""
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
+
+
+def _word_f1(read: str, truth: str) -> float:
+    """F1 of the words (split at white space) of ``read`` against those of ``truth``, each word counted as often as it occurs."""
+    got, want = Counter(read.split()), Counter(truth.split())
+    hits = sum((got & want).values())
+    return 2 * hits / (sum(got.values()) + sum(want.values())) if got or want else 1.0
 
 
 def job_config(data: Path, out: Path, replicas: int, shard_size: int | None, grounded: bool = False) -> dict[str, Any]:

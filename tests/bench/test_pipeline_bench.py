@@ -22,4 +22,5 @@ def test_the_made_pdfs_read_back_as_the_invoice_and_the_scans_have_no_text_layer
     with scan.open("rb") as f, pytest.raises(Unreadable, match="no text on any of its 2 pages; it may be a scan"):
         read_document(f, scan.name, "off")
     speed = reading_speed(tmp_path, documents=2)
-    assert speed["read_pages_per_s"] > 0 and speed["ocr_pages_per_s"] > 0
+    assert speed["read_pages_per_s"] > 0 and speed["ocr_pages_per_s"] > 0 and speed["ocr_cpu_s_per_page"] > 0
+    assert speed["ocr_word_f1"] > 0.95  # OCR's words against the text the scan was made of: a page read, not noise
