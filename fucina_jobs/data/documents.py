@@ -14,7 +14,7 @@ name (``unread``), and the replica that decodes the row reads it.
   is closed before the next loads, so a document of hundreds of pages is parsed and rendered one page at a time.
 - **Scanned pages**: a page whose text layer holds no text is rendered in grayscale at 250 dpi (fewer
   dots on a page too large for ``MAX_PIXELS``) and read by Tesseract, the ``tesseract`` command of
-  Debian's ``tesseract-ocr``, when ``dataset.ocr=auto``; the row's ``ocr_pages`` field lists those pages
+  Debian's ``tesseract-ocr``, a run for a few pages, when ``dataset.ocr=auto``; the row's ``ocr_pages`` field lists those pages
   (from 1). Where tesseract is not installed, such a page makes its document a reject that says how to
   install it (and the log says so once); ``dataset.ocr=off`` reads such a page as empty.
 - **Word** (``.docx``) through python-docx: the body's paragraphs and tables in their order, a table's
@@ -47,11 +47,12 @@ import os
 import re
 import shutil
 import subprocess
+import tempfile
 import threading
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 from itertools import accumulate
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 from typing import Any, BinaryIO, Callable, Iterator, Literal, Mapping, NamedTuple
 
 log = logging.getLogger(__name__)
@@ -141,17 +142,25 @@ def _pdf(f: BinaryIO, name: str, ocr: Ocr) -> Document:
     with _PDFIUM:
         pdf = _open(f, name)
         count = len(pdf)
-    pages, words = [], {}
+    pages, scans, read = [], [], {}
     try:
         for number in range(1, count + 1):
             with _PDFIUM:
-                text, image = _page(pdf, number, name, ocr)
-            if image is not None:
-                text, words[number] = _ocr(image, number, name)
+                text, scan = _page(pdf, number, name, ocr)
             pages.append(text)
+            if scan is not None:
+                if scans and not _joins(scans, scan):
+                    read |= _ocr(scans, name)
+                    scans = []
+                scans.append((number, scan))
+        if scans:
+            read |= _ocr(scans, name)
     finally:
         with _PDFIUM:
             pdf.close()
+    for number, (text, _) in read.items():
+        pages[number - 1] = text
+    words = {number: found for number, (_, found) in read.items()}
     if not any(page.strip() for page in pages):
         why = " (OCR found none either)" if words else "; it may be a scan: dataset.ocr=auto reads it by OCR"
         raise Unreadable(f"{name}: no text on any of its {len(pages)} pages{why}")
@@ -237,38 +246,60 @@ def _plain(text: str) -> str:
 # -- OCR ------------------------------------------------------------------------
 
 
-def _ocr(scan: Scan, number: int, name: str) -> tuple[str, tuple[Word, ...]]:
-    """Page ``number``'s image, read by Tesseract: its text, and each word's place in that text and box."""
+def _joins(scans: list[tuple[int, Scan]], scan: Scan) -> bool:
+    """Whether ``scan`` joins the pages of one Tesseract run: at their dots per inch, all of them within ``MAX_PIXELS``.
+
+    Why a run of pages: each run loads Tesseract's model again, 0.08 s of CPU, an eighth of a sparse page's OCR
+    at 250 dpi (0.62 s a page read one a run, 0.54 in runs of 6); ``MAX_PIXELS``, the most one page has, bounds the
+    images a run holds in memory (6 A4 pages at 250 dpi, 36 MB), so a scan of hundreds of pages is read a run at a time."""
+    pixels = sum(s.size[0] * s.size[1] for _, s in scans) + scan.size[0] * scan.size[1]
+    return scan.dpi == scans[0][1].dpi and pixels <= MAX_PIXELS
+
+
+def _ocr(scans: list[tuple[int, Scan]], name: str) -> dict[int, tuple[str, tuple[Word, ...]]]:
+    """The pages (number, image) read by one Tesseract run: by number, each one's text, and each word's place in
+    that text and box."""
     tesseract = _tesseract()
+    numbers = [number for number, _ in scans]
+    pages = f"page {numbers[0]}" if len(numbers) == 1 else f"pages {', '.join(map(str, numbers))}"
     if tesseract is None:
         raise Unreadable(
-            f"{name}: page {number} has no text layer (a scan) and OCR needs tesseract, which is not installed: "
+            f"{name}: page {numbers[0]} has no text layer (a scan) and OCR needs tesseract, which is not installed: "
             f"{INSTALL_TESSERACT} (or dataset.ocr=off reads such pages as empty)"
         )
     # One thread a page: Tesseract's OpenMP threads took 2.2x the CPU a page (4.6 s against 2.1) and no less wall
     # where replicas already share the cores.
-    command = [tesseract, "stdin", "stdout", "--dpi", str(scan.dpi), "tsv"]
-    try:
-        done = subprocess.run(command, input=scan.image, capture_output=True, timeout=OCR_TIMEOUT, env={**os.environ, "OMP_THREAD_LIMIT": "1"})
-    except subprocess.TimeoutExpired:
-        raise Unreadable(f"{name}: OCR of page {number} ran past {OCR_TIMEOUT}s") from None
+    env, timeout = {**os.environ, "OMP_THREAD_LIMIT": "1"}, OCR_TIMEOUT * len(scans)
+    with tempfile.TemporaryDirectory(prefix="fucina-ocr-") as folder:
+        images = [Path(folder, f"{k}.pgm") for k in range(len(scans))]
+        for path, (_, scan) in zip(images, scans):
+            path.write_bytes(scan.image)
+        listing = Path(folder, "pages.txt")  # a file naming images, a line each: one run reads them all
+        listing.write_text("".join(f"{path}\n" for path in images))
+        command = [tesseract, str(listing), "stdout", "--dpi", str(scans[0][1].dpi), "tsv"]
+        try:
+            done = subprocess.run(command, capture_output=True, timeout=timeout, env=env)
+        except subprocess.TimeoutExpired:
+            raise Unreadable(f"{name}: OCR of {pages} ran past {timeout}s") from None
     if done.returncode != 0:
         said = done.stderr.decode("utf-8", "replace").strip().splitlines()
-        raise Unreadable(f"{name}: OCR of page {number} failed ({said[-1] if said else f'tesseract exited with {done.returncode}'})")
-    return _words_text(done.stdout.decode("utf-8", "replace"), scan.size)
+        raise Unreadable(f"{name}: OCR of {pages} failed ({said[-1] if said else f'tesseract exited with {done.returncode}'})")
+    rows: dict[int, list[list[str]]] = {}
+    for row in done.stdout.decode("utf-8", "replace").splitlines()[1:]:
+        cells = row.split("\t")
+        if len(cells) >= 12 and cells[0] == "5" and cells[11].strip():  # level 5: a word
+            rows.setdefault(int(cells[1]), []).append(cells)  # its page in the run, from 1
+    return {number: _words_text(rows.get(k, []), scan.size) for k, (number, scan) in enumerate(scans, 1)}
 
 
-def _words_text(tsv: str, size: tuple[int, int]) -> tuple[str, tuple[Word, ...]]:
-    """The text of Tesseract's words (its ``tsv`` output, a row a word) as its own text output writes them (a space
-    between words, a line end between lines, an empty line between paragraphs), with each word's place in it."""
+def _words_text(rows: list[list[str]], size: tuple[int, int]) -> tuple[str, tuple[Word, ...]]:
+    """The text of a page's words (the cells of Tesseract's ``tsv`` rows, a row a word) as its own text output writes
+    them (a space between words, a line end between lines, an empty line between paragraphs), with each word's place in it."""
     width, height = size
     parts: list[str] = []
     words: list[Word] = []
     at, last, line = 0, None, -1
-    for row in tsv.splitlines()[1:]:
-        cells = row.split("\t")
-        if len(cells) < 12 or cells[0] != "5" or not cells[11].strip():  # level 5: a word
-            continue
+    for cells in rows:
         block, paragraph, line_number = (int(c) for c in cells[2:5])
         left, top, w, h = (int(c) for c in cells[6:10])
         word = _plain(cells[11].strip())

@@ -200,14 +200,18 @@ def test_pdfium_s_no_pages_is_said_so():
 
 
 @needs_tesseract
-def test_a_scanned_page_is_read_by_ocr_and_the_row_names_it(tmp_path):
-    (tmp_path / "scan.pdf").write_bytes(pdf_bytes([scan_of("INVOICE 4711"), "Total 12.50 EUR"]))
+def test_scanned_pages_are_read_by_ocr_and_the_row_names_them(tmp_path, monkeypatch):
+    (tmp_path / "scan.pdf").write_bytes(pdf_bytes([scan_of("INVOICE 4711"), "Total 12.50 EUR", scan_of("PAID 99.00")]))
     (row,) = _rows(tmp_path / "scan.pdf")
-    assert row.problem is None and row.fields["ocr_pages"] == [1]
-    first, second = row.fields["text"].split("\f")
-    assert "INVOICE 4711" in first and second == "Total 12.50 EUR"
+    assert row.problem is None and row.fields["ocr_pages"] == [1, 3]
+    first, second, third = row.fields["text"].split("\f")
+    assert "INVOICE 4711" in first and second == "Total 12.50 EUR" and "PAID 99.00" in third
+    # one Tesseract run reads both scans; where they pass MAX_PIXELS together, a run each reads them the same
+    monkeypatch.setattr(documents, "MAX_PIXELS", 1_500_000)  # a scan_of page at OCR_DPI is 1,000,000 pixels
+    (apart,) = _rows(tmp_path / "scan.pdf")
+    assert apart.fields == row.fields and apart.layout.words == row.layout.words
     (off,) = _rows(tmp_path / "scan.pdf", ocr="off")
-    assert off.fields["text"] == "\fTotal 12.50 EUR" and off.fields["ocr_pages"] == []
+    assert off.fields["text"] == "\fTotal 12.50 EUR\f" and off.fields["ocr_pages"] == []
     (tmp_path / "blank.pdf").write_bytes(pdf_bytes([" "]))
     (blank,) = _rows(tmp_path / "blank.pdf")
     assert blank.problem == "blank.pdf: no text on any of its 1 pages (OCR found none either)"
