@@ -10,6 +10,10 @@ once the rest of its shard is decoded, and so do a vote's samples. So the
 cache keeps as many recent prompts as the runner's memory holds beside the
 live streams (``ModelRunner.spare``), never fewer than ``KEEP``: an entry
 gives its room back before the runner would grow for one.
+
+A runner may refuse a fork (``ModelRunner.fork`` gives None): a sliding
+layer's ring no longer holds the window before the shared prefix's end. The
+prompt then starts afresh, never from a cache that is not all there.
 """
 
 from __future__ import annotations
@@ -58,15 +62,20 @@ class PrefixCache:
     def start(self, prompt: Sequence[int]) -> tuple[Any, int]:
         """A fresh state holding the longest cached prefix of ``cacheable(prompt)``, and its length."""
         best, state = self.longest(prompt)
-        self.reused_tokens += best
         self._make_room(keeping=state)
-        return (self.runner.fork(state, best) if state is not None else self.runner.new_state()), best
+        twin = self.runner.fork(state, best) if state is not None else None
+        if twin is None:
+            return self.runner.new_state(), 0
+        self.reused_tokens += best
+        return twin, best
 
     def store(self, prompt: Sequence[int], state: Any) -> None:
         """Remember a state that holds exactly ``cacheable(prompt)``."""
         tokens = cacheable(prompt)
         self._make_room()
-        self.entries.append((tokens, self.runner.fork(state, len(tokens))))
+        twin = self.runner.fork(state, len(tokens))
+        if twin is not None:
+            self.entries.append((tokens, twin))
 
     def _make_room(self, keeping: Any = None) -> None:
         """Drop the oldest entries (but the one about to be forked) while the runner has no state to spare."""

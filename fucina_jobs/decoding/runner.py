@@ -41,5 +41,6 @@ class ModelRunner(Protocol):
     def trim(self, state: Any, length: int) -> None:
         """Drop cached positions at and beyond ``length``."""
 
-    def fork(self, state: Any, length: int) -> Any:
-        """A new state holding ``state``'s first ``length`` positions; later changes to either stay apart."""
+    def fork(self, state: Any, length: int) -> Any | None:
+        """A new state holding ``state``'s first ``length`` positions; later changes to either stay apart. None
+        where the runner no longer holds what one needs (a sliding layer's ring has moved past it)."""

@@ -29,7 +29,7 @@ from .. import native
 _HEAD_DIMS = (16, 32, 64, 128, 256)
 _SUFFIX = {torch.float32: "f32", torch.float64: "f64", torch.bfloat16: "bf16"}
 _P, _I = ctypes.c_void_p, ctypes.c_int64
-_ARGS = [_P, _I, _I, _P, _I, _I, _P, _P, _I, _I, _I, _I, _P, _I, ctypes.c_double, _I, ctypes.c_double, ctypes.c_int]
+_ARGS = [_P, _I, _I, _P, _I, _I, _P, _P, _I, _I, _I, _I, _P, _I, ctypes.c_double, _I, _I, ctypes.c_double, ctypes.c_int]
 
 
 def supports(dtype: torch.dtype, head_dim: int) -> bool:
@@ -51,6 +51,7 @@ def attend(
     scale: float,
     *,
     window: int | None = None,
+    ring: int | None = None,
     softcap: float | None = None,
 ) -> None:
     """Write ``out[t]`` (``[tokens, heads, dim]``) for every token of ``spans``, from ``query`` (``[heads, tokens, dim]``).
@@ -59,7 +60,8 @@ def attend(
     ``spans`` rows are (slot, first token, tokens, length once written), int64:
     token ``j`` of a span sees its slot's keys up to position ``length - tokens + j``.
     ``window`` (a sliding window) is how many keys a query sees, its own included, by
-    position; ``softcap`` caps the scaled scores at ``softcap * tanh(score / softcap)``.
+    position; ``ring``, where the store is a sliding layer's ring, is its period: position
+    ``p`` is at row ``p % ring``; ``softcap`` caps the scaled scores at ``softcap * tanh(score / softcap)``.
     """
     heads, _, dim = query.shape
     if not (keys.is_contiguous() and values.is_contiguous() and out.stride(-1) == 1):
@@ -83,6 +85,7 @@ def attend(
         len(spans),
         scale,
         window or 0,
+        ring or 0,
         softcap or 0.0,
         torch.get_num_threads(),
     )

@@ -33,6 +33,7 @@ that proves right is ``families``'.
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import os
 import weakref
@@ -63,18 +64,46 @@ _CUDA_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SD
 _GRID_QUERIES = 16
 #: A new store's slots: a few streams, the prefix cache's entries and a scratch fork, without a growth.
 _FIRST_SLOTS = 16
+#: The most new tokens one forward writes to a slot. Why 2048: the decoder's prompt chunk (``BatchDecoder``'s
+#: ``prefill_tokens``); a sliding layer's ring holds its window and this many more, and a runner with rings
+#: splits a forward that carries more for one sequence.
+STEP_TOKENS = 2048
 
 
 @dataclass(eq=False)
 class SlotState:
-    """One sequence's cache: positions ``[0, length)`` of a slot in its runner's store."""
+    """One sequence's cache: positions ``[0, length)`` of a slot in its runner's store.
+
+    ``high``: one past the furthest position ever written to the slot's rings (rejected drafts and, for a fork,
+    its source's included): what a ring has overwritten, so what it still holds, follows from it (``HFRunner``).
+    """
 
     slot: int
     length: int = 0
+    high: int = 0
+
+
+def held(capacity: int, ring: int | None) -> int:
+    """The rows a slot of a layer has: ``capacity`` positions, or on a ring, no more than its period."""
+    return capacity if ring is None else min(capacity, ring)
+
+
+def ring_positions(ends: torch.Tensor | int, rows: int, period: int, device: torch.device) -> torch.Tensor:
+    """The position each of a slot's first ``rows`` rows holds once positions ``[0, end)`` are written, at row
+    ``position % period``: the latest of its residue before ``end``; negative where none was written yet.
+    With ``period >= end``, row i holds position i."""
+    last = ends - 1
+    return last - (last - torch.arange(rows, device=device)) % period
 
 
 class KVStore:
-    """Keys and values of every live sequence, ``[layers, slots, kv_heads, capacity, head_dim]`` each.
+    """Keys and values of every live sequence: per layer, ``[slots, kv_heads, rows, head_dim]`` each.
+
+    A layer attending to all keys holds ``capacity`` positions a slot. A
+    sliding layer given a ring (``rings[layer]``, R) holds at most R, position
+    p at row p % R: once a slot has grown past R, its oldest positions are
+    overwritten, and what it holds beyond the window is what speculation may
+    yet reject (``HFRunner``: "Why R").
 
     Slots and capacity grow by reallocation, doubling, so growth is rare and
     its copies amortise; slots come back to ``free`` when their state dies.
@@ -85,19 +114,28 @@ class KVStore:
     store of a few GiB takes seconds of page faults.
     """
 
-    def __init__(self, layers: int, kv_heads: int, head_dim: int, *, dtype: torch.dtype, device: torch.device, zeroed: bool):
-        self.keys = torch.empty((layers, 0, kv_heads, 0, head_dim), dtype=dtype, device=device)
-        self.values = torch.empty_like(self.keys)
+    def __init__(
+        self,
+        layers: int,
+        kv_heads: int,
+        head_dim: int,
+        *,
+        dtype: torch.dtype,
+        device: torch.device,
+        zeroed: bool,
+        rings: Sequence[int | None] | None = None,
+    ):
+        self.rings = list(rings) if rings is not None else [None] * layers
+        self.kv_heads, self.head_dim = kv_heads, head_dim
+        empty = torch.empty((0, kv_heads, 0, head_dim), dtype=dtype, device=device)
+        self.keys, self.values = [empty] * layers, [empty] * layers
+        self.slots = self.capacity = 0
         self.zeroed = zeroed
         self.free: list[int] = []
 
     @property
-    def slots(self) -> int:
-        return self.keys.shape[1]
-
-    @property
-    def capacity(self) -> int:
-        return self.keys.shape[3]
+    def nbytes(self) -> int:
+        return sum(t.nbytes for t in (*self.keys, *self.values))
 
     def take(self) -> int:
         if not self.free:
@@ -111,13 +149,16 @@ class KVStore:
             self._grow(self.slots, 2 * max(length, self.capacity))
 
     def _grow(self, slots: int, capacity: int) -> None:
-        old_slots, old_capacity = self.slots, self.capacity
-        for name in ("keys", "values"):
-            old = getattr(self, name)
-            shape = (old.shape[0], slots, old.shape[2], capacity, old.shape[4])
-            new = old.new_zeros(shape) if self.zeroed else old.new_empty(shape)
-            new[:, :old_slots, :, :old_capacity] = old
-            setattr(self, name, new)
+        old_slots = self.slots
+        self.slots, self.capacity = slots, capacity
+        for tensors in (self.keys, self.values):
+            for layer, old in enumerate(tensors):
+                shape = (slots, self.kv_heads, held(capacity, self.rings[layer]), self.head_dim)
+                if shape == old.shape:  # a ring at its full period
+                    continue
+                new = old.new_zeros(shape) if self.zeroed else old.new_empty(shape)
+                new[:old_slots, :, : old.shape[2]] = old  # a ring grows only while below its period: row i holds position i
+                tensors[layer] = new
         self.free += range(slots - 1, old_slots - 1, -1)  # pop() hands out low slots first
 
 
@@ -133,14 +174,14 @@ class _Span:
     folded: bool  # the query heads that share a kv head are folded into the query axis
     positions: torch.Tensor  # the new tokens' positions
 
-    def windowed(self, window: int, group: int) -> torch.Tensor:
-        """``mask`` within a sliding window: a query at position p sees the keys at positions (p - window, p]."""
-        keys = torch.cat([torch.arange(self.end - self.count, device=self.positions.device), self.positions])
-        near = keys > self.positions[:, None] - window
-        if self.mask is None:
-            seen = near if self.count == 1 else near & (keys <= self.positions[:, None])
-            return seen.repeat(group, 1) if self.folded else seen
-        return self.mask & (near.repeat(group, 1) if self.folded else near)
+    def windowed(self, window: int, group: int, ring: int | None) -> torch.Tensor:
+        """What each query sees within a sliding window: a query at position p, the keys at positions (p - window, p],
+        each key at its row of the slot (on a ring, ``ring_positions``), ``[count, rows]`` (folded, ``[group * count, rows]``)."""
+        period = self.end if ring is None else ring
+        keys = ring_positions(self.end, held(self.end, ring), period, self.positions.device)
+        query = self.positions[:, None]
+        seen = (keys <= query) & (keys > query - window)
+        return seen.repeat(group, 1) if self.folded else seen
 
 
 @dataclass(kw_only=True)
@@ -157,11 +198,19 @@ class _Grid:
     last_key: torch.Tensor  # per cell: the position of its token, the last key it sees
     mask: torch.Tensor  # bool ``[slots, 1, group * queries, keys]``: what each cell sees
 
-    def windowed(self, window: int) -> torch.Tensor:
-        """``mask`` within a sliding window: a cell sees the keys at (its position - window, its position]."""
-        near = torch.arange(self.keys, device=self.mask.device) > self.last_key.view(self.slots, 1, self.queries, 1) - window
-        near = near.expand(self.slots, self.group, self.queries, self.keys).reshape(self.mask.shape)
-        return self.mask & near
+    def windowed(self, window: int, ring: int | None) -> torch.Tensor:
+        """What each cell sees within a sliding window: the keys at (its position - window, its position], each at
+        its row of the slot (on a ring past its period, ``ring_positions`` of the slot's furthest cell)."""
+        last = self.last_key.view(self.slots, 1, self.queries, 1)
+        if ring is None or self.keys <= ring:
+            keys = torch.arange(self.keys, device=last.device)
+        else:
+            ends = last.amax(2, keepdim=True) + 1
+            keys = ring_positions(ends, ring, ring, last.device)
+            last = torch.maximum(last, ends - ring)  # a cell no token fills sees the oldest key held, so never none
+        seen = (keys >= 0) & (keys <= last) & (keys > last - window)
+        rows = seen.shape[-1]
+        return seen.expand(self.slots, self.group, self.queries, rows).reshape(self.slots, 1, self.group * self.queries, rows)
 
 
 @dataclass(kw_only=True)
@@ -169,11 +218,14 @@ class _Step:
     """One forward's plan, handed to every layer's attention through the model's kwargs."""
 
     store: KVStore
-    rows: torch.Tensor  # per kv head, then per new token: its row in a layer's store seen as ``[-1, head_dim]``
+    rows: dict[
+        int | None, torch.Tensor
+    ]  # per ring (None: none), per kv head, then per new token: its row in a layer's store seen as ``[-1, head_dim]``
     spans: list[_Span]  # the sequences that attend on their own
     grid: _Grid | None  # the others, in one call
     kernel: torch.Tensor | None  # or every sequence through the CPU kernel: ``decode_attention.attend``'s spans
     fused: bool = False  # a Llama or Gemma layer's element-wise ops run on the CPU kernels (``layer_ops``)
+    windows: dict[int, int | None] | None = None  # where given (the load's probe), each layer's window is noted
 
 
 #: What transformers' attention interface passes that the slotted attention honours, beside the query, keys,
@@ -212,6 +264,8 @@ def _slotted_attention(
             f"implement (it honours {', '.join(_HONOURED)}); run this model with engine=vllm"
         )
     shape = _Shape(scaling, sliding_window or None, softcap or None)
+    if slot_step.windows is not None:
+        slot_step.windows[module.layer_idx] = shape.window
     # The label costs nothing unless a profiler runs: ``bench decode`` reads the attention's share of a forward off it.
     with sdpa_kernel(_CUDA_BACKENDS) if query.is_cuda else contextlib.nullcontext(), torch.profiler.record_function(ATTENTION_LABEL):
         return _attend_in_slots(module, query, key, value, shape, slot_step)
@@ -231,22 +285,24 @@ def _attend_in_slots(
 ) -> tuple[torch.Tensor, None]:
     """One ``index_copy_`` per tensor writes every sequence's new entries (CPU advanced-index assignment takes
     eight times longer); then each span attends on its own and the grid in one call."""
-    keys, values = slot_step.store.keys[module.layer_idx], slot_step.store.values[module.layer_idx]
+    store = slot_step.store
+    keys, values, ring = store.keys[module.layer_idx], store.values[module.layer_idx], store.rings[module.layer_idx]
     dim = key.shape[-1]
-    keys.view(-1, dim).index_copy_(0, slot_step.rows, key[0].reshape(-1, dim))
-    values.view(-1, dim).index_copy_(0, slot_step.rows, value[0].reshape(-1, dim))
+    keys.view(-1, dim).index_copy_(0, slot_step.rows[ring], key[0].reshape(-1, dim))
+    values.view(-1, dim).index_copy_(0, slot_step.rows[ring], value[0].reshape(-1, dim))
     heads = query.shape[1]
     out = query.new_empty(query.shape[2], heads, dim)  # [tokens, heads, dim]
     for s in slot_step.spans:
         q = query[:, :, s.start : s.start + s.count]
         if s.folded:
             q = q.reshape(1, keys.shape[1], -1, dim)
-        mask = s.mask if shape.window is None else s.windowed(shape.window, heads // keys.shape[1])
+        mask = s.mask if shape.window is None else s.windowed(shape.window, heads // keys.shape[1], ring)
+        rows = held(s.end, ring)
         out[s.start : s.start + s.count] = (
             _sdpa(
                 q,
-                keys[s.slot : s.slot + 1, :, : s.end],
-                values[s.slot : s.slot + 1, :, : s.end],
+                keys[s.slot : s.slot + 1, :, :rows],
+                values[s.slot : s.slot + 1, :, :rows],
                 mask,
                 shape,
                 causal=mask is None and s.count > 1,
@@ -256,9 +312,9 @@ def _attend_in_slots(
             .transpose(0, 1)
         )
     if slot_step.grid is not None:
-        out.index_copy_(0, slot_step.grid.tokens, _grid_attention(query, keys, values, shape, slot_step.grid))
+        out.index_copy_(0, slot_step.grid.tokens, _grid_attention(query, keys, values, shape, slot_step.grid, ring))
     if slot_step.kernel is not None:
-        decode_attention.attend(out, query[0], keys, values, slot_step.kernel, shape.scaling, window=shape.window, softcap=shape.softcap)
+        decode_attention.attend(out, query[0], keys, values, slot_step.kernel, shape.scaling, window=shape.window, ring=ring, softcap=shape.softcap)
     return out[None], None
 
 
@@ -279,7 +335,7 @@ def _sdpa(
     return torch.softmax(scores, -1, dtype=torch.float32).to(query.dtype) @ values
 
 
-def _grid_attention(query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, shape: _Shape, grid: _Grid) -> torch.Tensor:
+def _grid_attention(query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, shape: _Shape, grid: _Grid, ring: int | None) -> torch.Tensor:
     """One SDPA call for the grid's sequences; returns ``[grid tokens, heads, dim]``.
 
     The query heads that share a kv head are folded into the query axis, so
@@ -291,12 +347,12 @@ def _grid_attention(query: torch.Tensor, keys: torch.Tensor, values: torch.Tenso
     cells = query.new_zeros(grid.slots * grid.queries, heads, dim)
     cells.index_copy_(0, grid.cells, query[0].transpose(0, 1).index_select(0, grid.tokens))
     folded = cells.view(grid.slots, grid.queries, kv_heads, group, dim).permute(0, 2, 3, 1, 4)
-    window = slice(grid.first, grid.first + grid.slots)
+    window, rows = slice(grid.first, grid.first + grid.slots), held(grid.keys, ring)
     out = _sdpa(
         folded.reshape(grid.slots, kv_heads, group * grid.queries, dim),
-        keys[window, :, : grid.keys],
-        values[window, :, : grid.keys],
-        grid.mask if shape.window is None else grid.windowed(shape.window),
+        keys[window, :, :rows],
+        values[window, :, :rows],
+        grid.mask if shape.window is None else grid.windowed(shape.window, ring),
         shape,
         causal=False,
         gqa=False,
@@ -570,6 +626,20 @@ class HFRunner:
     (docs/history/BENCHMARKS.md, third pass: it does not pay there). A Llama or Gemma model's
     q/k/v and gate/up projections are fused in place, once; called on its own, the
     model still runs transformers' forward over the same weights.
+
+    A sliding layer's keys and values live on a ring of R = window +
+    ``step_tokens`` positions a slot (``KVStore``), found by the load's probe
+    forward, which notes each layer's window. Why R: a forward writes at most
+    ``step_tokens`` new positions to a slot (longer feeds are split), so after
+    it the ring holds the window before each of its queries; and speculation
+    trims back at most one forward's tokens, so the positions it drops were
+    written after every position the window before the kept length needs:
+    nothing a later query sees is lost. A rejected draft's keys stay on the
+    ring until overwritten, at rows whose nominal position (``ring_positions``)
+    lies at or before the kept length minus the window, so masks drop them. A
+    state is sound while ``high - length <= step_tokens`` (``SlotState.high``):
+    a fork or a trim that would break that is refused. A model without sliding
+    layers keeps its store and its forwards exactly as before.
     """
 
     def __init__(
@@ -579,6 +649,7 @@ class HFRunner:
         *,
         batched_attention: bool | None = None,
         compile: bool = False,
+        step_tokens: int = STEP_TOKENS,
     ):
         families.check(model.config, getattr(model, "name_or_path", "") or type(model).__name__)
         self.model = model
@@ -602,15 +673,28 @@ class HFRunner:
         if self.device.type == "cpu" and _onednn_packs(model.dtype):
             _use_onednn_linears(model)
         self._call = _compiled(model) if compile else model
-        self.store = KVStore(
-            config.num_hidden_layers, config.num_key_value_heads, head_dim, dtype=model.dtype, device=self.device, zeroed=self.batched_attention
+        self.step_tokens = step_tokens
+        self._slack: int | None = None  # positions a state may have written past its length: ``step_tokens`` where rings are
+        store = functools.partial(
+            KVStore,
+            config.num_hidden_layers,
+            config.num_key_value_heads,
+            head_dim,
+            dtype=model.dtype,
+            device=self.device,
+            zeroed=self.batched_attention,
         )
+        self.store, self._windows = store(), {}
         self.forward([(self.new_state(), [0])], logits=False)  # an attention argument it does not know is refused here, at load
+        rings = [None if self._windows.get(layer) is None else self._windows[layer] + step_tokens for layer in range(config.num_hidden_layers)]
+        self._windows = None
+        if any(rings):
+            self.store, self._slack = store(rings=rings), step_tokens
 
     @property
     def attention(self) -> str:
         """Which attention path runs: the CPU kernel, the batched grid, or SDPA per sequence (``bench decode`` says)."""
-        head_dim = self.store.keys.shape[-1]
+        head_dim = self.store.head_dim
         if self._kernel:
             fused = self._fused and any(isinstance(m, _FUSED_LAYERS) for m in self.model.modules())
             return f"cpu kernel, head_dim {head_dim}" + (", fused layer ops" if fused else "")
@@ -626,14 +710,35 @@ class HFRunner:
         return len(self.store.free)
 
     def trim(self, state: SlotState, length: int) -> None:
-        state.length = min(state.length, length)
+        length = min(state.length, length)
+        if not self._holds(state, length):
+            raise ValueError(
+                f"cannot trim a sequence back to {length} of its {state.length} positions: its sliding layers' rings keep "
+                f"the window and {self.step_tokens} positions more (trim after each forward)"
+            )
+        state.length = length
 
-    def fork(self, state: SlotState, length: int) -> SlotState:
+    def fork(self, state: SlotState, length: int) -> SlotState | None:
+        """A new state holding ``state``'s first ``length`` positions, or None where a sliding layer's ring has
+        overwritten part of the window before ``length`` (the caller starts afresh)."""
+        length = min(state.length, length)
+        if not self._holds(state, length):
+            return None
         twin = self.new_state()
-        twin.length = min(state.length, length)
-        for cache in (self.store.keys, self.store.values):
-            cache[:, twin.slot, :, : twin.length] = cache[:, state.slot, :, : twin.length]
+        # Past its period, a ring is copied whole: every row of it was written, so no masked row holds a NaN, and
+        # the twin's rows hold what the source's writes left there, as far as ``state.high``.
+        wrapped = [ring is not None and state.high > ring for ring in self.store.rings]
+        twin.length, twin.high = length, state.high if any(wrapped) else length
+        for layer, (ring, whole) in enumerate(zip(self.store.rings, wrapped)):
+            rows = ring if whole else length
+            for cache in (self.store.keys, self.store.values):
+                cache[layer][twin.slot, :, :rows] = cache[layer][state.slot, :, :rows]
         return twin
+
+    def _holds(self, state: SlotState, length: int) -> bool:
+        """Whether ``state`` cut to ``length`` positions is sound: every ring still holds the window before
+        ``length``, and what was written past it lies where masks drop it (the class's "Why R")."""
+        return self._slack is None or state.high - length <= self._slack
 
     @torch.no_grad()
     def forward(
@@ -645,6 +750,8 @@ class HFRunner:
         counts = [len(tokens) for _, tokens in batch]
         wanted = [logits] * len(batch) if isinstance(logits, bool) else list(logits)
         flags = [[want] * n if isinstance(want, bool) else list(want) for want, n in zip(wanted, counts)]
+        if self._slack is not None and max(counts, default=0) > self.step_tokens:
+            return self._split(batch, flags, wanted)
         self.store.reserve(max(state.length + n for (state, _), n in zip(batch, counts)))
         ids = torch.tensor([t for _, tokens in batch for t in tokens], dtype=torch.long)
         stored = torch.cat([torch.arange(state.length, state.length + n) for (state, _), n in zip(batch, counts)])
@@ -652,7 +759,20 @@ class HFRunner:
         logits = self._run(ids, stored, step, _rows_to_keep(flags))
         for (state, _), n in zip(batch, counts):
             state.length += n
+            state.high = max(state.high, state.length)
         return list(logits.float().cpu().split([sum(f) for want, f in zip(wanted, flags) if want is not False]))
+
+    def _split(self, batch: Sequence[tuple[SlotState, Sequence[int]]], flags: list[list[bool]], wanted: list) -> list[torch.Tensor]:
+        """``forward`` of a batch carrying more than ``step_tokens`` for a sequence, as forwards of that many at
+        most for each: a ring holds no more than the window and one forward's new tokens."""
+        parts: list[list[torch.Tensor]] = [[] for _ in batch]
+        step = self.step_tokens
+        for start in range(0, max(len(tokens) for _, tokens in batch), step):
+            now = [i for i, (_, tokens) in enumerate(batch) if start < len(tokens) or start == 0]
+            out = self.forward([(batch[i][0], batch[i][1][start : start + step]) for i in now], logits=[flags[i][start : start + step] for i in now])
+            for i, rows in zip(now, out):
+                parts[i].append(rows)
+        return [torch.cat(p) for p, want in zip(parts, wanted) if want is not False]
 
     def _run(self, ids: torch.Tensor, positions: torch.Tensor, step: _Step, keep: torch.Tensor) -> torch.Tensor:
         """The model over one packed row, through the slotted attention; the logits of the rows in ``keep``."""
@@ -684,12 +804,16 @@ class HFRunner:
         # Per-token lists are built in Python: CPU ``repeat_interleave`` wakes every intra-op thread even for
         # a few hundred elements, slow on a many-core GPU host (docs/history/BENCHMARKS.md, "GPU").
         slots = torch.tensor([state.slot for (state, _), n in zip(batch, counts) for _ in range(n)])
-        heads = torch.arange(store.keys.shape[2])[:, None]
-        rows = ((slots * store.keys.shape[2] + heads) * store.capacity + positions).flatten()
+        heads = torch.arange(store.kv_heads)[:, None]
+        rows = {
+            ring: ((slots * store.kv_heads + heads) * held(store.capacity, ring) + (positions if ring is None else positions % ring)).flatten()
+            for ring in set(store.rings)
+        }
         starts = list(itertools.accumulate(counts[:-1], initial=0))
         if self._kernel:
             table = [(state.slot, start, n, state.length + n) for (state, _), n, start in zip(batch, counts, starts)]
-            return _Step(store=store, rows=rows, spans=[], grid=None, kernel=torch.tensor(table, dtype=torch.long), fused=self._fused)
+            kernel = torch.tensor(table, dtype=torch.long)
+            return _Step(store=store, rows=rows, spans=[], grid=None, kernel=kernel, fused=self._fused, windows=self._windows)
         spans: list[_Span] = []
         in_grid = [self.batched_attention and n <= _GRID_QUERIES for n in counts]
         group = self.model.config.num_attention_heads // self.model.config.num_key_value_heads
@@ -709,7 +833,8 @@ class HFRunner:
         token_in_grid = [g for g, n in zip(in_grid, counts) for _ in range(n)]
         tokens = torch.tensor([i for i, g in enumerate(token_in_grid) if g], dtype=torch.long)
         grid = self._grid(tokens, slots[tokens], [n for n, g in zip(counts, in_grid) if g], positions[tokens]) if len(tokens) else None
-        return _Step(store=store, rows=rows.to(self.device), spans=spans, grid=grid, kernel=None)
+        rows = {ring: r.to(self.device) for ring, r in rows.items()}
+        return _Step(store=store, rows=rows, spans=spans, grid=grid, kernel=None, windows=self._windows)
 
     def _grid(self, tokens: torch.Tensor, slots: torch.Tensor, counts: list[int], positions: torch.Tensor) -> _Grid:
         """Cell ``(slot, j)`` holds a sequence's ``j``-th new token and sees its keys up to that token's position.

@@ -23,16 +23,18 @@ struct Buffers {
 };
 
 // Rows [first, first + n) of a work item, at most CHUNK: query row r = g * count + j is query head
-// h * group + g at packed token start + j, and sees keys [0, length - count + j].
+// h * group + g at packed token start + j, and sees keys [0, length - count + j]. On a ring (ring > 0,
+// a sliding layer's store bounded to its window and a forward's new tokens) position p is at p % ring.
 template <typename S, int DIM, typename T = typename Compute<S>::type>
 void attend_rows(S* out, int64_t os0, int64_t os1, const S* q, int64_t qs0, int64_t qs1, const S* kh, const S* vh,
                  int64_t group, int64_t h, int64_t start, int64_t count, int64_t length, T scale,
-                 int64_t window, T softcap, int64_t first, int64_t n, Buffers& buf) {
+                 int64_t window, int64_t ring, T softcap, int64_t first, int64_t n, Buffers& buf) {
   constexpr int W = LANES<T>, C = DIM / W, K = 8;
+  const auto at = [ring](int64_t key) { return ring > 0 ? key % ring : key; };  // a key position's row
   constexpr bool same = std::is_same_v<S, T>;  // else keys and values are widened a block at a time
   const int64_t blocks = (n + W - 1) / W, lanes = blocks * W;
   // Keys [low, limit) each row sees; the chunk's rows together see [lo, reach). A sliding window of W keys
-  // lets a query at position p see keys (p - W, p]: a key's index is its position.
+  // lets a query at position p see keys (p - W, p]; the loops below run over positions, read at ``at``.
   int64_t limit[CHUNK] = {}, low[CHUNK] = {}, reach = 0, lo = length;
   // Queries transposed, W rows to a block, so that a key's scores for W rows are one vector.
   buf.queries.assign(blocks * DIM * W * sizeof(T), 0);
@@ -54,9 +56,13 @@ void attend_rows(S* out, int64_t os0, int64_t os1, const S* q, int64_t qs0, int6
     for (int64_t key = lo; key < reach; key += K) {
       const int m = reach - key < K ? static_cast<int>(reach - key) : K;
       const T* kr;
-      if constexpr (same) kr = kh + key * DIM;
-      if (!same || m < K) {
-        for (int64_t i = 0; i < K * DIM; ++i) tail[i] = i < m * DIM ? widen(kh[key * DIM + i]) : T(0);
+      const bool wraps = ring > 0 && at(key) + m > ring;  // the block's keys cross the ring's end
+      if constexpr (same) kr = kh + at(key) * DIM;
+      if (!same || m < K || wraps) {
+        for (int k = 0; k < K; ++k) {
+          const S* src = k < m ? kh + at(key + k) * DIM : nullptr;
+          for (int64_t d = 0; d < DIM; ++d) tail[k * DIM + d] = src ? widen(src[d]) : T(0);
+        }
         kr = tail;
       }
       V<T> s[K] = {};
@@ -89,13 +95,14 @@ void attend_rows(S* out, int64_t os0, int64_t os1, const S* q, int64_t qs0, int6
     int64_t upto = 0;
     for (int64_t i = 0; i < nr; ++i) upto = limit[i0 + i] > upto ? limit[i0 + i] : upto;
     V<T> a[4][C] = {};
-    for (int64_t key = lo; key < upto; ++key) {
+    for (int64_t key = lo, r = at(lo); key < upto; ++key, r = r + 1 == ring ? 0 : r + 1) {  // r: the key's row
+      const S* vr = vh + r * DIM;
       V<T> v[C];
       if constexpr (same) {
-        for (int c = 0; c < C; ++c) v[c] = load(vh + key * DIM + c * W);
+        for (int c = 0; c < C; ++c) v[c] = load(vr + c * W);
       } else {
         alignas(64) T row[DIM];
-        for (int64_t d = 0; d < DIM; ++d) row[d] = widen(vh[key * DIM + d]);
+        for (int64_t d = 0; d < DIM; ++d) row[d] = widen(vr[d]);
         for (int c = 0; c < C; ++c) v[c] = load(row + c * W);
       }
       const T* p = scores + key * lanes + i0;
@@ -115,7 +122,7 @@ void attend_rows(S* out, int64_t os0, int64_t os1, const S* q, int64_t qs0, int6
 
 template <typename S, int DIM, typename T = typename Compute<S>::type>
 void attend(S* out, int64_t os0, int64_t os1, const S* q, int64_t qs0, int64_t qs1, const S* keys, const S* values,
-            int64_t heads, int64_t kv_heads, int64_t capacity, const int64_t* spans, int64_t n_spans, T scale, int64_t window, T softcap, int threads) {
+            int64_t heads, int64_t kv_heads, int64_t capacity, const int64_t* spans, int64_t n_spans, T scale, int64_t window, int64_t ring, T softcap, int threads) {
   const int64_t group = heads / kv_heads;
   struct Item { int64_t span, h, first; };
   std::vector<Item> items;  // a sequence, a kv head, and up to CHUNK of their query rows
@@ -130,7 +137,7 @@ void attend(S* out, int64_t os0, int64_t os1, const S* q, int64_t qs0, int64_t q
       const Item& it = items[k];
       const int64_t* s = spans + 4 * it.span;  // slot, first token, tokens, length
       const int64_t base = (s[0] * kv_heads + it.h) * capacity * DIM, rows = group * s[2];
-      attend_rows<S, DIM>(out, os0, os1, q, qs0, qs1, keys + base, values + base, group, it.h, s[1], s[2], s[3], scale, window, softcap, it.first, std::min(CHUNK, rows - it.first), buf);
+      attend_rows<S, DIM>(out, os0, os1, q, qs0, qs1, keys + base, values + base, group, it.h, s[1], s[2], s[3], scale, window, ring, softcap, it.first, std::min(CHUNK, rows - it.first), buf);
     }
   }
 }
@@ -138,14 +145,14 @@ void attend(S* out, int64_t os0, int64_t os1, const S* q, int64_t qs0, int64_t q
 template <typename S>
 int dispatch(void* out, int64_t os0, int64_t os1, const void* q, int64_t qs0, int64_t qs1, const void* k, const void* v,
              int64_t heads, int64_t kv_heads, int64_t capacity, int64_t dim, const int64_t* spans, int64_t n_spans,
-             double scale, int64_t window, double softcap, int threads) {
+             double scale, int64_t window, int64_t ring, double softcap, int threads) {
   using T = typename Compute<S>::type;
   const auto s = static_cast<T>(scale);
   const auto cap = static_cast<T>(softcap);
   S* o = static_cast<S*>(out);
   const S *qq = static_cast<const S*>(q), *keys = static_cast<const S*>(k), *values = static_cast<const S*>(v);
 #define CASE(DIM) \
-  case DIM: attend<S, DIM>(o, os0, os1, qq, qs0, qs1, keys, values, heads, kv_heads, capacity, spans, n_spans, s, window, cap, threads); return 0;
+  case DIM: attend<S, DIM>(o, os0, os1, qq, qs0, qs1, keys, values, heads, kv_heads, capacity, spans, n_spans, s, window, ring, cap, threads); return 0;
   switch (dim) {
     CASE(16) CASE(32) CASE(64) CASE(128) CASE(256)
     default: return -1;
@@ -155,15 +162,16 @@ int dispatch(void* out, int64_t os0, int64_t os1, const void* q, int64_t qs0, in
 }  // namespace
 
 // out[t, head, :] for every token t of every span; spans: n_spans rows of (slot, start, count, length).
-// window: keys a query sees, its own included (0: all); softcap: Gemma 2's attention logit cap (0: none).
+// window: keys a query sees, its own included (0: all); ring: positions a slot holds, position p at p % ring
+// (0: every position, at its own row); softcap: Gemma 2's attention logit cap (0: none).
 // Returns -1, writing nothing, for a head dim the kernel is not built for.
 #define ENTRY(name, S)                                                                                              \
   extern "C" int name(void* out, int64_t os0, int64_t os1, const void* q, int64_t qs0, int64_t qs1, const void* keys, \
                       const void* values, int64_t heads, int64_t kv_heads, int64_t capacity, int64_t dim,            \
-                      const int64_t* spans, int64_t n_spans, double scale, int64_t window,                             \
+                      const int64_t* spans, int64_t n_spans, double scale, int64_t window, int64_t ring,               \
                       double softcap, int threads) {                                                                 \
     return dispatch<S>(out, os0, os1, q, qs0, qs1, keys, values, heads, kv_heads, capacity, dim, spans, n_spans,    \
-                       scale, window, softcap, threads);                                                    \
+                       scale, window, ring, softcap, threads);                                                    \
   }
 ENTRY(fucina_decode_attention_f32, float)
 ENTRY(fucina_decode_attention_f64, double)
