@@ -106,6 +106,8 @@ def test_decode_json_four_arms_constrained_rows_identical(tiny_model, capsys):
     profile = result["forward_profile"]  # one step at 500 and 2,000 tokens of context, split, on the path that ran
     assert profile["attention_path"] == "sdpa per sequence, head_dim 8"  # a head dim the CPU kernel is not built for
     assert [r["context"] for r in profile["rows"]] == [500, 2000]
+    kv = profile["kv_a_slot"]  # keys and values, 1 layer, 1 kv head, 8 dims, float64; no sliding layer, so no ring
+    assert kv["context"] == 8192 and kv["mib"] == kv["mib_without_rings"] == 2 * 1 * 1 * 8 * 8 * 8192 / 2**20
     for r in profile["rows"]:
         assert 0 < r["attention_ms"] < r["ms_per_forward"] and 0 < r["output_layer_ms"] < r["ms_per_forward"]
         # The parts are timed apart: on a busy machine they may add up to more than the step, never to a negative rest.

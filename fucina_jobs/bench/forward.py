@@ -24,6 +24,8 @@ from .arms import alternate
 CONTEXTS = (500, 2000)
 #: Timed steps per context; the median is kept.
 STEPS = 7
+#: The context a slot's key-value bytes are given at: a long document's chunk, where sliding layers' rings pay.
+KV_CONTEXT = 8192
 
 
 #: The output layer's arm among the contexts' steps.
@@ -60,7 +62,9 @@ def forward_profile(runner: Any, contexts: Sequence[int] = CONTEXTS, steps: int 
                 "rest_ms": max(0.0, ms - attention_ms - output_ms),
             }
         )
-    return {"attention_path": runner.attention, "rows": rows}
+    store = runner.store
+    kv = {"context": KV_CONTEXT, "mib": store.slot_bytes(KV_CONTEXT) / 2**20, "mib_without_rings": store.slot_bytes(KV_CONTEXT, rings=False) / 2**20}
+    return {"attention_path": runner.attention, "rows": rows, "kv_a_slot": kv}
 
 
 def _step(runner: Any, state: Any, token: int, cached: int) -> None:
@@ -94,8 +98,10 @@ def _output_layer(runner: Any) -> None:
 def format_profile(profile: dict[str, Any]) -> list[str]:
     from .tables import format_table
 
+    kv = profile["kv_a_slot"]
     return [
         f"one decode step (1 token) by context; attention path: {profile['attention_path']}",
+        f"keys and values a slot holds at {kv['context']:,} tokens: {kv['mib']:.0f} MiB ({kv['mib_without_rings']:.0f} were every layer to keep every position)",
         format_table(
             ["context", "ms/forward", "attention ms", "output layer ms", "rest ms"],
             [

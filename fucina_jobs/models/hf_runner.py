@@ -137,6 +137,11 @@ class KVStore:
     def nbytes(self) -> int:
         return sum(t.nbytes for t in (*self.keys, *self.values))
 
+    def slot_bytes(self, length: int, *, rings: bool = True) -> int:
+        """Key and value bytes one slot holds at ``length`` positions; ``rings=False``: were every layer to keep them all."""
+        rows = sum(held(length, ring if rings else None) for ring in self.rings)
+        return 2 * rows * self.kv_heads * self.head_dim * self.keys[0].element_size()
+
     def take(self) -> int:
         if not self.free:
             self._grow(max(_FIRST_SLOTS, 2 * self.slots), self.capacity)

@@ -109,3 +109,7 @@ def test_the_store_is_bounded_on_sliding_layers_and_unchanged_elsewhere():
         assert store.rings == ([RING, None] if family == "gemma3_text" else [None, None])
         per_row = store.slots * store.kv_heads * store.head_dim * store.keys[0].element_size()
         assert store.nbytes == 2 * per_row * sum(rows)
+        # What ``bench decode`` reports a slot holds at a length: the ring's rows on the sliding layer, all on the other.
+        per_position = 2 * store.kv_heads * store.head_dim * store.keys[0].element_size()
+        expected = (RING + 1000 if family == "gemma3_text" else 2000) * per_position
+        assert store.slot_bytes(1000) == expected and store.slot_bytes(1000, rings=False) == 2000 * per_position
