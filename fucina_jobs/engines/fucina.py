@@ -123,8 +123,8 @@ def stop_tokens(tokenizer: Any, model_path: str | None = None) -> set[int]:
     if model_path is not None:
         from transformers import GenerationConfig
 
-        try:
-            eos = GenerationConfig.from_pretrained(model_path).eos_token_id
+        try:  # from the folder or the hub's cache: the model was loaded from there, so no request can add to it
+            eos = GenerationConfig.from_pretrained(model_path, local_files_only=True).eos_token_id
         except OSError:  # no generation_config.json
             eos = None
         stops |= set(eos) if isinstance(eos, list) else {eos}

@@ -53,3 +53,18 @@ def test_stops_include_the_generation_configs(gemma_tokenizer, tmp_path, eos, st
     GenerationConfig(eos_token_id=eos).save_pretrained(tmp_path)
     assert stop_tokens(gemma_tokenizer, str(tmp_path)) == stops
     assert stop_tokens(gemma_tokenizer, str(tmp_path / "none")) == {EOS}  # no generation config: the tokenizer's
+
+
+def test_the_generation_config_is_read_without_the_network(gemma_tokenizer, monkeypatch):
+    """A hub id not in the cache (or a model built in memory) has no generation config to read here: asking the
+    hub would cost an offline machine a minute of retries, for a file the model's loading already had."""
+
+    asked = []
+
+    def no_network(url, *args, **kwargs):
+        asked.append(url)
+        raise OSError("no network in this test")
+
+    monkeypatch.setattr("huggingface_hub.file_download.get_hf_file_metadata", no_network)  # what a download asks first
+    assert stop_tokens(gemma_tokenizer, "someone/a-model-never-downloaded") == {EOS}
+    assert asked == []
