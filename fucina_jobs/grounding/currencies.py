@@ -41,3 +41,23 @@ SIGNS: dict[str, tuple[str, ...]] = {
     "PHP": ("₱",),
     "VND": ("₫",),
 }
+
+#: The ISO 4217 codes a text writes beside an amount (``CHF 6'750.00``, ``1,450.00 CAD``).
+CODES: tuple[str, ...] = tuple(
+    "USD EUR GBP CHF JPY CAD AUD NZD CNY RMB INR SEK NOK DKK ISK PLN CZK HUF RON BGN TRY RUB UAH BRL MXN ARS CLP COP ZAR SGD HKD TWD KRW THB MYR IDR PHP VND AED SAR ILS EGP NGN KES".split()
+)
+
+#: ISO 4217 code -> the English names a text writes an amount in words with (``Five Thousand Dollars``), singular
+#: and plural; a name several currencies share (``dollars``) names each of them.
+NAMES: dict[str, tuple[str, ...]] = {
+    "USD": ("dollar", "dollars"),
+    "EUR": ("euro", "euros"),
+    "GBP": ("pound", "pounds", "pounds sterling"),
+    "CHF": ("franc", "francs", "Swiss francs"),
+    "JPY": ("yen",),
+    "CNY": ("yuan", "renminbi"),
+    "INR": ("rupee", "rupees"),
+    "MYR": ("ringgit",),
+    "PHP": ("peso", "pesos"),
+    "ZAR": ("rand",),
+}

@@ -20,6 +20,9 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Iterator, Mapping, Sequence, TypeVar
 
+from .currencies import CODES
+from .number_words import WORD_VALUES, word_numbers
+
 K = TypeVar("K")
 
 _MONTHS = {
@@ -134,14 +137,7 @@ def _readings(m: re.Match) -> list[str]:
     return list(dict.fromkeys(isos))
 
 
-_NUMBER_WORDS = {
-    word: n
-    for n, word in enumerate(
-        "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
-        "seventeen eighteen nineteen twenty".split()
-    )
-} | {word: 10 * tens for tens, word in enumerate("thirty forty fifty sixty seventy eighty ninety".split(), start=3)}  # 3 tens on
-_NUMBER_WORD = "|".join(sorted(_NUMBER_WORDS, key=len, reverse=True))
+_NUMBER_WORD = "|".join(sorted(WORD_VALUES, key=len, reverse=True))
 #: A number in words or digits, a digit copy in brackets after the words as contracts write it (``three (3)``).
 _COUNT = rf"(?P<count>\d+(?:\.\d+)?|(?:{_NUMBER_WORD})(?:[- ](?:{_NUMBER_WORD}))?)(?:\s*\(\s*(?P<digits>\d+(?:\.\d+)?)\s*\))?"
 
@@ -159,7 +155,7 @@ def quantities_in(text: str, units: Sequence[str]) -> dict[str, list[tuple[int, 
     found: dict[str, list[tuple[int, int]]] = {}
     for m in pattern.finditer(text):
         count = m["digits"] or m["count"]
-        value = Decimal(count) if count[0].isdigit() else Decimal(sum(_NUMBER_WORDS[w] for w in re.split(r"[- ]", count.lower())))
+        value = Decimal(count) if count[0].isdigit() else Decimal(sum(WORD_VALUES[w] for w in re.split(r"[- ]", count.lower())))
         found.setdefault(f"{json_number(value)} {m['unit'].lower()}", []).append(m.span())
     return found
 
@@ -167,8 +163,7 @@ def quantities_in(text: str, units: Sequence[str]) -> dict[str, list[tuple[int, 
 #: Signs, ``X$`` dollars, and the letter symbols that receipts print glued to the amount (``RM33.90``, ``Rp5.000``).
 _CURRENCY = r"[$€£¥₹₱₩₫₺₽₪฿₦₴]|[A-Z]{1,3}\$|(?<![^\W\d_])(?:RM|Rp|Rs\.?|kr|zł|Kč|Ft)"
 _NUMBER_HEAD = rf"(?P<open>\()?(?P<sign>[-−–])?\s?(?P<currency>{_CURRENCY})?\s?"
-_CODES = "USD EUR GBP CHF JPY CAD AUD NZD CNY RMB INR SEK NOK DKK ISK PLN CZK HUF RON BGN TRY RUB UAH BRL MXN ARS CLP COP ZAR SGD HKD TWD KRW THB MYR IDR PHP VND AED SAR ILS EGP NGN KES".split()
-_CODE = "(?:" + "|".join(_CODES) + ")"
+_CODE = "(?:" + "|".join(CODES) + ")"
 _CODE_BEFORE = re.compile(rf"(?:\b{_CODE}|[$€£¥₹])[ \t]*\Z")  # CHF 6'750.00, €   320,00
 #: How far before a number its currency code is looked for (``CHF 6'750.00``, ``€   320,00``): a code and the
 #: spaces a layout puts after it (8: a three-letter code and five spaces), not a word of the label before.
@@ -188,7 +183,8 @@ def numbers_in(text: str, amounts: bool = False) -> set[Decimal]:
     readings, but for ``amounts`` the thousands one. A minus sign or parentheses make a number negative, and its
     magnitude counts too (a credit of ``-45.00`` also writes ``45``).
     ``amounts`` keeps only numbers written as money: next to a currency sign
-    or code, or with two decimals, and never a percentage.
+    or code, or with two decimals, and never a percentage. Numbers written in English words count too, as
+    ``number_words`` reads them (``Five Thousand Dollars``).
     """
     return set(number_spans(unicodedata.normalize("NFC", text), amounts))
 
@@ -220,6 +216,8 @@ def _number_spans(text: str, amounts: bool) -> dict[Decimal, list[tuple[int, int
             found.setdefault(value, []).append(span)
             if negative and value:
                 found.setdefault(-value, []).append(span)
+    for number, spans in word_numbers(text, amounts).items():
+        found.setdefault(Decimal(number), []).extend(spans)
     return {value: sorted(set(spans)) for value, spans in found.items()}
 
 
