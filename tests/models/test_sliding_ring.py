@@ -11,11 +11,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.decoding.test_equivalence import RECORD, assert_same, make_requests
-from tests.helpers import SPEC, STOP, VOCAB, decode
+from tests.helpers import VOCAB
 from tests.model_families import WINDOW, tiny_family
-from tests.models.test_families import PATHS, eager, sequences
-from fucina_jobs.decoding.constraint import Constraint
+from tests.models.test_families import PATHS, assert_decoded_alike, eager, sequences
 from fucina_jobs.decoding.prefix_cache import PrefixCache
 from fucina_jobs.models.hf_runner import HFRunner
 
@@ -56,18 +54,11 @@ def test_logits_equal_transformers_rings_past_the_window(family, path):
 def test_plain_speculative_and_batched_agree_under_a_grammar_on_rings(tokenizer):
     """The central proof with rings: the same tokens, probabilities and commits, one stream or four, with and
     without speculation (feeds of 9 tokens at most: ``step_tokens`` 12), each sequence a few rings long."""
-    model = tiny_family("gemma3_text", VOCAB)
-    runner = HFRunner(model, step_tokens=12)
-    record = Constraint.json_schema(RECORD, tokenizer, stop_token=STOP)
-    plain = decode(runner, make_requests(tokenizer, "grammar", record))
-    spec = decode(runner, make_requests(tokenizer, "grammar", record), spec=SPEC)
-    batched = decode(runner, make_requests(tokenizer, "grammar", record), spec=SPEC, streams=4)
-    assert_same(plain, spec)
-    assert_same(plain, batched)
-    assert sum(sum(g.stats.accepted.values()) for g in spec.values()) > 0  # speculation happened
+    runner = HFRunner(tiny_family("gemma3_text", VOCAB), step_tokens=12)
+    requests, plain = assert_decoded_alike(runner, tokenizer)
     ring = WINDOW + 12
     assert runner.store.keys[0].shape[2] == ring
-    assert min(len(r.prompt) + len(plain[r.id].tokens) for r in make_requests(tokenizer, "grammar", record)) > 2 * ring
+    assert min(len(r.prompt) + len(plain[r.id].tokens) for r in requests) > 2 * ring
 
 
 def test_a_fork_keeps_what_the_ring_holds_and_refuses_the_rest(tokenizer):
