@@ -133,7 +133,22 @@ def resolve_source(source: str) -> str:
         raise ModelNotFound(
             f"model.source {source!r}: no such directory; give a transformers model directory, a hub id or an embedded model ({', '.join(EMBEDDED)})"
         )
-    return source  # a hub id
+    return _cached_snapshot(source) or source  # a hub id
+
+
+def _cached_snapshot(repo_id: str) -> str | None:
+    """The hub cache's folder of ``repo_id`` where it holds the model's config, else None.
+
+    Loaded from a folder, the model, its tokenizer and its generation config need no request to the hub; given
+    the id, transformers asks the hub for each file first, and offline that is five retries, over 20 s, a file.
+    The folder is also what the run's manifest hashes, so a run names the files it decoded with."""
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        config = try_to_load_from_cache(repo_id, "config.json")
+    except ValueError:  # not a valid hub id: from_pretrained says so in its own words
+        return None
+    return str(Path(config).parent) if isinstance(config, str) else None
 
 
 def _require_hub(repo_id: str) -> None:
