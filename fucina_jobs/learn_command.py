@@ -21,7 +21,7 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 USAGE = """usage: python -m fucina_jobs learn conf=NAME [gold=FILE] [out=FILE] [allow_mismatch=true] [adapter=true] [key=value ...]
-       python -m fucina_jobs learn conf=NAME gold=FILE curve=0,10,20,50 [held_out=20] [out=DIR] [key=value ...]
+       python -m fucina_jobs learn conf=NAME gold=FILE curve=0,10,20,50 [held_out=20] [out=DIR] [adapter=true] [key=value ...]
 
 Learns each field's x-grounded options (labels, day order, span shape, units, ...) from gold rows
 joined to the job's dataset by id, and writes them with their evidence to out (default: the job's
@@ -37,14 +37,16 @@ value of the wrong type, or one the schema refuses, is left out of learning, one
 says why each field that keeps no cue is left to the model.
 
 With adapter=true: also a LoRA adapter of the job's model, fine-tuned on the gold rows (the job's prompt over
-windows of 256 text tokens that write gold values, and some that write none; the target the record
-the job's grammar writes), stopped early on a held-out fifth of them, saved beside the cues
+each document cut to the passages that write its gold values; the target the whole record as the
+job's grammar writes it), stopped early on a held-out fifth of them, saved beside the cues
 (FILE-adapter/, safetensors, with evidence.json). A job merges it into its model with model.adapter=DIR;
 cues and adapter each work without the other (constraint.learned=null, model.adapter=null).
 
 With curve=: the learning curve. The last held_out gold rows are kept out; for each size n the cues
 are learned from the first n other rows and the job is scored on the held-out ones with eval (the
 model runs). Prints a table per field; the runs go to out (default outputs/NAME/learning-curve).
+With adapter=true each size also trains an adapter, and is scored with the cues alone, the adapter
+alone and both, with the minutes the adapter trained.
 """
 #: The argument that goes on past gold field names that do not match the schema's, warning about each.
 ALLOW_MISMATCH = "allow_mismatch"
@@ -57,9 +59,6 @@ HELD_OUT = 20
 #: The share of gold rows an adapter's training keeps out, to stop on (one at least). Why a fifth: enough rows to tell
 #: an epoch that generalises from one that memorises, few enough to leave most of a small gold set to training.
 ADAPTER_HELD_OUT = 0.2
-#: Text tokens of an adapter's training window (the job's chunk size where it is smaller). Why 256: a forward and
-#: backward pass runs at 50-100 tokens a second on 2 CPU cores, and a window this long holds a value with its label.
-ADAPTER_WINDOW = 256
 
 
 def learn_command(argv: list[str]) -> int:
@@ -93,19 +92,16 @@ def _learn_task(cfg: Any, ours: dict[str, str]) -> int:
         f"\n{shown} of {len(pairs)} gold rows as worked examples -> {examples} (prompt.examples={examples} prompt.examples_nearest=true)\n"
     )
     if _flag(ours, ADAPTER):
+        from .learning.adapter import adapter_path
+
         folder = adapter_path(target)
         evidence = _train_adapter(cfg, apply(schema, entries(cues), str(target)), rows, gold, gold_path, base / folder)
         accuracy = evidence["held_out_accuracy"]
         sys.stdout.write(
-            f"\nadapter from {evidence['rows']['train']} gold rows ({evidence['samples']['train']} windows), held-out field accuracy "
+            f"\nadapter from {evidence['rows']['train']} gold rows, held-out field accuracy "
             f"{accuracy['before']:.3f} -> {accuracy['after']:.3f} -> {folder} (model.adapter={folder})\n"
         )
     return 0
-
-
-def adapter_path(learned: Path) -> Path:
-    """Where ``learn adapter=true`` saves the adapter beside the cues file ``learned``."""
-    return learned.with_name(f"{learned.stem}-adapter")
 
 
 def _train_adapter(
@@ -132,46 +128,31 @@ def _train_adapter(
     random.Random(cfg.decoding.seed).shuffle(ids)
     held = max(1, round(ADAPTER_HELD_OUT * len(ids)))
     loaded = load_model(cfg.model.source, cfg.model.device, "float32")
-    job = _window_job(cfg, schema, loaded)
+    job = _sample_format(cfg, schema, loaded)
     split = {name: [(i, rows[i], gold[i]) for i in part] for name, part in (("held", ids[:held]), ("train", ids[held:]))}
-    held_out, train_set = (samples(schema, split[name], cfg.dataset.text_field, job, cfg.decoding.seed) for name in ("held", "train"))
+    held_out, train_set = (samples(schema, split[name], cfg.dataset.text_field, job) for name in ("held", "train"))
     model, evidence = train(loaded.model, train_set, held_out, report=lambda line: sys.stdout.write(line + "\n"))
-    evidence = {"gold": source, "window_tokens": _window(cfg), **evidence}
+    evidence = {"gold": source, **evidence}
     adapters.save(model, folder, loaded.path, evidence)
     return evidence
 
 
-def _window_job(cfg: Any, schema: dict[str, Any], loaded: Any) -> Any:
-    """The job's side of the adapter's samples (``adapter_samples.Window``): its chunker with windows of
-    ``ADAPTER_WINDOW`` tokens, its prompt as the engine encodes it, its records as its grammar writes them."""
-    from .config import ChunkingConfig, read_text_option
+def _sample_format(cfg: Any, schema: dict[str, Any], loaded: Any) -> Any:
+    """The job's side of the adapter's samples (``adapter_samples.SampleFormat``): its prompt as the engine encodes
+    it, its records as its grammar writes them."""
+    from .config import read_text_option
     from .engines import encode_chat, stop_tokens
-    from .learning.adapter_samples import Window
-    from .pipeline import Chunker, compact_json
+    from .learning.adapter_samples import SampleFormat
+    from .pipeline import compact_json
 
     base, tokenizer, text_field = Path.cwd(), loaded.tokenizer, cfg.dataset.text_field
     system, template = read_text_option(cfg.prompt.system, base) or None, read_text_option(cfg.prompt.template, base)
-    window = _window(cfg)
-    chunking = ChunkingConfig(enabled=True, max_tokens=window, overlap_tokens=min(cfg.dataset.chunking.overlap_tokens, window // 4))
-    context = getattr(loaded.model.config, "max_position_embeddings", None)
-    chunker = Chunker(
-        chunking, tokenizer, context=context, system=system, template=template, text_field=text_field, max_tokens=cfg.decoding.max_tokens
-    )
-
-    def cut(row: dict[str, Any]) -> list[str]:
-        text = str(row.get(text_field, ""))
-        return [text[c.start : c.end] for c in chunker.chunks(row)]
 
     def prompt(row: dict[str, Any], text: str) -> list[int]:
         return encode_chat(tokenizer, template.format_map({**row, text_field: text}), system)
 
     stop = min(stop_tokens(tokenizer, loaded.path))
-    return Window(cut=cut, prompt=prompt, answer=lambda label: compact_json(label, schema), tokenizer=tokenizer, stop=stop)
-
-
-def _window(cfg: Any) -> int:
-    """Text tokens of an adapter's training window: ``ADAPTER_WINDOW``, or the job's chunks where they are smaller."""
-    return min(ADAPTER_WINDOW, cfg.dataset.chunking.max_tokens or ADAPTER_WINDOW)
+    return SampleFormat(prompt=prompt, answer=lambda label: compact_json(label, schema), tokenizer=tokenizer, stop=stop)
 
 
 def examples_path(learned: Path) -> Path:
@@ -215,7 +196,16 @@ def _curve_task(cfg: Any, ours: dict[str, str], overrides: list[str]) -> int:
     out = Path(ours.get("out") or f"outputs/{cfg.name}/learning-curve")
     try:
         table = learning_curve(
-            cfg.name, schema, rows, gold, text_field=cfg.dataset.text_field, sizes=sizes, held_out=held_out, overrides=overrides, out=out.resolve()
+            cfg.name,
+            schema,
+            rows,
+            gold,
+            text_field=cfg.dataset.text_field,
+            sizes=sizes,
+            held_out=held_out,
+            overrides=overrides,
+            out=out.resolve(),
+            adapter=_flag(ours, ADAPTER),
         )
     except ValueError as err:
         raise ConfigError(str(err)) from None

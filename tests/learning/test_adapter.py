@@ -6,7 +6,6 @@ task: order notes that write a code (``code: GGA365``) and always bill in euros.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import random
 from pathlib import Path
@@ -16,10 +15,9 @@ import torch
 
 from fucina_jobs.config import ConfigError, validate
 from fucina_jobs.engines import build, encode_chat, stop_tokens
-from fucina_jobs.learn_command import adapter_path, learn_command
-from fucina_jobs.learning.adapter import Training, train
-from fucina_jobs.learning.adapter_samples import Window, samples, value_spans, window_label
-from fucina_jobs.grounding.declaration import grounded_fields
+from fucina_jobs.learn_command import learn_command
+from fucina_jobs.learning.adapter import Training, adapter_path, train
+from fucina_jobs.learning.adapter_samples import SampleFormat, samples, value_spans
 from fucina_jobs.models import adapters
 from fucina_jobs.models.hf_runner import HFRunner
 from fucina_jobs.models.loading import load_model, load_tokenizer
@@ -99,31 +97,32 @@ def job_config(job: Path, **model) -> object:
     return validate(raw)
 
 
-def windows(tokenizer) -> Window:
-    """The notes' side of a sample, as ``learn`` builds it for a job: one window a note, the chat prompt, compact JSON."""
+def sample_format(tokenizer) -> SampleFormat:
+    """The notes' side of a sample, as ``learn`` builds it for a job: the chat prompt, compact JSON."""
 
     def prompt(row: dict, text: str) -> list[int]:
         return encode_chat(tokenizer, TEMPLATE.format(text=text), SYSTEM)
 
     answer = lambda label: compact_json(label, SCHEMA)  # noqa: E731
-    return Window(cut=lambda row: [row["text"]], prompt=prompt, answer=answer, tokenizer=tokenizer, stop=min(stop_tokens(tokenizer)))
+    return SampleFormat(prompt=prompt, answer=answer, tokenizer=tokenizer, stop=min(stop_tokens(tokenizer)))
 
 
 # -- samples ---------------------------------------------------------------------------
 
 
-def test_each_window_answers_with_the_values_it_writes_and_null_for_the_others(tokenizer):
-    fields = grounded_fields(SCHEMA)
+def test_a_sample_reads_the_passages_that_write_the_values_and_answers_the_whole_record(tokenizer):
     row, label = NOTES[0]
-    assert window_label(SCHEMA, fields, label, row["text"], whole=True) == label
-    assert window_label(SCHEMA, fields, label, "Paid by card.", whole=False) == {"code": None, "currency": "EUR"}
-    long = {**row, "text": "Preamble. " * 3 + row["text"] + " Terms apply." * 3}
-    cut = lambda r: [r["text"][:30], r["text"][30:90], r["text"][90:]]  # noqa: E731
-    job = dataclasses.replace(windows(tokenizer), cut=cut)
-    picked = samples(SCHEMA, [(row["id"], long, label)], "text", job, seed=0)
-    answers = [tokenizer.decode(s.target[:-1]) for s in picked]
-    assert json.dumps(label["code"]) in answers[1] and any('"code":null' in a for a in answers)  # a window with the code, one without
-    assert all(s.target[-1] == STOP for s in picked)
+    filler = "Terms of delivery apply to every order of the season. "
+    long = {**row, "text": filler * 40 + row["text"] + " " + filler * 40}
+    [whole], [cut] = (
+        samples(SCHEMA, [(row["id"], row, label)], "text", sample_format(tokenizer)),
+        samples(SCHEMA, [(row["id"], long, label)], "text", sample_format(tokenizer)),
+    )
+    assert tokenizer.decode(whole.prompt).count(row["text"]) == 1  # a short note is read whole
+    prompt = tokenizer.decode(cut.prompt)
+    assert row["text"] in prompt and prompt.count(filler.strip()) < 15  # the passage around the code, not 80 fillers
+    assert tokenizer.decode(cut.target[:-1]) == compact_json(label, SCHEMA) == tokenizer.decode(whole.target[:-1])
+    assert cut.target[-1] == STOP and set(cut.fields) == {"code", "currency"}
 
 
 def test_field_spans_cover_each_value_of_the_answer():
@@ -141,7 +140,7 @@ def test_the_adapters_loss_falls_and_held_out_field_accuracy_rises(tmp_path, tok
 
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir(tmp_path, seed=2, sharp=False))
     rows = [(row["id"], row, label) for row, label in NOTES]
-    train_set, held_out = samples(SCHEMA, rows[:12], "text", windows(tokenizer), 0), samples(SCHEMA, rows[12:], "text", windows(tokenizer), 0)
+    train_set, held_out = (samples(SCHEMA, part, "text", sample_format(tokenizer)) for part in (rows[:12], rows[12:]))
     _, evidence = train(model, train_set, held_out, Training(epochs=5, learning_rate=1e-2), report=lambda line: None)
     losses = [e["loss"] for e in evidence["epochs"]]
     assert losses == sorted(losses, reverse=True) and losses[-1] < losses[0]
@@ -224,3 +223,21 @@ def test_an_adapter_from_one_gold_row_is_a_one_line_error(job, monkeypatch, caps
     write_jsonl(job / "data/one.jsonl", [{"id": NOTES[0][0]["id"], "label": NOTES[0][1]}])
     assert learn_command(["conf=codes", "gold=data/one.jsonl", "out=one/learned.json", "adapter=true"]) == 2
     assert "adapter=true needs at least 2 gold rows, one to train on and one to stop on; 1 given" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_a_curve_with_the_adapter_scores_cues_adapter_and_both_on_the_held_out_rows(job, capsys):
+    mp = pytest.MonkeyPatch()
+    mp.chdir(job)
+    try:
+        assert learn_command(["conf=codes", "gold=data/gold.jsonl", "curve=6", "held_out=4", "adapter=true", "out=curve", "runtime.streams=4"]) == 0
+    finally:
+        mp.undo()
+    table = capsys.readouterr().out
+    assert "| gold rows learned from | arm | code | currency | mean | rejects | prompt copies | training min |" in table
+    points = [line.split(" | ")[:2] for line in table.splitlines() if line.startswith("| 6 ")]
+    assert points == [["| 6", "cues"], ["| 6", "adapter"], ["| 6", "both"]]
+    evidence = json.loads((job / "curve/learned-6-adapter" / adapters.EVIDENCE).read_text())
+    assert evidence["rows"] == {"train": 5, "held_out": 1}  # the first 6 gold rows only, a fifth of them held out
+    versions = {arm: next((job / f"curve/run-6-{arm}").glob("version=*")).name for arm in ("cues", "adapter", "both")}
+    assert len(set(versions.values())) == 3  # the same cues with and without the adapter are two versions: it was merged
