@@ -81,16 +81,23 @@ def resolve_device(device: str) -> torch.device:
 
 def embedded_model_dir(name: str = DEFAULT_MODEL) -> Path:
     """Return the converted embedded model ``name``, converting its GGUF on first use."""
+    from filelock import FileLock
+
     model = EMBEDDED[name]
     cache_dir().mkdir(parents=True, exist_ok=True)
     target = cache_dir() / model.name
     if (target / "model.safetensors").exists():
         return target
-    gguf = model.path()
-    log.info("converting %s to safetensors under %s (once, about a minute)", gguf.name, target)
-    _convert_gguf(gguf, target)
-    if not model.gguf:  # assembled for the conversion only
-        shutil.rmtree(gguf.parent)
+    # Test workers, replicas and a driver may all ask at once on a fresh machine: one converts, the others wait and
+    # read its result, so none replaces a folder another is reading nor deletes a GGUF another converts from.
+    with FileLock(cache_dir() / f".{model.name}.lock"):
+        if (target / "model.safetensors").exists():
+            return target
+        gguf = model.path()
+        log.info("converting %s to safetensors under %s (once, about a minute)", gguf.name, target)
+        _convert_gguf(gguf, target)
+        if not model.gguf:  # assembled for the conversion only
+            shutil.rmtree(gguf.parent)
     return target
 
 

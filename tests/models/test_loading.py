@@ -24,3 +24,30 @@ def test_a_cached_hub_id_loads_from_its_snapshot_without_the_network(tmp_path, m
     engine = FucinaEngine.load(ModelConfig(source="someone/tiny", device="cpu", dtype="float64"))
     assert engine.tokenizer.eos_token_id is not None and asked == []
     assert resolve_source("someone/not-cached") == "someone/not-cached"  # left to the hub, or to its one-line error
+
+
+def test_an_embedded_model_is_converted_once_when_many_ask_at_once(tmp_path, monkeypatch):
+    """Test workers, replicas and a driver on a fresh machine all ask for the default model: one converts, the
+    others wait for its folder (before the lock, a second conversion deleted the folder the first had just made)."""
+    import threading
+    import time
+
+    from fucina_jobs.models import loading
+
+    monkeypatch.setenv("FUCINA_CACHE", str(tmp_path))
+    converted = []
+
+    def slow_convert(gguf, target):  # the real conversion takes a minute; what matters is who runs it
+        converted.append(threading.get_ident())
+        time.sleep(0.3)
+        target.mkdir(parents=True)
+        (target / "model.safetensors").write_bytes(b"weights")
+
+    monkeypatch.setattr(loading, "_convert_gguf", slow_convert)
+    found = []
+    askers = [threading.Thread(target=lambda: found.append(loading.embedded_model_dir())) for _ in range(4)]
+    for asker in askers:
+        asker.start()
+    for asker in askers:
+        asker.join()
+    assert len(converted) == 1 and found == [tmp_path / loading.EMBEDDED[loading.DEFAULT_MODEL].name] * 4
