@@ -129,3 +129,14 @@ def s3():
             os.environ.pop(key, None)
         else:
             os.environ[key] = value
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under ``-n`` (pytest-xdist) the other worker's Ray runs beside every test, so the tests marked ``alone``
+    are left out; the test command runs them on their own after (``pytest -m alone``)."""
+    if "PYTEST_XDIST_WORKER" not in os.environ:  # set in each of xdist's workers, which collect the tests
+        return
+    alone = [item for item in items if item.get_closest_marker("alone")]
+    if alone:
+        config.hook.pytest_deselected(items=alone)
+        items[:] = [item for item in items if not item.get_closest_marker("alone")]

@@ -33,6 +33,7 @@ RUN_BY = {
     ".venv/bin/python -m ruff check .": CI,
     ".venv/bin/python -m ruff format --check .": CI,
     ".venv/bin/python -m pytest -q -n 2": CI,
+    ".venv/bin/python -m pytest -q -m alone": CI,
     ".venv-vllm/bin/python -m pytest -q -n 2 tests/vllm": CI,
     "pip install /path/to/fucina_jobs": _INSTALL,
     "fucina-jobs init myproject": _INSTALL,

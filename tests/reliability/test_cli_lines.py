@@ -30,6 +30,7 @@ class Case:
     setup: Callable[[Path], None] = lambda tmp: None
     env: Callable[[Path], dict[str, str]] = lambda tmp: {}
     skip: Callable[[], str | None] = lambda: None  # why this machine cannot pose the case, or None
+    alone: bool = False  # needs no other Ray on this machine (the ``alone`` mark)
 
 
 def _file(tmp: Path) -> None:
@@ -96,6 +97,7 @@ CASES = [
         setup=_stale_ray_start,
         env=lambda tmp: {"RAY_TMPDIR": str(tmp)},
         skip=ray_running,
+        alone=True,
     ),
     Case("run-model-source-not-a-model", [*RUN, "model.source={tmp}/notamodel"], ["model.source", "without config.json"], setup=_not_a_model),
     Case("review-limit-0", ["review", "{tmp}", "--limit", "0"], ["--limit", "must be 1 or more, not 0"]),
@@ -112,7 +114,7 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+@pytest.mark.parametrize("case", [pytest.param(c, id=c.name, marks=[pytest.mark.alone] if c.alone else []) for c in CASES])
 def test_one_line_naming_the_problem(case: Case, tmp_path):
     if why := case.skip():
         pytest.skip(why)

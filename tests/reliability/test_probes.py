@@ -43,6 +43,7 @@ def test_a_cluster_address_where_something_else_answers_fails_at_once(http_port)
         probe_cluster(f"127.0.0.1:{http_port}")
 
 
+@pytest.mark.alone
 def test_auto_without_a_cluster_fails_at_once(monkeypatch, tmp_path):
     """Defect 8: ``ray_address=auto`` with no cluster took 89 s, then a traceback."""
     from ray._private.services import find_gcs_addresses
@@ -55,6 +56,7 @@ def test_auto_without_a_cluster_fails_at_once(monkeypatch, tmp_path):
         probe_cluster("auto")
 
 
+@pytest.mark.alone
 def test_auto_with_a_stale_record_of_an_earlier_ray_start_fails_at_once(monkeypatch, tmp_path):
     """``ray start`` records its address; after that cluster is gone, auto resolves to a port where nothing listens."""
     if why := ray_running():
